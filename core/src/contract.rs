@@ -1,0 +1,83 @@
+//! Provider contracts: which providers exist, and whether one is certified
+//! to share the operating contract of the job's primary.
+//!
+//! A certificate is keyed by (provider, model, prompt_version,
+//! schema_version) and stops being valid as soon as any of them changes:
+//! the lookup uses the provider's *current* model and the service's
+//! *current* prompt and schema versions, so an old certificate simply no
+//! longer matches.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::Timestamp;
+
+/// What a certificate is about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CertificateKey {
+    pub provider: String,
+    pub model: String,
+    pub prompt_version: String,
+    pub schema_version: String,
+}
+
+/// The stored result of a certification run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Certificate {
+    pub key: CertificateKey,
+    pub passed: bool,
+    pub evidence: Value,
+    pub at: Timestamp,
+}
+
+/// One provider the service can call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSpec {
+    pub model: String,
+}
+
+/// The providers the service knows, and the contract versions in force.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Providers {
+    pub specs: BTreeMap<String, ProviderSpec>,
+    pub prompt_version: String,
+    pub schema_version: String,
+}
+
+impl Providers {
+    /// Providers with the same model name as their provider name, and
+    /// contract versions "v1". Convenient for tests and demos.
+    pub fn named<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            specs: names
+                .into_iter()
+                .map(|n| {
+                    (
+                        n.to_owned(),
+                        ProviderSpec {
+                            model: n.to_owned(),
+                        },
+                    )
+                })
+                .collect(),
+            prompt_version: "v1".to_owned(),
+            schema_version: "v1".to_owned(),
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.specs.contains_key(name)
+    }
+
+    /// The key a certificate for `provider` must have to be valid today.
+    pub fn certificate_key(&self, provider: &str) -> Option<CertificateKey> {
+        self.specs.get(provider).map(|spec| CertificateKey {
+            provider: provider.to_owned(),
+            model: spec.model.clone(),
+            prompt_version: self.prompt_version.clone(),
+            schema_version: self.schema_version.clone(),
+        })
+    }
+}

@@ -1,0 +1,554 @@
+//! The engine service over any [`Store`]: the operations the HTTP API, the
+//! worker and the reconciler call. It owns the rules that need more than one
+//! store call (validation, certification, re-checking a lost
+//! acknowledgement); every race itself is settled inside the store.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::clock::{Clock, IdSource};
+use crate::contract::Providers;
+use crate::fingerprint;
+use crate::model::{
+    Attempt, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobId, JobRequest, JobState,
+    KeyError, NewEvent, OwnerId,
+};
+use crate::store::{
+    CompleteOutcome, Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome, Store,
+    StoreError, TransitionOutcome,
+};
+
+/// How often an operation whose acknowledgement was lost is re-checked or
+/// re-run before the engine gives up and reports the store as unavailable.
+pub const ACK_RECHECKS_MAX: u32 = 3;
+
+/// Whether attempts may overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Policy {
+    /// One attempt in flight at a time (the default).
+    #[default]
+    Strict,
+    /// A second attempt may start on a certified fallback while the first is
+    /// running and silent past `hedge_after_ms`.
+    Hedged { hedge_after_ms: u64 },
+}
+
+impl Policy {
+    pub fn allows_overlap(self) -> bool {
+        matches!(self, Policy::Hedged { .. })
+    }
+}
+
+/// Errors of the engine boundary; the HTTP layer maps each to a status in
+/// one function.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid idempotency key: {0}")]
+    InvalidKey(#[from] KeyError),
+    #[error("the idempotency key is bound to another request; differing: {differing_pointers:?}")]
+    KeyReused {
+        existing: JobId,
+        differing_pointers: Vec<String>,
+    },
+    #[error("unknown provider {provider:?}")]
+    UnknownProvider { provider: String },
+    #[error("provider {provider:?} holds no valid contract certificate")]
+    ProviderNotCertified { provider: String },
+    #[error("job {0} not found")]
+    JobNotFound(JobId),
+    #[error("attempt {0} not found")]
+    AttemptNotFound(AttemptId),
+    #[error("attempt {attempt} is {state}; no new attempt until it is resolved")]
+    AttemptInFlight {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
+    #[error("the job is {state}; no new attempt")]
+    JobCompleted { state: JobState },
+    #[error("attempt {attempt} is {state}; only a starting or unknown attempt can be resolved")]
+    NotResolvable {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
+    #[error("attempt {attempt} is {current}; it cannot move to {to}")]
+    IllegalTransition {
+        attempt: AttemptId,
+        current: AttemptState,
+        to: AttemptState,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A create that succeeded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Created {
+    New(Job),
+    /// The same key and body were seen before: here is that job.
+    Replayed(Job),
+}
+
+impl Created {
+    pub fn job(&self) -> &Job {
+        match self {
+            Created::New(job) | Created::Replayed(job) => job,
+        }
+    }
+}
+
+/// What a completion came to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Verdict {
+    Won(Job),
+    /// Another attempt had won; this output was discarded.
+    Lost {
+        winner: Option<AttemptId>,
+    },
+    /// The attempt had already ended (for example cancelled); nothing written.
+    Discarded {
+        state: AttemptState,
+    },
+}
+
+/// What an out-of-band resolution came to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Resolved {
+    /// Resolved as succeeded, and its result won the compare-and-swap.
+    Won(Job),
+    /// Resolved as succeeded, but another attempt had already won.
+    Lost { winner: Option<AttemptId> },
+    /// Resolved as failed or cancelled.
+    Ended(Attempt),
+}
+
+/// An out-of-band resolution of an unknown attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Resolution {
+    /// The provider did it; `result` is its output (evidence).
+    Succeeded {
+        result: Value,
+    },
+    Failed {
+        #[serde(default)]
+        error: Value,
+    },
+    Cancelled,
+}
+
+/// Who asked for a new attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// The worker's first or retry attempt.
+    Worker,
+    /// The worker's hedge on a fallback while the first is silent.
+    Hedge,
+    /// The user's backup button.
+    Manual,
+}
+
+/// The engine: stateless apart from its injected parts, so any number of
+/// replicas may share one store.
+#[derive(Clone, Debug)]
+pub struct Engine {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdSource>,
+    providers: Providers,
+    policy: Policy,
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdSource>,
+        providers: Providers,
+        policy: Policy,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            ids,
+            providers,
+            policy,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn providers(&self) -> &Providers {
+        &self.providers
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Create the job for (owner, key), or replay it. The owner comes from
+    /// the caller's credentials. The key is bound to the canonical request.
+    pub async fn create_job(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+    ) -> Result<Created, EngineError> {
+        let key = IdempotencyKey::parse(key)?;
+        for provider in std::iter::once(&request.provider).chain(&request.fallbacks) {
+            if !self.providers.contains(provider) {
+                return Err(EngineError::UnknownProvider {
+                    provider: provider.clone(),
+                });
+            }
+        }
+        let canonical = fingerprint::canonicalize(
+            &serde_json::to_value(&request).expect("a JobRequest always serializes"),
+        );
+        let new = NewJob {
+            id: self.ids.job_id(),
+            owner_id: owner.clone(),
+            idempotency_key: key,
+            request_fingerprint: fingerprint::fingerprint(&canonical),
+            request: canonical,
+            provider: request.provider,
+            fallbacks: request.fallbacks,
+            at: self.clock.now(),
+        };
+        // Create-or-get is idempotent by construction, so a lost
+        // acknowledgement is answered by asking again.
+        let mut last_error = None;
+        for _ in 0..ACK_RECHECKS_MAX {
+            match self.store.create_job(new.clone()).await {
+                Ok(CreateOutcome::Created(job)) => return Ok(Created::New(job)),
+                Ok(CreateOutcome::Existing(job)) => return Ok(Created::Replayed(job)),
+                Ok(CreateOutcome::KeyReused {
+                    existing,
+                    differing_pointers,
+                }) => {
+                    return Err(EngineError::KeyReused {
+                        existing,
+                        differing_pointers,
+                    });
+                }
+                Err(e @ (StoreError::Indeterminate(_) | StoreError::Unavailable(_))) => {
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last_error.expect("the loop ran at least once").into())
+    }
+
+    /// The job, if it exists and belongs to `owner`. Another owner's job is
+    /// reported as not found, so that existence does not leak.
+    pub async fn job_for(&self, owner: &OwnerId, id: JobId) -> Result<Job, EngineError> {
+        match self.store.job(id).await? {
+            Some(job) if &job.owner_id == owner => Ok(job),
+            _ => Err(EngineError::JobNotFound(id)),
+        }
+    }
+
+    /// Start a new attempt of `job` on `provider` (the primary by default).
+    /// A provider other than the primary needs a valid certificate.
+    pub async fn start_attempt(
+        &self,
+        job: &Job,
+        provider: Option<&str>,
+        trigger: Trigger,
+    ) -> Result<Attempt, EngineError> {
+        let provider = provider.unwrap_or(&job.provider).to_owned();
+        if !self.providers.contains(&provider) {
+            return Err(EngineError::UnknownProvider { provider });
+        }
+        let at = self.clock.now();
+        if provider != job.provider && !self.is_certified(&provider).await? {
+            self.store
+                .record_event(NewEvent {
+                    job_id: job.id,
+                    attempt_id: None,
+                    at,
+                    kind: EventKind::FailoverRefused,
+                    detail: json!({"provider": provider, "trigger": trigger}),
+                })
+                .await?;
+            return Err(EngineError::ProviderNotCertified { provider });
+        }
+        let new = NewAttempt {
+            id: self.ids.attempt_id(),
+            job_id: job.id,
+            provider,
+            at,
+            allow_while_running: self.policy.allows_overlap(),
+        };
+        let mut last_error = None;
+        for _ in 0..ACK_RECHECKS_MAX {
+            match self.store.start_attempt(new.clone()).await {
+                Ok(StartOutcome::Started(attempt)) => return Ok(attempt),
+                Ok(StartOutcome::InFlight { attempt, state }) => {
+                    // Our own earlier try may have been applied with its
+                    // acknowledgement lost: then the blocker is us.
+                    if attempt == new.id {
+                        return self.attempt(attempt).await;
+                    }
+                    return Err(EngineError::AttemptInFlight { attempt, state });
+                }
+                Ok(StartOutcome::Completed { state }) => {
+                    return Err(EngineError::JobCompleted { state });
+                }
+                Err(e @ (StoreError::Indeterminate(_) | StoreError::Unavailable(_))) => {
+                    if let Ok(Some(attempt)) = self.store.attempt(new.id).await {
+                        return Ok(attempt);
+                    }
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last_error.expect("the loop ran at least once").into())
+    }
+
+    /// Whether `provider` holds a passed certificate for its current model
+    /// and the current prompt and schema versions.
+    pub async fn is_certified(&self, provider: &str) -> Result<bool, EngineError> {
+        let Some(key) = self.providers.certificate_key(provider) else {
+            return Ok(false);
+        };
+        Ok(self
+            .store
+            .certificate(&key)
+            .await?
+            .is_some_and(|c| c.passed))
+    }
+
+    pub async fn attempt(&self, id: AttemptId) -> Result<Attempt, EngineError> {
+        self.store
+            .attempt(id)
+            .await?
+            .ok_or(EngineError::AttemptNotFound(id))
+    }
+
+    /// The request has been handed to the provider: starting -> running.
+    pub async fn record_dispatch(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+        self.transition(attempt, AttemptState::Running, None).await
+    }
+
+    /// The provider call outlived its deadline. The provider may still be
+    /// working, so the attempt becomes unknown, never failed, and blocks
+    /// new attempts until it is resolved.
+    pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+        self.transition(
+            attempt,
+            AttemptState::Unknown,
+            Some(json!({"reason": "deadline"})),
+        )
+        .await
+    }
+
+    /// A definitive failure: the provider did not and will not execute it
+    /// (refused before dispatch, or answered with a definitive error).
+    pub async fn fail_attempt(
+        &self,
+        attempt: AttemptId,
+        error: Value,
+    ) -> Result<Attempt, EngineError> {
+        self.transition(attempt, AttemptState::Failed, Some(error))
+            .await
+    }
+
+    async fn transition(
+        &self,
+        attempt: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+    ) -> Result<Attempt, EngineError> {
+        let mut last_error = None;
+        for _ in 0..ACK_RECHECKS_MAX {
+            match self
+                .store
+                .transition_attempt(attempt, to, error.clone(), self.clock.now())
+                .await
+            {
+                Ok(TransitionOutcome::Moved { attempt, .. }) => return Ok(attempt),
+                Ok(TransitionOutcome::Refused { current }) if current == to => {
+                    // An earlier try landed with its acknowledgement lost.
+                    return self.attempt(attempt).await;
+                }
+                Ok(TransitionOutcome::Refused { current }) => {
+                    return Err(EngineError::IllegalTransition {
+                        attempt,
+                        current,
+                        to,
+                    });
+                }
+                Err(StoreError::AttemptNotFound(id)) => {
+                    return Err(EngineError::AttemptNotFound(id));
+                }
+                Err(e @ (StoreError::Indeterminate(_) | StoreError::Unavailable(_))) => {
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last_error.expect("the loop ran at least once").into())
+    }
+
+    /// Offer `output` to the job's compare-and-swap. Exactly one attempt of
+    /// a job ever wins; a later one is lost and its output discarded.
+    ///
+    /// If the acknowledgement is lost, the engine re-reads the job before
+    /// concluding anything: if `completed_by` names this attempt, it won.
+    pub async fn complete(&self, attempt: &Attempt, output: Value) -> Result<Verdict, EngineError> {
+        self.offer(attempt, output, false).await
+    }
+
+    async fn offer(
+        &self,
+        attempt: &Attempt,
+        output: Value,
+        out_of_band: bool,
+    ) -> Result<Verdict, EngineError> {
+        let mut last_error = None;
+        for _ in 0..ACK_RECHECKS_MAX {
+            let completion = Completion {
+                job_id: attempt.job_id,
+                attempt_id: attempt.id,
+                output: output.clone(),
+                at: self.clock.now(),
+                out_of_band,
+            };
+            match self.store.complete(completion).await {
+                Ok(CompleteOutcome::Won(job)) => return Ok(Verdict::Won(job)),
+                Ok(CompleteOutcome::Lost { winner }) => return Ok(Verdict::Lost { winner }),
+                Ok(CompleteOutcome::NotOpen { state }) => {
+                    return Ok(Verdict::Discarded { state });
+                }
+                Err(e @ (StoreError::Indeterminate(_) | StoreError::Unavailable(_))) => {
+                    if let Some(verdict) = self.recheck_completion(attempt).await? {
+                        return Ok(verdict);
+                    }
+                    last_error = Some(e);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(last_error.expect("the loop ran at least once").into())
+    }
+
+    /// After a lost acknowledgement: did our completion land? `None` means
+    /// it did not, and the attempt is still open, so offering again is safe.
+    async fn recheck_completion(&self, attempt: &Attempt) -> Result<Option<Verdict>, EngineError> {
+        let Ok(Some(job)) = self.store.job(attempt.job_id).await else {
+            return Ok(None);
+        };
+        let Ok(Some(current)) = self.store.attempt(attempt.id).await else {
+            return Ok(None);
+        };
+        let verdict = if job.completed_by == Some(attempt.id) {
+            Some(Verdict::Won(job.clone()))
+        } else if current.state == AttemptState::Lost {
+            Some(Verdict::Lost {
+                winner: job.completed_by,
+            })
+        } else if crate::transition::is_terminal(current.state) {
+            Some(Verdict::Discarded {
+                state: current.state,
+            })
+        } else {
+            None
+        };
+        // Best effort: the note is for reviewers; the verdict stands without it.
+        let _ = self
+            .store
+            .record_event(NewEvent {
+                job_id: attempt.job_id,
+                attempt_id: Some(attempt.id),
+                at: self.clock.now(),
+                kind: EventKind::AckRechecked,
+                detail: json!({
+                    "completed_by": job.completed_by,
+                    "attempt_state": current.state,
+                    "concluded": match &verdict {
+                        Some(Verdict::Won(_)) => "won",
+                        Some(Verdict::Lost { .. }) => "lost",
+                        Some(Verdict::Discarded { .. }) => "discarded",
+                        None => "not_applied",
+                    },
+                }),
+            })
+            .await;
+        Ok(verdict)
+    }
+
+    /// Resolve a starting or unknown attempt out of band (reconciler or
+    /// operator). A starting attempt is first marked unknown: nobody knows
+    /// whether the provider has it.
+    pub async fn resolve_out_of_band(
+        &self,
+        attempt_id: AttemptId,
+        resolution: Resolution,
+    ) -> Result<Resolved, EngineError> {
+        let mut attempt = self.attempt(attempt_id).await?;
+        if attempt.state == AttemptState::Starting {
+            attempt = match self.time_out(attempt_id).await {
+                Ok(attempt) => attempt,
+                Err(EngineError::IllegalTransition { current, .. }) => {
+                    return Err(EngineError::NotResolvable {
+                        attempt: attempt_id,
+                        state: current,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        if attempt.state != AttemptState::Unknown {
+            return Err(EngineError::NotResolvable {
+                attempt: attempt_id,
+                state: attempt.state,
+            });
+        }
+        let (to, error, outcome) = match resolution {
+            Resolution::Succeeded { result } => {
+                return match self.offer(&attempt, result, true).await? {
+                    Verdict::Won(job) => Ok(Resolved::Won(job)),
+                    Verdict::Lost { winner } => Ok(Resolved::Lost { winner }),
+                    Verdict::Discarded { state } => Err(EngineError::NotResolvable {
+                        attempt: attempt_id,
+                        state,
+                    }),
+                };
+            }
+            Resolution::Failed { error } => (AttemptState::Failed, Some(error), "failed"),
+            Resolution::Cancelled => (AttemptState::Cancelled, None, "cancelled"),
+        };
+        let moved = match self.transition(attempt_id, to, error).await {
+            Ok(moved) => moved,
+            Err(EngineError::IllegalTransition { current, .. }) => {
+                return Err(EngineError::NotResolvable {
+                    attempt: attempt_id,
+                    state: current,
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        self.store
+            .record_event(NewEvent {
+                job_id: moved.job_id,
+                attempt_id: Some(attempt_id),
+                at: self.clock.now(),
+                kind: EventKind::Resolved,
+                detail: json!({"outcome": outcome, "from": AttemptState::Unknown}),
+            })
+            .await?;
+        Ok(Resolved::Ended(moved))
+    }
+}

@@ -1,0 +1,290 @@
+//! Fault hooks around any store, for the simulator's store host and for
+//! tests: apply-then-lose-acknowledgement, fail-before-apply, and latency.
+//!
+//! A fault rule names an operation, which occurrences of it to hit, and what
+//! to do. Rules are consulted in order; every injection is logged so the
+//! simulator's trace can show it. The rule list is bounded.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
+    Store, StoreDump, StoreError, TransitionOutcome,
+};
+use crate::contract::{Certificate, CertificateKey};
+use crate::model::{Attempt, AttemptId, AttemptState, Event, Job, JobId, NewEvent, Timestamp};
+
+/// The most rules one plan holds.
+pub const FAULT_RULES_MAX: usize = 64;
+
+/// The store operations a fault can target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreOp {
+    CreateJob,
+    StartAttempt,
+    TransitionAttempt,
+    Complete,
+    FailJob,
+    RecordEvent,
+    PutCertificate,
+    /// Any read.
+    Read,
+}
+
+/// What to do to a targeted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoreFault {
+    /// Apply the operation, then report that its outcome is unknown.
+    LoseAck,
+    /// Refuse the operation without applying it.
+    FailBeforeApply,
+    /// Apply it after a delay.
+    Latency { latency_ms: u64 },
+}
+
+/// Hit occurrences `first..first+count` (1-based) of `op` with `fault`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultRule {
+    pub op: StoreOp,
+    pub fault: StoreFault,
+    /// The first occurrence of `op` to hit, counting from 1.
+    pub first: u32,
+    /// How many consecutive occurrences to hit.
+    pub count: u32,
+}
+
+/// A fault that was injected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Injected {
+    pub op: StoreOp,
+    /// Which occurrence of `op` it was, counting from 1.
+    pub occurrence: u32,
+    pub fault: StoreFault,
+}
+
+#[derive(Debug, Default)]
+struct PlanState {
+    rules: Vec<FaultRule>,
+    /// Occurrences seen so far, per operation.
+    seen: BTreeMap<StoreOp, u32>,
+    injected: Vec<Injected>,
+}
+
+/// A shared, mutable plan: the simulator adds rules while the world runs.
+#[derive(Clone, Debug, Default)]
+pub struct FaultPlan {
+    state: Arc<Mutex<PlanState>>,
+}
+
+impl FaultPlan {
+    /// Adds a rule. Panics past [`FAULT_RULES_MAX`]: plans are written by
+    /// scenarios, and a runaway plan is a bug in the scenario runner.
+    pub fn add(&self, rule: FaultRule) {
+        let mut state = self.lock();
+        assert!(
+            state.rules.len() < FAULT_RULES_MAX,
+            "too many store fault rules"
+        );
+        state.rules.push(rule);
+    }
+
+    /// Counts an occurrence of `op` and returns the fault to inject, if any.
+    pub fn next(&self, op: StoreOp) -> Option<StoreFault> {
+        let mut state = self.lock();
+        let occurrence = {
+            let seen = state.seen.entry(op).or_insert(0);
+            *seen += 1;
+            *seen
+        };
+        let fault = state
+            .rules
+            .iter()
+            .find(|r| {
+                r.op == op && occurrence >= r.first && occurrence < r.first.saturating_add(r.count)
+            })
+            .map(|r| r.fault)?;
+        state.injected.push(Injected {
+            op,
+            occurrence,
+            fault,
+        });
+        Some(fault)
+    }
+
+    /// Everything injected so far, in order.
+    pub fn injected(&self) -> Vec<Injected> {
+        self.lock().injected.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PlanState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The message of an injected lost acknowledgement; the store host uses
+/// [`is_injected_lost_ack`] to turn it into a dropped connection.
+const LOST_ACK: &str = "acknowledgement lost (injected)";
+
+/// Whether `e` is an injected lost acknowledgement.
+pub fn is_injected_lost_ack(e: &StoreError) -> bool {
+    matches!(e, StoreError::Indeterminate(m) if m == LOST_ACK)
+}
+
+/// A store wrapped with a fault plan.
+#[derive(Clone, Debug)]
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    plan: FaultPlan,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>, plan: FaultPlan) -> Self {
+        Self { inner, plan }
+    }
+
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    async fn run<T, F>(&self, op: StoreOp, apply: F) -> Result<T, StoreError>
+    where
+        F: Future<Output = Result<T, StoreError>> + Send,
+        T: Send,
+    {
+        match self.plan.next(op) {
+            None => apply.await,
+            Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
+                "store refused the operation (injected)".to_owned(),
+            )),
+            Some(StoreFault::LoseAck) => {
+                apply.await?;
+                Err(StoreError::Indeterminate(LOST_ACK.to_owned()))
+            }
+            Some(StoreFault::Latency { latency_ms }) => {
+                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                apply.await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        self.run(StoreOp::CreateJob, self.inner.create_job(new))
+            .await
+    }
+
+    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
+        self.run(StoreOp::StartAttempt, self.inner.start_attempt(new))
+            .await
+    }
+
+    async fn transition_attempt(
+        &self,
+        attempt_id: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+        at: Timestamp,
+    ) -> Result<TransitionOutcome, StoreError> {
+        self.run(
+            StoreOp::TransitionAttempt,
+            self.inner.transition_attempt(attempt_id, to, error, at),
+        )
+        .await
+    }
+
+    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
+        self.run(StoreOp::Complete, self.inner.complete(completion))
+            .await
+    }
+
+    async fn fail_job(
+        &self,
+        job_id: JobId,
+        read_version: i64,
+        reason: Value,
+        at: Timestamp,
+    ) -> Result<FailJobOutcome, StoreError> {
+        self.run(
+            StoreOp::FailJob,
+            self.inner.fail_job(job_id, read_version, reason, at),
+        )
+        .await
+    }
+
+    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
+        self.run(
+            StoreOp::PutCertificate,
+            self.inner.put_certificate(certificate),
+        )
+        .await
+    }
+
+    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
+        self.run(StoreOp::Read, self.inner.certificate(key)).await
+    }
+
+    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        self.run(StoreOp::RecordEvent, self.inner.record_event(event))
+            .await
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.run(StoreOp::Read, self.inner.job(id)).await
+    }
+
+    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
+        self.run(StoreOp::Read, self.inner.attempt(id)).await
+    }
+
+    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        self.run(StoreOp::Read, self.inner.attempts(job_id)).await
+    }
+
+    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
+        self.run(StoreOp::Read, self.inner.events(job_id)).await
+    }
+
+    async fn dump(&self) -> Result<StoreDump, StoreError> {
+        self.inner.dump().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_hit_the_named_occurrences() {
+        let plan = FaultPlan::default();
+        plan.add(FaultRule {
+            op: StoreOp::Complete,
+            fault: StoreFault::LoseAck,
+            first: 2,
+            count: 2,
+        });
+        let hits: Vec<_> = (0..5).map(|_| plan.next(StoreOp::Complete)).collect();
+        assert_eq!(
+            hits,
+            vec![
+                None,
+                Some(StoreFault::LoseAck),
+                Some(StoreFault::LoseAck),
+                None,
+                None
+            ]
+        );
+        assert_eq!(plan.next(StoreOp::CreateJob), None);
+        assert_eq!(plan.injected().len(), 2);
+        assert_eq!(plan.injected()[0].occurrence, 2);
+    }
+}

@@ -1,0 +1,239 @@
+//! The `Store` trait: the atomic operations the engine needs, each one
+//! statement or one short transaction, and the outcomes a caller can act on.
+//!
+//! Two implementations share one contract: [`pg::PgStore`] on PostgreSQL,
+//! and the in-process store used by the simulator. Uniqueness of an intent
+//! and "one open attempt per job" are constraints of the store, never
+//! application checks.
+
+pub mod faults;
+pub mod pg;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::{Certificate, CertificateKey};
+use crate::model::{
+    Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, JobState, NewEvent,
+    OwnerId, Timestamp,
+};
+
+/// Constraint names, shared by both stores so that violations are classified
+/// the same way everywhere.
+pub mod constraint {
+    /// The primary key of jobs: hit when a create whose acknowledgement was
+    /// lost is run again with the same job id.
+    pub const JOBS_PKEY: &str = "jobs_pkey";
+    /// The primary key of attempts: hit when a start is run again.
+    pub const ATTEMPTS_PKEY: &str = "attempts_pkey";
+    /// `unique (owner_id, idempotency_key)` on jobs.
+    pub const JOBS_OWNER_KEY: &str = "jobs_owner_id_idempotency_key_key";
+    /// The partial unique index: one starting-or-unknown attempt per job.
+    pub const ATTEMPTS_ONE_OPEN: &str = "attempts_one_open";
+    /// `unique (job_id, seq)` on attempts.
+    pub const ATTEMPTS_JOB_SEQ: &str = "attempts_job_id_seq_key";
+}
+
+/// A job to create.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewJob {
+    pub id: JobId,
+    pub owner_id: OwnerId,
+    pub idempotency_key: IdempotencyKey,
+    /// The canonical request body (see [`crate::fingerprint`]).
+    pub request: Value,
+    pub request_fingerprint: String,
+    pub provider: String,
+    pub fallbacks: Vec<String>,
+    pub at: Timestamp,
+}
+
+/// What create-or-get found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CreateOutcome {
+    Created(Job),
+    /// The key was known and bound to the same canonical body.
+    Existing(Job),
+    /// The key was known and bound to another body; nothing was written to the job.
+    KeyReused {
+        existing: JobId,
+        differing_pointers: Vec<String>,
+    },
+}
+
+/// An attempt to start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewAttempt {
+    pub id: AttemptId,
+    pub job_id: JobId,
+    pub provider: String,
+    pub at: Timestamp,
+    /// Hedging: whether the attempt may start while another one is running.
+    /// Starting and unknown attempts block regardless.
+    pub allow_while_running: bool,
+}
+
+/// What starting an attempt did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum StartOutcome {
+    Started(Attempt),
+    InFlight {
+        attempt: AttemptId,
+        state: AttemptState,
+    },
+    Completed {
+        state: JobState,
+    },
+}
+
+/// What a guarded transition did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TransitionOutcome {
+    Moved {
+        attempt: Attempt,
+        from: AttemptState,
+    },
+    /// The attempt was not in a state from which the move is legal.
+    Refused { current: AttemptState },
+}
+
+/// A result offered to the job's compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub job_id: JobId,
+    /// The compare-and-swap uses the version this attempt recorded when it
+    /// started, read from its row, not one the caller supplies.
+    pub attempt_id: AttemptId,
+    pub output: Value,
+    pub at: Timestamp,
+    /// An out-of-band resolution: only an unknown attempt may complete this way.
+    pub out_of_band: bool,
+}
+
+/// The verdict of the compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CompleteOutcome {
+    /// This attempt's output is the job's result.
+    Won(Job),
+    /// Zero rows: another attempt won (or the job gave up). The attempt is now
+    /// lost, its output discarded, and a race event recorded.
+    Lost { winner: Option<AttemptId> },
+    /// The attempt could not complete from its state (already terminal, or not
+    /// unknown for an out-of-band resolution). Nothing was written.
+    NotOpen { state: AttemptState },
+}
+
+/// What giving up on a job did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FailJobOutcome {
+    Failed(Job),
+    /// The job was no longer pending at the version read.
+    Stale {
+        state: JobState,
+        version: i64,
+    },
+}
+
+/// Everything a store holds, in a stable order; for tests and the oracle.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoreDump {
+    /// Ordered by (owner, key).
+    pub jobs: Vec<Job>,
+    /// Ordered by (job id, seq).
+    pub attempts: Vec<Attempt>,
+    /// Ordered by seq.
+    pub events: Vec<Event>,
+}
+
+/// Errors a store returns. Conditions a caller can act on are outcomes, not
+/// errors; these are the failures of the store itself.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("job {0} not found")]
+    JobNotFound(JobId),
+    #[error("attempt {0} not found")]
+    AttemptNotFound(AttemptId),
+    /// The store could not be reached; the operation was not applied.
+    #[error("store unavailable (not applied): {0}")]
+    Unavailable(String),
+    /// The operation may or may not have been applied: an acknowledgement was
+    /// lost. Callers re-read before concluding anything.
+    #[error("store outcome unknown (maybe applied): {0}")]
+    Indeterminate(String),
+    /// A constraint the operation does not expect to meet.
+    #[error("constraint {constraint} violated")]
+    Constraint { constraint: String },
+    /// Contention outlasted the operation's bounded retries.
+    #[error("gave up after {tries} tries under contention")]
+    Contended { tries: u32 },
+    #[error("stored data is not what this build expects: {0}")]
+    Corrupt(String),
+    #[error("database error (SQLSTATE {sqlstate}): {message}")]
+    Database { sqlstate: String, message: String },
+}
+
+impl StoreError {
+    /// Whether the operation may have been applied even though it failed.
+    pub fn maybe_applied(&self) -> bool {
+        matches!(self, StoreError::Indeterminate(_))
+    }
+}
+
+/// The engine's view of storage.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Create the job for (owner, key), or return the existing one if the
+    /// canonical body is the same, or report the differing pointers.
+    /// Records `created`, `replayed` or `key_reused`. Running it again after
+    /// a lost acknowledgement finds the job it created.
+    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError>;
+
+    /// Start an attempt unless the guard refuses. Records `attempt_started`
+    /// or `attempt_refused`. Idempotent by attempt id: running it again after
+    /// a lost acknowledgement returns the attempt it started.
+    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError>;
+
+    /// Move an attempt to `to` if that is legal from its current state
+    /// (see [`crate::transition`]). For running, unknown, failed and cancelled.
+    /// Records `attempt_transition`.
+    async fn transition_attempt(
+        &self,
+        attempt_id: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+        at: Timestamp,
+    ) -> Result<TransitionOutcome, StoreError>;
+
+    /// Offer a result to the job's compare-and-swap:
+    /// `UPDATE jobs ... WHERE id = $1 AND version = $2 AND completed_by IS NULL`.
+    /// Records `won` (and `resolved`) or `race_lost`.
+    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError>;
+
+    /// Give up on a pending job at the version read. Records `job_failed`.
+    async fn fail_job(
+        &self,
+        job_id: JobId,
+        read_version: i64,
+        reason: Value,
+        at: Timestamp,
+    ) -> Result<FailJobOutcome, StoreError>;
+
+    /// Store a certification result, replacing any earlier one for its key.
+    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError>;
+
+    /// The certificate stored for exactly this key.
+    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError>;
+
+    /// Append a decision-trace event.
+    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError>;
+
+    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError>;
+    /// A job's attempts by seq.
+    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError>;
+    /// A job's events in the order they were recorded.
+    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError>;
+    /// Everything, for tests and the oracle.
+    async fn dump(&self) -> Result<StoreDump, StoreError>;
+}

@@ -1,0 +1,829 @@
+//! The PostgreSQL store on sqlx.
+//!
+//! Every operation is one statement or one short transaction. Races are
+//! settled by the database: the unique constraint on (owner, key), the partial
+//! unique index `attempts_one_open`, row locks, and the conditional UPDATE of
+//! the completion. Errors are classified by SQLSTATE and constraint name,
+//! never by message text.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row, Transaction};
+
+use super::{
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
+    Store, StoreDump, StoreError, TransitionOutcome, constraint,
+};
+use crate::contract::{Certificate, CertificateKey};
+use crate::fingerprint;
+use crate::model::{
+    Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
+    NewEvent, OwnerId, Timestamp,
+};
+use crate::transition;
+
+/// Migrations embedded at build time from `core/migrations`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// How many times an operation re-runs after losing a benign race (for
+/// example two inserts computing the same attempt seq) before giving up.
+const CONTENTION_TRIES_MAX: u32 = 4;
+
+/// SQLSTATE of unique_violation.
+const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
+/// SQLSTATEs of serialization_failure and deadlock_detected.
+const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
+
+/// The store on a PostgreSQL pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// Connects with a bounded pool.
+    pub async fn connect(url: &str, connections_max: u32) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(connections_max)
+            .connect(url)
+            .await
+            .map_err(classify)?;
+        Ok(Self::new(pool))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies the embedded migrations.
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.map_err(classify)
+    }
+
+    async fn try_create(&self, new: &NewJob) -> Result<Option<Job>, StoreError> {
+        let mut tx = self.begin().await?;
+        let inserted = sqlx::query(
+            "insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
+                               provider, fallbacks, state, version, created_at, updated_at)
+             values ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $8)
+             returning *",
+        )
+        .bind(new.id.0)
+        .bind(&new.owner_id.0)
+        .bind(new.idempotency_key.as_str())
+        .bind(&new.request_fingerprint)
+        .bind(&new.request)
+        .bind(&new.provider)
+        .bind(&new.fallbacks)
+        .bind(new.at)
+        .fetch_one(&mut *tx)
+        .await;
+        let row = match inserted {
+            Ok(row) => row,
+            // The key is taken, or our own earlier try landed (same id).
+            Err(e)
+                if matches!(
+                    unique_violation(&e),
+                    Some(constraint::JOBS_OWNER_KEY | constraint::JOBS_PKEY)
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(classify(e)),
+        };
+        let job = job_from_row(&row)?;
+        insert_event(
+            &mut tx,
+            &NewEvent {
+                job_id: job.id,
+                attempt_id: None,
+                at: new.at,
+                kind: EventKind::Created,
+                detail: json!({"fingerprint": new.request_fingerprint}),
+            },
+        )
+        .await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(Some(job))
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query("select * from jobs where owner_id = $1 and idempotency_key = $2")
+            .bind(&owner.0)
+            .bind(key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        // FOR SHARE: a concurrent completion (which updates the job row) waits
+        // for us or we see its result, so no attempt starts on a finished job.
+        // Concurrent starts share the lock; the index settles between them.
+        let job = sqlx::query("select state, version from jobs where id = $1 for share")
+            .bind(new.job_id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?
+            .ok_or(StoreError::JobNotFound(new.job_id))?;
+        let job_state = parse_state::<JobState>(job.try_get("state").map_err(classify)?)?;
+        let read_version: i64 = job.try_get("version").map_err(classify)?;
+        if job_state.is_terminal() {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(Some(StartOutcome::Completed { state: job_state }));
+        }
+        if !new.allow_while_running {
+            let running = sqlx::query(
+                "select id from attempts where job_id = $1 and state = 'running' order by seq limit 1",
+            )
+            .bind(new.job_id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
+            if let Some(row) = running {
+                tx.rollback().await.map_err(classify)?;
+                return Ok(Some(StartOutcome::InFlight {
+                    attempt: AttemptId(row.try_get("id").map_err(classify)?),
+                    state: AttemptState::Running,
+                }));
+            }
+        }
+        let inserted = sqlx::query(
+            "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)
+             select $1, $2, coalesce(max(seq), 0) + 1, $3, 'starting', $4, $5
+               from attempts where job_id = $2
+             returning *",
+        )
+        .bind(new.id.0)
+        .bind(new.job_id.0)
+        .bind(&new.provider)
+        .bind(read_version)
+        .bind(new.at)
+        .fetch_one(&mut *tx)
+        .await;
+        let row = match inserted {
+            Ok(row) => row,
+            Err(e) => {
+                return match unique_violation(&e) {
+                    // Another insert took our seq; run again with a fresh max.
+                    Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
+                    // Our own earlier try landed; its acknowledgement was lost.
+                    Some(constraint::ATTEMPTS_PKEY) => {
+                        drop(tx);
+                        Ok(self.attempt(new.id).await?.map(StartOutcome::Started))
+                    }
+                    // The guard refused us. Name the blocker; if it was resolved
+                    // in the meantime, run again.
+                    Some(constraint::ATTEMPTS_ONE_OPEN) => {
+                        drop(tx);
+                        Ok(self
+                            .blocking_attempt(new.job_id)
+                            .await?
+                            .map(|(attempt, state)| StartOutcome::InFlight { attempt, state }))
+                    }
+                    _ => Err(classify(e)),
+                };
+            }
+        };
+        let attempt = attempt_from_row(&row)?;
+        insert_event(
+            &mut tx,
+            &NewEvent {
+                job_id: attempt.job_id,
+                attempt_id: Some(attempt.id),
+                at: new.at,
+                kind: EventKind::AttemptStarted,
+                detail: json!({"seq": attempt.seq, "provider": attempt.provider}),
+            },
+        )
+        .await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(Some(StartOutcome::Started(attempt)))
+    }
+
+    async fn blocking_attempt(
+        &self,
+        job_id: JobId,
+    ) -> Result<Option<(AttemptId, AttemptState)>, StoreError> {
+        let row = sqlx::query(
+            "select id, state from attempts
+              where job_id = $1 and state in ('starting', 'unknown') order by seq limit 1",
+        )
+        .bind(job_id.0)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some((
+                AttemptId(row.try_get("id").map_err(classify)?),
+                parse_state(row.try_get("state").map_err(classify)?)?,
+            ))),
+        }
+    }
+
+    /// Records why a start was refused, on its own: the refused transaction
+    /// was rolled back.
+    async fn record_refusal(
+        &self,
+        new: &NewAttempt,
+        outcome: &StartOutcome,
+    ) -> Result<(), StoreError> {
+        let (attempt_id, detail) = match outcome {
+            StartOutcome::Started(_) => return Ok(()),
+            StartOutcome::InFlight { attempt, state } => (
+                Some(*attempt),
+                json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
+            ),
+            StartOutcome::Completed { state } => (
+                None,
+                json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
+            ),
+        };
+        self.record_event(NewEvent {
+            job_id: new.job_id,
+            attempt_id,
+            at: new.at,
+            kind: EventKind::AttemptRefused,
+            detail,
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        for _ in 0..CONTENTION_TRIES_MAX {
+            if let Some(job) = self.try_create(&new).await? {
+                return Ok(CreateOutcome::Created(job));
+            }
+            // The key is taken by a committed row: read it back (a new
+            // statement, so a new snapshot that sees it).
+            let Some(existing) = self.job_by_key(&new.owner_id, &new.idempotency_key).await? else {
+                continue;
+            };
+            let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
+            {
+                (
+                    CreateOutcome::Existing(existing.clone()),
+                    EventKind::Replayed,
+                    json!({}),
+                )
+            } else {
+                let differing_pointers = fingerprint::diff(&existing.request, &new.request);
+                (
+                    CreateOutcome::KeyReused {
+                        existing: existing.id,
+                        differing_pointers: differing_pointers.clone(),
+                    },
+                    EventKind::KeyReused,
+                    json!({"differing_pointers": differing_pointers,
+                               "offered_fingerprint": new.request_fingerprint}),
+                )
+            };
+            self.record_event(NewEvent {
+                job_id: existing.id,
+                attempt_id: None,
+                at: new.at,
+                kind,
+                detail,
+            })
+            .await?;
+            return Ok(outcome);
+        }
+        Err(StoreError::Contended {
+            tries: CONTENTION_TRIES_MAX,
+        })
+    }
+
+    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
+        for _ in 0..CONTENTION_TRIES_MAX {
+            if let Some(outcome) = self.try_start(&new).await? {
+                self.record_refusal(&new, &outcome).await?;
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Contended {
+            tries: CONTENTION_TRIES_MAX,
+        })
+    }
+
+    async fn transition_attempt(
+        &self,
+        attempt_id: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+        at: Timestamp,
+    ) -> Result<TransitionOutcome, StoreError> {
+        assert_transition_target(to);
+        let sources: Vec<&str> = transition::sources(to)
+            .into_iter()
+            .map(AttemptState::as_str)
+            .collect();
+        let ended_at = transition::is_terminal(to).then_some(at);
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "update attempts a
+                set state = $2, ended_at = coalesce($3, a.ended_at), error = coalesce($4, a.error)
+               from (select id, state as from_state from attempts where id = $1 for update) old
+              where a.id = old.id and old.from_state = any($5)
+              returning a.*, old.from_state",
+        )
+        .bind(attempt_id.0)
+        .bind(to.as_str())
+        .bind(ended_at)
+        .bind(&error)
+        .bind(&sources)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let Some(row) = row else {
+            let current = sqlx::query("select state from attempts where id = $1")
+                .bind(attempt_id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?
+                .ok_or(StoreError::AttemptNotFound(attempt_id))?;
+            return Ok(TransitionOutcome::Refused {
+                current: parse_state(current.try_get("state").map_err(classify)?)?,
+            });
+        };
+        let attempt = attempt_from_row(&row)?;
+        let from: AttemptState = parse_state(row.try_get("from_state").map_err(classify)?)?;
+        insert_event(
+            &mut tx,
+            &transition_event(&attempt, from, error.as_ref(), at),
+        )
+        .await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(TransitionOutcome::Moved { attempt, from })
+    }
+
+    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        let attempt_row = sqlx::query("select * from attempts where id = $1 for update")
+            .bind(completion.attempt_id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?
+            .ok_or(StoreError::AttemptNotFound(completion.attempt_id))?;
+        let attempt = attempt_from_row(&attempt_row)?;
+        assert_eq!(
+            attempt.job_id, completion.job_id,
+            "completion names another job's attempt"
+        );
+        if !completion_allowed(attempt.state, completion.out_of_band) {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(CompleteOutcome::NotOpen {
+                state: attempt.state,
+            });
+        }
+        // The compare-and-swap: exactly one attempt's result is ever written.
+        let won = sqlx::query(
+            "update jobs
+                set result = $3, completed_by = $4, version = version + 1,
+                    state = 'succeeded', updated_at = $5
+              where id = $1 and version = $2 and completed_by is null
+              returning *",
+        )
+        .bind(completion.job_id.0)
+        .bind(attempt.read_version)
+        .bind(&completion.output)
+        .bind(completion.attempt_id.0)
+        .bind(completion.at)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let outcome = match won {
+            Some(row) => {
+                let job = job_from_row(&row)?;
+                sqlx::query(
+                    "update attempts set state = 'succeeded', output = $2, ended_at = $3 where id = $1",
+                )
+                .bind(completion.attempt_id.0)
+                .bind(&completion.output)
+                .bind(completion.at)
+                .execute(&mut *tx)
+                .await
+                .map_err(classify)?;
+                for event in won_events(&attempt, &completion) {
+                    insert_event(&mut tx, &event).await?;
+                }
+                CompleteOutcome::Won(job)
+            }
+            None => {
+                let winner: Option<uuid::Uuid> =
+                    sqlx::query_scalar("select completed_by from jobs where id = $1")
+                        .bind(completion.job_id.0)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                let winner = winner.map(AttemptId);
+                // Discarded: the output is not stored anywhere, only its digest.
+                sqlx::query("update attempts set state = 'lost', ended_at = $2 where id = $1")
+                    .bind(completion.attempt_id.0)
+                    .bind(completion.at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(classify)?;
+                insert_event(&mut tx, &lost_event(&attempt, &completion, winner)).await?;
+                CompleteOutcome::Lost { winner }
+            }
+        };
+        tx.commit().await.map_err(classify)?;
+        Ok(outcome)
+    }
+
+    async fn fail_job(
+        &self,
+        job_id: JobId,
+        read_version: i64,
+        reason: Value,
+        at: Timestamp,
+    ) -> Result<FailJobOutcome, StoreError> {
+        let mut tx = self.begin().await?;
+        // Lock the job first so that a concurrent start (FOR SHARE) either
+        // committed before us, and the attempt query below sees it, or waits.
+        let row = sqlx::query("select * from jobs where id = $1 for update")
+            .bind(job_id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?
+            .ok_or(StoreError::JobNotFound(job_id))?;
+        let job = job_from_row(&row)?;
+        let open: i64 = sqlx::query_scalar(
+            "select count(*) from attempts
+              where job_id = $1 and state in ('starting', 'running', 'unknown')",
+        )
+        .bind(job_id.0)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if job.state != JobState::Pending || job.version != read_version || open > 0 {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(FailJobOutcome::Stale {
+                state: job.state,
+                version: job.version,
+            });
+        }
+        let row = sqlx::query(
+            "update jobs set state = 'failed', version = version + 1, updated_at = $2
+              where id = $1 returning *",
+        )
+        .bind(job_id.0)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let job = job_from_row(&row)?;
+        insert_event(
+            &mut tx,
+            &NewEvent {
+                job_id,
+                attempt_id: None,
+                at,
+                kind: EventKind::JobFailed,
+                detail: reason,
+            },
+        )
+        .await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(FailJobOutcome::Failed(job))
+    }
+
+    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
+        let key = &certificate.key;
+        sqlx::query(
+            "insert into provider_certificates
+                    (provider, model, prompt_version, schema_version, passed, evidence, at)
+             values ($1, $2, $3, $4, $5, $6, $7)
+             on conflict (provider, model, prompt_version, schema_version)
+             do update set passed = excluded.passed, evidence = excluded.evidence, at = excluded.at",
+        )
+        .bind(&key.provider)
+        .bind(&key.model)
+        .bind(&key.prompt_version)
+        .bind(&key.schema_version)
+        .bind(certificate.passed)
+        .bind(&certificate.evidence)
+        .bind(certificate.at)
+        .execute(&self.pool)
+        .await
+        .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
+        let row = sqlx::query(
+            "select passed, evidence, at from provider_certificates
+              where provider = $1 and model = $2 and prompt_version = $3 and schema_version = $4",
+        )
+        .bind(&key.provider)
+        .bind(&key.model)
+        .bind(&key.prompt_version)
+        .bind(&key.schema_version)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(classify)?;
+        row.map(|row| {
+            Ok(Certificate {
+                key: key.clone(),
+                passed: row.try_get("passed").map_err(classify)?,
+                evidence: row.try_get("evidence").map_err(classify)?,
+                at: row.try_get("at").map_err(classify)?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        insert_event(&mut conn, &event).await
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query("select * from jobs where id = $1")
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
+        let row = sqlx::query("select * from attempts where id = $1")
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(attempt_from_row).transpose()
+    }
+
+    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        sqlx::query("select * from attempts where job_id = $1 order by seq")
+            .bind(job_id.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?
+            .iter()
+            .map(attempt_from_row)
+            .collect()
+    }
+
+    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
+        sqlx::query("select * from job_events where job_id = $1 order by seq")
+            .bind(job_id.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(classify)?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn dump(&self) -> Result<StoreDump, StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query("set transaction isolation level repeatable read")
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        let jobs = sqlx::query("select * from jobs order by owner_id, idempotency_key")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?
+            .iter()
+            .map(job_from_row)
+            .collect::<Result<_, _>>()?;
+        let attempts = sqlx::query("select * from attempts order by job_id, seq")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?
+            .iter()
+            .map(attempt_from_row)
+            .collect::<Result<_, _>>()?;
+        let events = sqlx::query("select * from job_events order by seq")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(classify)?
+            .iter()
+            .map(event_from_row)
+            .collect::<Result<_, _>>()?;
+        tx.commit().await.map_err(classify)?;
+        Ok(StoreDump {
+            jobs,
+            attempts,
+            events,
+        })
+    }
+}
+
+/// Only these moves go through `transition_attempt`; success and loss are
+/// decided by the compare-and-swap alone.
+pub(crate) fn assert_transition_target(to: AttemptState) {
+    assert!(
+        matches!(
+            to,
+            AttemptState::Running
+                | AttemptState::Unknown
+                | AttemptState::Failed
+                | AttemptState::Cancelled
+        ),
+        "transition_attempt cannot move an attempt to {to}; use complete"
+    );
+}
+
+/// Whether an attempt in `state` may offer a result.
+pub(crate) fn completion_allowed(state: AttemptState, out_of_band: bool) -> bool {
+    if out_of_band {
+        state == AttemptState::Unknown
+    } else {
+        transition::may_complete(state)
+    }
+}
+
+pub(crate) fn transition_event(
+    attempt: &Attempt,
+    from: AttemptState,
+    error: Option<&Value>,
+    at: Timestamp,
+) -> NewEvent {
+    NewEvent {
+        job_id: attempt.job_id,
+        attempt_id: Some(attempt.id),
+        at,
+        kind: EventKind::AttemptTransition,
+        detail: json!({"from": from, "to": attempt.state, "error": error}),
+    }
+}
+
+pub(crate) fn won_events(attempt: &Attempt, completion: &Completion) -> Vec<NewEvent> {
+    let mut events = Vec::with_capacity(2);
+    if completion.out_of_band {
+        events.push(NewEvent {
+            job_id: completion.job_id,
+            attempt_id: Some(attempt.id),
+            at: completion.at,
+            kind: EventKind::Resolved,
+            detail: json!({"outcome": "succeeded", "from": attempt.state}),
+        });
+    }
+    events.push(NewEvent {
+        job_id: completion.job_id,
+        attempt_id: Some(attempt.id),
+        at: completion.at,
+        kind: EventKind::Won,
+        detail: json!({"from": attempt.state, "read_version": attempt.read_version}),
+    });
+    events
+}
+
+pub(crate) fn lost_event(
+    attempt: &Attempt,
+    completion: &Completion,
+    winner: Option<AttemptId>,
+) -> NewEvent {
+    NewEvent {
+        job_id: completion.job_id,
+        attempt_id: Some(attempt.id),
+        at: completion.at,
+        kind: EventKind::RaceLost,
+        detail: json!({
+            "from": attempt.state,
+            "winner": winner,
+            "read_version": attempt.read_version,
+            "discarded_output_sha256": fingerprint::fingerprint(&completion.output),
+        }),
+    }
+}
+
+async fn insert_event(conn: &mut sqlx::PgConnection, event: &NewEvent) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into job_events (job_id, attempt_id, at, kind, detail) values ($1, $2, $3, $4, $5)",
+    )
+    .bind(event.job_id.0)
+    .bind(event.attempt_id.map(|a| a.0))
+    .bind(event.at)
+    .bind(event.kind.as_str())
+    .bind(&event.detail)
+    .execute(conn)
+    .await
+    .map_err(classify)?;
+    Ok(())
+}
+
+/// The constraint a unique violation names, if `e` is one (SQLSTATE 23505).
+pub fn unique_violation(e: &sqlx::Error) -> Option<&str> {
+    match e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLSTATE_UNIQUE_VIOLATION) => {
+            db.constraint()
+        }
+        _ => None,
+    }
+}
+
+/// Maps a sqlx error onto the store's error enum: by SQLSTATE for database
+/// errors, and by whether the statement may have reached the server for
+/// transport errors.
+pub fn classify(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Database(db) => {
+            let sqlstate = db.code().map(|c| c.into_owned()).unwrap_or_default();
+            if let Some(name) = db.constraint() {
+                return StoreError::Constraint {
+                    constraint: name.to_owned(),
+                };
+            }
+            if SQLSTATE_RETRYABLE.contains(&sqlstate.as_str()) {
+                return StoreError::Contended { tries: 1 };
+            }
+            StoreError::Database {
+                sqlstate,
+                message: db.message().to_owned(),
+            }
+        }
+        // Never reached the server: nothing was applied.
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::BeginFailed => {
+            StoreError::Unavailable(e.to_string())
+        }
+        // The connection broke mid-conversation: a commit may have landed.
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
+            StoreError::Indeterminate(e.to_string())
+        }
+        other => StoreError::Corrupt(other.to_string()),
+    }
+}
+
+fn parse_state<S: std::str::FromStr<Err = crate::model::UnknownState>>(
+    text: String,
+) -> Result<S, StoreError> {
+    text.parse()
+        .map_err(|e: crate::model::UnknownState| StoreError::Corrupt(e.to_string()))
+}
+
+fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
+    let key: String = row.try_get("idempotency_key").map_err(classify)?;
+    Ok(Job {
+        id: JobId(row.try_get("id").map_err(classify)?),
+        owner_id: OwnerId(row.try_get("owner_id").map_err(classify)?),
+        idempotency_key: IdempotencyKey::parse(&key)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        request_fingerprint: row.try_get("request_fingerprint").map_err(classify)?,
+        request: row.try_get("request").map_err(classify)?,
+        provider: row.try_get("provider").map_err(classify)?,
+        fallbacks: row.try_get("fallbacks").map_err(classify)?,
+        state: parse_state(row.try_get("state").map_err(classify)?)?,
+        version: row.try_get("version").map_err(classify)?,
+        completed_by: row
+            .try_get::<Option<uuid::Uuid>, _>("completed_by")
+            .map_err(classify)?
+            .map(AttemptId),
+        result: row.try_get("result").map_err(classify)?,
+        created_at: row.try_get("created_at").map_err(classify)?,
+        updated_at: row.try_get("updated_at").map_err(classify)?,
+    })
+}
+
+fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
+    Ok(Attempt {
+        id: AttemptId(row.try_get("id").map_err(classify)?),
+        job_id: JobId(row.try_get("job_id").map_err(classify)?),
+        seq: row.try_get("seq").map_err(classify)?,
+        provider: row.try_get("provider").map_err(classify)?,
+        state: parse_state(row.try_get("state").map_err(classify)?)?,
+        read_version: row.try_get("read_version").map_err(classify)?,
+        started_at: row.try_get("started_at").map_err(classify)?,
+        ended_at: row.try_get("ended_at").map_err(classify)?,
+        output: row.try_get("output").map_err(classify)?,
+        error: row.try_get("error").map_err(classify)?,
+    })
+}
+
+fn event_from_row(row: &PgRow) -> Result<Event, StoreError> {
+    Ok(Event {
+        seq: row.try_get("seq").map_err(classify)?,
+        job_id: JobId(row.try_get("job_id").map_err(classify)?),
+        attempt_id: row
+            .try_get::<Option<uuid::Uuid>, _>("attempt_id")
+            .map_err(classify)?
+            .map(AttemptId),
+        at: row.try_get("at").map_err(classify)?,
+        kind: parse_state(row.try_get("kind").map_err(classify)?)?,
+        detail: row.try_get("detail").map_err(classify)?,
+    })
+}

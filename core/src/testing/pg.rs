@@ -1,0 +1,294 @@
+//! A throwaway PostgreSQL cluster for tests.
+//!
+//! Unless `DATABASE_URL` names a server, the first test that asks starts one
+//! from the installed binaries: `initdb` into a temporary directory, a free
+//! loopback port, durability switched off (a test database is disposable).
+//! As root it runs everything as the `postgres` user, because PostgreSQL
+//! refuses to run as root. A detached watchdog stops the cluster and removes
+//! its directory once the test process has exited.
+//!
+//! Each test gets its own database, cloned from a migrated template, so
+//! tests run concurrently without seeing each other's rows.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqlx::Executor;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::store::pg::{MIGRATOR, PgStore};
+
+const TEMPLATE_DB: &str = "idem_template";
+/// How long the cluster may take to accept connections, in 100 ms polls.
+const READY_POLLS_MAX: u32 = 300;
+/// Connections per test database: enough for the 32-way concurrency tests.
+const TEST_POOL_CONNECTIONS_MAX: u32 = 40;
+
+/// A running cluster (or a server named by `DATABASE_URL`).
+#[derive(Debug)]
+pub struct PgCluster {
+    /// URL of the maintenance database, without a database name's suffix.
+    server_url: String,
+    next_db: AtomicU32,
+}
+
+static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+
+/// The process-wide cluster, started on first use. Panics with the reason if
+/// no cluster can be had: a test that needs PostgreSQL fails, it never skips.
+pub fn cluster() -> &'static PgCluster {
+    CLUSTER.get_or_init(|| {
+        // Initialization is async (migrating the template) but may be called
+        // from inside a test's runtime, so it runs on a thread of its own.
+        std::thread::spawn(|| {
+            let server_url = match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.is_empty() => server_part(&url),
+                _ => start_cluster().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}")),
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime builds");
+            runtime
+                .block_on(prepare_template(&server_url))
+                .unwrap_or_else(|e| panic!("cannot prepare the template database: {e}"));
+            PgCluster {
+                server_url,
+                next_db: AtomicU32::new(0),
+            }
+        })
+        .join()
+        .expect("cluster start-up thread")
+    })
+}
+
+/// A fresh, migrated database of its own, as a store.
+pub async fn fresh_store() -> PgStore {
+    let url = cluster().fresh_database_url().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(TEST_POOL_CONNECTIONS_MAX)
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    PgStore::new(pool)
+}
+
+impl PgCluster {
+    /// Creates a new database from the migrated template and returns its URL.
+    pub async fn fresh_database_url(&self) -> String {
+        let n = self.next_db.fetch_add(1, Ordering::SeqCst);
+        let name = format!("idem_test_{}_{n}", std::process::id());
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&format!("{}/postgres", self.server_url))
+            .await
+            .expect("admin connection");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!(
+                "drop database if exists {name}; "
+            )))
+            .await
+            .expect("drop stale test database");
+        admin
+            .execute(sqlx::AssertSqlSafe(format!(
+                "create database {name} template {TEMPLATE_DB}"
+            )))
+            .await
+            .expect("create test database");
+        admin.close().await;
+        format!("{}/{name}", self.server_url)
+    }
+}
+
+/// `postgres://user@host:port/db` -> `postgres://user@host:port`.
+fn server_part(url: &str) -> String {
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    match url[scheme_end..].find('/') {
+        Some(slash) => url[..scheme_end + slash].to_owned(),
+        None => url.to_owned(),
+    }
+}
+
+async fn prepare_template(server_url: &str) -> Result<(), String> {
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("{server_url}/postgres"))
+        .await
+        .map_err(|e| e.to_string())?;
+    // A template left over from another process on a shared server is
+    // rebuilt, so that it always has this build's migrations.
+    admin
+        .execute(sqlx::AssertSqlSafe(format!(
+            "drop database if exists {TEMPLATE_DB}"
+        )))
+        .await
+        .map_err(|e| e.to_string())?;
+    admin
+        .execute(sqlx::AssertSqlSafe(format!(
+            "create database {TEMPLATE_DB}"
+        )))
+        .await
+        .map_err(|e| e.to_string())?;
+    admin.close().await;
+    let template = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&format!("{server_url}/{TEMPLATE_DB}"))
+        .await
+        .map_err(|e| e.to_string())?;
+    MIGRATOR.run(&template).await.map_err(|e| e.to_string())?;
+    template.close().await;
+    Ok(())
+}
+
+/// The directory holding `initdb` and `postgres`.
+fn pg_bin_dir() -> Result<PathBuf, String> {
+    if let Ok(dir) = std::env::var("IDEM_PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("bin"))
+                .filter(|p| p.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    candidates.sort();
+    if let Some(dir) = candidates.pop() {
+        return Ok(dir);
+    }
+    Err("no PostgreSQL binaries: set IDEM_PG_BIN or DATABASE_URL".to_owned())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// A command that runs `program` as the postgres user when we are root.
+fn as_cluster_user(program: &Path, root: bool) -> Command {
+    if root {
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", "postgres", "--"]).arg(program);
+        cmd
+    } else {
+        Command::new(program)
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+fn start_cluster() -> Result<String, String> {
+    let bin = pg_bin_dir()?;
+    let root = is_root();
+    let dir = tempfile::Builder::new()
+        .prefix("idem-pg-")
+        .tempdir()
+        .map_err(|e| e.to_string())?
+        .keep();
+    let data = dir.join("data");
+    if root {
+        let status = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("chown {} to postgres failed", dir.display()));
+        }
+    }
+    let initdb = as_cluster_user(&bin.join("initdb"), root)
+        .arg("-D")
+        .arg(&data)
+        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| format!("initdb: {e}"))?;
+    if !initdb.status.success() {
+        return Err(format!(
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        ));
+    }
+    let port = free_port()?;
+    let log = std::fs::File::create(dir.join("postgres.log")).map_err(|e| e.to_string())?;
+    let server = as_cluster_user(&bin.join("postgres"), root)
+        .arg("-D")
+        .arg(&data)
+        .args(["-p", &port.to_string(), "-k"])
+        .arg(&dir)
+        .args([
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+            "-c",
+            "max_connections=400",
+        ])
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("postgres: {e}"))?;
+    spawn_watchdog(&bin, root, &data, &dir)?;
+    for _ in 0..READY_POLLS_MAX {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            drop(server);
+            return Ok(format!("postgres://postgres@127.0.0.1:{port}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = std::fs::read_to_string(dir.join("postgres.log")).unwrap_or_default();
+    Err(format!(
+        "postgres did not accept connections on port {port}:\n{log}"
+    ))
+}
+
+/// Stops the cluster and removes its directory once this process is gone.
+/// Detached with setsid so that it outlives the test process and its group.
+fn spawn_watchdog(bin: &Path, root: bool, data: &Path, dir: &Path) -> Result<(), String> {
+    let run_as = if root { "runuser -u postgres -- " } else { "" };
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+         {run_as}'{pg_ctl}' -D '{data}' stop -m immediate >/dev/null 2>&1; rm -rf '{dir}'",
+        pid = std::process::id(),
+        pg_ctl = bin.join("pg_ctl").display(),
+        data = data.display(),
+        dir = dir.display(),
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("watchdog: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::server_part;
+
+    #[test]
+    fn server_part_strips_the_database() {
+        assert_eq!(
+            server_part("postgres://u:p@h:5432/db?x=1"),
+            "postgres://u:p@h:5432"
+        );
+        assert_eq!(server_part("postgres://h:1"), "postgres://h:1");
+    }
+}

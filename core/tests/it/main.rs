@@ -1,0 +1,6 @@
+//! Integration tests of idem-core, in one binary. Tests that need
+//! PostgreSQL get a fresh database of their own from the throwaway cluster
+//! that `idem_core::testing::pg` starts on first use.
+
+mod pg_engine;
+mod support;
