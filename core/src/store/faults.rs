@@ -18,7 +18,10 @@ use super::{
     Store, StoreDump, StoreError, TransitionOutcome,
 };
 use crate::contract::{Certificate, CertificateKey};
-use crate::model::{Attempt, AttemptId, AttemptState, Event, Job, JobId, NewEvent, Timestamp};
+use crate::model::{
+    Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
+    Timestamp,
+};
 
 /// The most rules one plan holds.
 pub const FAULT_RULES_MAX: usize = 64;
@@ -240,6 +243,33 @@ impl Store for FaultyStore {
 
     async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
         self.run(StoreOp::Read, self.inner.job(id)).await
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError> {
+        self.run(StoreOp::Read, self.inner.job_by_key(owner, key))
+            .await
+    }
+
+    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        self.run(StoreOp::Read, self.inner.jobs_needing_attempt(limit))
+            .await
+    }
+
+    async fn attempts_in_states(
+        &self,
+        states: &[AttemptState],
+        started_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        self.run(
+            StoreOp::Read,
+            self.inner.attempts_in_states(states, started_before, limit),
+        )
+        .await
     }
 
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {

@@ -7,6 +7,7 @@
 //! application checks.
 
 pub mod faults;
+pub mod mem;
 pub mod pg;
 
 use async_trait::async_trait;
@@ -229,6 +230,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError>;
 
     async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+    /// The job for (owner, key), if any.
+    async fn job_by_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError>;
+    /// Pending jobs with no attempt starting, running or unknown: the work
+    /// a worker may pick up. Oldest first; at most `limit`.
+    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// Attempts in one of `states` that started at or before `started_before`:
+    /// what the reconciler looks at. Oldest first; at most `limit`.
+    async fn attempts_in_states(
+        &self,
+        states: &[AttemptState],
+        started_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError>;
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError>;
     /// A job's attempts by seq.
     async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError>;

@@ -116,20 +116,6 @@ impl PgStore {
         Ok(Some(job))
     }
 
-    async fn job_by_key(
-        &self,
-        owner: &OwnerId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query("select * from jobs where owner_id = $1 and idempotency_key = $2")
-            .bind(&owner.0)
-            .bind(key.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(classify)?;
-        row.as_ref().map(job_from_row).transpose()
-    }
-
     async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
         let mut tx = self.begin().await?;
         // FOR SHARE: a concurrent completion (which updates the job row) waits
@@ -275,7 +261,9 @@ impl Store for PgStore {
             }
             // The key is taken by a committed row: read it back (a new
             // statement, so a new snapshot that sees it).
-            let Some(existing) = self.job_by_key(&new.owner_id, &new.idempotency_key).await? else {
+            let Some(existing) =
+                Store::job_by_key(self, &new.owner_id, &new.idempotency_key).await?
+            else {
                 continue;
             };
             let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
@@ -566,6 +554,63 @@ impl Store for PgStore {
         row.as_ref().map(job_from_row).transpose()
     }
 
+    async fn job_by_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError> {
+        let row = sqlx::query("select * from jobs where owner_id = $1 and idempotency_key = $2")
+            .bind(&owner.0)
+            .bind(key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(classify)?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        sqlx::query(
+            "select * from jobs j
+              where j.state = 'pending'
+                and not exists (select 1 from attempts a
+                                 where a.job_id = j.id
+                                   and a.state in ('starting', 'running', 'unknown'))
+              order by j.created_at, j.id
+              limit $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?
+        .iter()
+        .map(job_from_row)
+        .collect()
+    }
+
+    async fn attempts_in_states(
+        &self,
+        states: &[AttemptState],
+        started_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        sqlx::query(
+            "select * from attempts
+              where state = any($1) and started_at <= $2
+              order by started_at, id
+              limit $3",
+        )
+        .bind(&states)
+        .bind(started_before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
         let row = sqlx::query("select * from attempts where id = $1")
             .bind(id.0)
@@ -603,7 +648,9 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(classify)?;
-        let jobs = sqlx::query("select * from jobs order by owner_id, idempotency_key")
+        let jobs = sqlx::query(
+            "select * from jobs order by owner_id collate \"C\", idempotency_key collate \"C\", created_at, id",
+        )
             .fetch_all(&mut *tx)
             .await
             .map_err(classify)?
