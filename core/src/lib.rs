@@ -16,6 +16,7 @@ pub mod contract;
 pub mod engine;
 pub mod fingerprint;
 pub mod model;
+pub mod provider;
 pub mod store;
 pub mod transition;
 

@@ -1,0 +1,101 @@
+//! Provider clients: how the worker and the reconciler reach the services
+//! that actually do the work (and bill for it).
+//!
+//! A call is split in two on purpose. [`Provider::connect`] opens a
+//! connection; if that fails, the request was definitively never dispatched
+//! and the attempt may be marked *failed* and retried. Once connected the
+//! worker records the dispatch (*running*) and only then
+//! [`Dispatch::send`]s: from that moment a timeout or a broken connection
+//! means *unknown*, because the provider may be executing the request.
+//!
+//! Every call carries the attempt id as the provider-side `Idempotency-Key`,
+//! so a provider that honours keys executes one attempt at most once.
+
+pub mod connect;
+pub mod openai;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{AttemptId, JobId};
+
+/// One request to a provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderCall {
+    /// Sent as the `Idempotency-Key` header.
+    pub attempt_id: AttemptId,
+    pub job_id: JobId,
+    pub model: String,
+    /// The job's `params`, rendered into the prompt.
+    pub params: Value,
+}
+
+/// Why a provider call did not produce an output. Which variant it is
+/// decides the attempt's next state, so the distinction is the point.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No connection: the request was never dispatched. Safe to retry.
+    #[error("provider unreachable (not dispatched): {0}")]
+    Unreachable(String),
+    /// The provider answered with a definitive failure (it did not and will
+    /// not execute the request).
+    #[error("provider refused with status {status}: {detail}")]
+    Rejected { status: u16, detail: String },
+    /// The conversation broke after the request was sent: the provider may
+    /// or may not be executing it.
+    #[error("provider connection broke after dispatch: {0}")]
+    Broken(String),
+    /// The provider answered, but its output breaks the output contract
+    /// (not JSON, not an object, or an unexpected shape).
+    #[error("provider output breaks the contract: {0}")]
+    Invalid(String),
+    /// The provider does not offer this operation (status lookup, cancel).
+    #[error("the provider does not support {0}")]
+    Unsupported(&'static str),
+}
+
+/// What a provider says about a request, looked up by idempotency key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum RemoteStatus {
+    /// Still executing.
+    Running,
+    Succeeded {
+        output: Value,
+    },
+    Failed {
+        error: Value,
+    },
+    Cancelled,
+    /// The provider never saw this key: the request was not dispatched.
+    NotFound,
+}
+
+/// A connected provider, ready to take exactly one request.
+#[async_trait]
+pub trait Dispatch: Send {
+    /// Sends the call and waits for the output. The caller bounds the wait.
+    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Value, ProviderError>;
+}
+
+/// A provider the engine can call.
+#[async_trait]
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// Opens a connection. An error here means nothing was dispatched.
+    async fn connect(&self) -> Result<Box<dyn Dispatch>, ProviderError>;
+
+    /// Looks a request up by its idempotency key.
+    async fn status(&self, key: AttemptId) -> Result<RemoteStatus, ProviderError>;
+
+    /// Asks the provider to cancel the request; `Ok(true)` if it did.
+    async fn cancel(&self, key: AttemptId) -> Result<bool, ProviderError>;
+}
+
+/// The providers a worker or reconciler can call, by name.
+pub type ProviderSet = BTreeMap<String, Arc<dyn Provider>>;
