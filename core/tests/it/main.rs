@@ -3,4 +3,5 @@
 //! that `idem_core::testing::pg` starts on first use.
 
 mod pg_engine;
+mod provider;
 mod support;
