@@ -16,13 +16,18 @@ use crate::model::{
     KeyError, NewEvent, OwnerId,
 };
 use crate::store::{
-    CompleteOutcome, Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome, Store,
-    StoreError, TransitionOutcome,
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
+    Store, StoreError, TransitionOutcome,
 };
 
 /// How often an operation whose acknowledgement was lost is re-checked or
 /// re-run before the engine gives up and reports the store as unavailable.
 pub const ACK_RECHECKS_MAX: u32 = 3;
+
+/// How often, and how long, `time_out` waits for a starting hedge to leave
+/// the open-attempt slot.
+const SLOT_WAITS_MAX: u32 = 10;
+const SLOT_WAIT_MS: u64 = 100;
 
 /// Whether attempts may overlap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -345,13 +350,31 @@ impl Engine {
     /// The provider call outlived its deadline. The provider may still be
     /// working, so the attempt becomes unknown, never failed, and blocks
     /// new attempts until it is resolved.
+    ///
+    /// Entering unknown takes the job's slot in `attempts_one_open`. A hedge
+    /// that is still starting holds it for the moment it takes to connect,
+    /// so a refusal by that index is waited out, a bounded number of times.
     pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
-        self.transition(
-            attempt,
-            AttemptState::Unknown,
-            Some(json!({"reason": "deadline"})),
-        )
-        .await
+        let mut tries = 0;
+        loop {
+            let result = self
+                .transition(
+                    attempt,
+                    AttemptState::Unknown,
+                    Some(json!({"reason": "deadline"})),
+                )
+                .await;
+            match result {
+                Err(EngineError::Store(StoreError::Constraint { constraint }))
+                    if constraint == crate::store::constraint::ATTEMPTS_ONE_OPEN
+                        && tries < SLOT_WAITS_MAX =>
+                {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// A definitive failure: the provider did not and will not execute it
@@ -487,6 +510,36 @@ impl Engine {
             })
             .await;
         Ok(verdict)
+    }
+
+    /// Give up on a job whose attempts are all spent. Refused (stale) if
+    /// anything moved since `job` was read.
+    pub async fn give_up(&self, job: &Job, reason: Value) -> Result<FailJobOutcome, EngineError> {
+        Ok(self
+            .store
+            .fail_job(job.id, job.version, reason, self.clock.now())
+            .await?)
+    }
+
+    /// Record a decision-trace note. Best effort: a lost note changes no
+    /// decision.
+    pub async fn note(
+        &self,
+        job_id: JobId,
+        attempt_id: Option<AttemptId>,
+        kind: EventKind,
+        detail: Value,
+    ) {
+        let event = NewEvent {
+            job_id,
+            attempt_id,
+            at: self.clock.now(),
+            kind,
+            detail,
+        };
+        if let Err(e) = self.store.record_event(event).await {
+            tracing::warn!(job = %job_id, error = %e, "decision-trace note lost");
+        }
     }
 
     /// Resolve a starting or unknown attempt out of band (reconciler or

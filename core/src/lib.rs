@@ -11,14 +11,18 @@
 //!
 //! I/O-free modules: `model`, `transition`, `fingerprint`, `contract`.
 
+pub mod api;
 pub mod clock;
 pub mod contract;
 pub mod engine;
 pub mod fingerprint;
 pub mod model;
 pub mod provider;
+pub mod reconciler;
+pub mod service;
 pub mod store;
 pub mod transition;
+pub mod worker;
 
 #[cfg(feature = "test-support")]
 pub mod testing;

@@ -2,6 +2,8 @@
 //! PostgreSQL get a fresh database of their own from the throwaway cluster
 //! that `idem_core::testing::pg` starts on first use.
 
+mod differential;
+mod http;
 mod pg_engine;
 mod provider;
 mod support;

@@ -1,0 +1,129 @@
+//! The whole service in one process: the HTTP API, the worker and the
+//! reconciler over one engine. `idem serve` runs this; the simulator
+//! instead places the same parts on separate hosts.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::api::{self, AppState, Auth};
+use crate::engine::Engine;
+use crate::provider::ProviderSet;
+use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::worker::{Worker, WorkerConfig};
+
+/// Which loops run beside the API, and their tunables.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServiceConfig {
+    pub body_limit_bytes: usize,
+    pub run_worker: bool,
+    pub run_reconciler: bool,
+    pub worker: WorkerConfig,
+    pub reconciler: ReconcilerConfig,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            body_limit_bytes: api::BODY_LIMIT_BYTES_DEFAULT,
+            run_worker: true,
+            run_reconciler: true,
+            worker: WorkerConfig::default(),
+            reconciler: ReconcilerConfig::default(),
+        }
+    }
+}
+
+/// A shutdown signal many tasks can wait on.
+#[derive(Clone, Debug)]
+pub struct Shutdown(watch::Receiver<bool>);
+
+/// Pulls the shutdown signal.
+#[derive(Debug)]
+pub struct ShutdownTrigger(watch::Sender<bool>);
+
+/// A connected trigger and signal.
+pub fn shutdown_pair() -> (ShutdownTrigger, Shutdown) {
+    let (tx, rx) = watch::channel(false);
+    (ShutdownTrigger(tx), Shutdown(rx))
+}
+
+impl ShutdownTrigger {
+    pub fn trigger(&self) {
+        // Nobody listening means everyone has already stopped.
+        let _ = self.0.send(true);
+    }
+}
+
+impl Shutdown {
+    /// Resolves once the trigger is pulled (or dropped).
+    pub async fn wait(mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
+/// The assembled service.
+#[derive(Clone, Debug)]
+pub struct Service {
+    pub state: AppState,
+    pub worker: Worker,
+    pub reconciler: Reconciler,
+    config: ServiceConfig,
+}
+
+impl Service {
+    pub fn new(engine: Engine, auth: Auth, providers: ProviderSet, config: ServiceConfig) -> Self {
+        let worker = Worker::new(engine.clone(), providers.clone(), config.worker.clone());
+        let reconciler = Reconciler::new(engine.clone(), providers, config.reconciler.clone());
+        let state = AppState::new(engine, auth)
+            .with_body_limit_bytes(config.body_limit_bytes)
+            .with_runner(Arc::new(worker.clone()));
+        Self {
+            state,
+            worker,
+            reconciler,
+            config,
+        }
+    }
+
+    /// Serves the API on `listener` and runs the enabled loops until
+    /// `shutdown` fires; then drains requests and stops the loops.
+    pub async fn run<L>(self, listener: L, shutdown: Shutdown) -> std::io::Result<()>
+    where
+        L: axum::serve::Listener,
+        L::Addr: std::fmt::Debug,
+    {
+        let mut loops = tokio::task::JoinSet::new();
+        if self.config.run_worker {
+            let (worker, stop) = (self.worker.clone(), shutdown.clone());
+            loops.spawn(async move { worker.run(stop.wait()).await });
+        }
+        if self.config.run_reconciler {
+            let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
+            loops.spawn(async move { reconciler.run(stop.wait()).await });
+        }
+        let served = api::serve(listener, api::router(self.state), shutdown.wait()).await;
+        while loops.join_next().await.is_some() {}
+        served
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM. Production only.
+pub async fn os_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,391 @@
+//! The worker: finds jobs that need an attempt, starts one (the partial
+//! unique index is the arbiter between workers), calls the provider with
+//! the attempt id as its idempotency key, and offers the output to the
+//! compare-and-swap.
+//!
+//! The order of steps is the design: connect first (a failure here is a
+//! definitive *failed*: nothing was dispatched), then record the dispatch
+//! (*running*), then send. Past that point a deadline or a broken connection
+//! makes the attempt *unknown*, never *failed*: the provider may be working.
+//! Retries and failover are bounded by `attempts_max`; failover and hedging
+//! go only to providers with a valid contract certificate.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
+use crate::model::{Attempt, AttemptState, EventKind, Job};
+use crate::provider::{ProviderCall, ProviderError, ProviderSet};
+
+/// Runs attempts started elsewhere (the backup button) to their end.
+pub trait AttemptRunner: Send + Sync + fmt::Debug {
+    fn launch(&self, job: Job, attempt: Attempt);
+}
+
+/// Tunables of the worker loop; every loop and wait is bounded by one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Pause between polls for work.
+    pub poll_interval_ms: u64,
+    /// How long opening a connection to a provider may take. Past it the
+    /// attempt fails: nothing was dispatched.
+    pub connect_timeout_ms: u64,
+    /// How long a provider call may take before the attempt becomes unknown.
+    pub attempt_deadline_ms: u64,
+    /// Attempts per job, retries and failovers included, before giving up.
+    pub attempts_max: u32,
+    /// Jobs picked up per poll.
+    pub jobs_per_tick_max: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval_ms: 200,
+            connect_timeout_ms: 2_000,
+            attempt_deadline_ms: 10_000,
+            attempts_max: 3,
+            jobs_per_tick_max: 16,
+        }
+    }
+}
+
+/// How one attempt ended, as far as this worker saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptEnd {
+    Won,
+    Lost,
+    /// The attempt had ended meanwhile (for example resolved out of band).
+    Discarded,
+    Failed,
+    /// Timed out or broke after dispatch: left for the reconciler.
+    Unknown,
+    /// Another worker holds the job, or it is done.
+    Skipped,
+    /// The job was given up after its last attempt.
+    GaveUp,
+}
+
+/// What one poll did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickReport {
+    pub jobs_seen: usize,
+    pub ends: Vec<AttemptEnd>,
+    pub errors: Vec<String>,
+}
+
+/// The worker. Cheap to clone; clones share everything.
+#[derive(Clone, Debug)]
+pub struct Worker {
+    inner: Arc<WorkerInner>,
+}
+
+#[derive(Debug)]
+struct WorkerInner {
+    engine: Engine,
+    providers: ProviderSet,
+    config: WorkerConfig,
+}
+
+/// What the provider call came to.
+enum CallOutcome {
+    Answered(Result<Value, ProviderError>),
+    TimedOut,
+}
+
+impl Worker {
+    pub fn new(engine: Engine, providers: ProviderSet, config: WorkerConfig) -> Self {
+        Self {
+            inner: Arc::new(WorkerInner {
+                engine,
+                providers,
+                config,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.inner.config
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// Polls until `shutdown` resolves.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                report = self.tick() => {
+                    for error in &report.errors {
+                        tracing::warn!(%error, "worker step failed");
+                    }
+                }
+            }
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(Duration::from_millis(self.config().poll_interval_ms)) => {}
+            }
+        }
+    }
+
+    /// One poll: advance every job that needs an attempt, concurrently.
+    pub async fn tick(&self) -> TickReport {
+        let mut report = TickReport::default();
+        let jobs = match self
+            .engine()
+            .store()
+            .jobs_needing_attempt(self.config().jobs_per_tick_max)
+            .await
+        {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                report.errors.push(e.to_string());
+                return report;
+            }
+        };
+        report.jobs_seen = jobs.len();
+        let mut tasks = JoinSet::new();
+        for job in jobs {
+            let worker = self.clone();
+            tasks.spawn(async move { worker.advance(job).await });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(Ok(end)) => report.ends.push(end),
+                Ok(Err(e)) => report.errors.push(e.to_string()),
+                Err(e) => report.errors.push(format!("worker task: {e}")),
+            }
+        }
+        report
+    }
+
+    /// Start the next attempt of `job`, or give it up once its attempts are spent.
+    async fn advance(&self, job: Job) -> Result<AttemptEnd, EngineError> {
+        let attempts = self.engine().store().attempts(job.id).await?;
+        let spent = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
+        if spent >= self.config().attempts_max {
+            let reason = json!({"reason": "attempts_exhausted", "attempts": spent});
+            self.engine().give_up(&job, reason).await?;
+            return Ok(AttemptEnd::GaveUp);
+        }
+        let provider = self.choose_provider(&job, &attempts).await?;
+        match self
+            .engine()
+            .start_attempt(&job, Some(&provider), Trigger::Worker)
+            .await
+        {
+            Ok(attempt) => self.execute(job, attempt, true).await,
+            Err(EngineError::AttemptInFlight { .. } | EngineError::JobCompleted { .. }) => {
+                Ok(AttemptEnd::Skipped)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The primary first; after a definitive failure, the next provider in
+    /// preference order that is the primary or holds a valid certificate.
+    async fn choose_provider(
+        &self,
+        job: &Job,
+        attempts: &[Attempt],
+    ) -> Result<String, EngineError> {
+        let Some(last) = attempts.last() else {
+            return Ok(job.provider.clone());
+        };
+        if last.state != AttemptState::Failed {
+            return Ok(last.provider.clone());
+        }
+        let order: Vec<&String> = std::iter::once(&job.provider)
+            .chain(&job.fallbacks)
+            .collect();
+        let at = order.iter().position(|p| **p == last.provider).unwrap_or(0);
+        for step in 1..=order.len() {
+            let candidate = order[(at + step) % order.len()];
+            if *candidate == job.provider {
+                return Ok(candidate.clone());
+            }
+            if self.engine().is_certified(candidate).await? {
+                return Ok(candidate.clone());
+            }
+            self.engine()
+                .note(
+                    job.id,
+                    None,
+                    EventKind::FailoverRefused,
+                    json!({"provider": candidate, "trigger": Trigger::Worker}),
+                )
+                .await;
+        }
+        Ok(job.provider.clone())
+    }
+
+    /// Runs a started attempt to its end. With the hedged policy and
+    /// `may_hedge`, a silent attempt gets one hedge on a certified fallback.
+    pub fn execute(
+        &self,
+        job: Job,
+        attempt: Attempt,
+        may_hedge: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<AttemptEnd, EngineError>> + Send + '_>> {
+        Box::pin(async move {
+            let engine = self.engine();
+            let Some(provider) = self.inner.providers.get(&attempt.provider) else {
+                engine
+                    .fail_attempt(attempt.id, json!({"reason": "no_client_for_provider"}))
+                    .await?;
+                return Ok(AttemptEnd::Failed);
+            };
+            let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
+            let connected = tokio::time::timeout(connect_timeout, provider.connect())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ProviderError::Unreachable("connect timed out".to_owned()))
+                });
+            let connection = match connected {
+                Ok(connection) => connection,
+                Err(e) => {
+                    // Nothing was dispatched: a definitive failure, safe to retry.
+                    engine
+                        .fail_attempt(
+                            attempt.id,
+                            json!({"reason": "unreachable", "detail": e.to_string()}),
+                        )
+                        .await?;
+                    return Ok(AttemptEnd::Failed);
+                }
+            };
+            let running = engine.record_dispatch(attempt.id).await?;
+            let call = ProviderCall {
+                attempt_id: attempt.id,
+                job_id: job.id,
+                model: engine
+                    .providers()
+                    .specs
+                    .get(&attempt.provider)
+                    .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
+                params: job.request.get("params").cloned().unwrap_or(Value::Null),
+            };
+            let send = connection.send(call);
+            let deadline =
+                tokio::time::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
+            let hedge_after_ms = match engine.policy() {
+                Policy::Hedged { hedge_after_ms } if may_hedge => Some(hedge_after_ms),
+                _ => None,
+            };
+            let hedge_timer =
+                tokio::time::sleep(Duration::from_millis(hedge_after_ms.unwrap_or(0)));
+            tokio::pin!(send, deadline, hedge_timer);
+            let mut hedge_armed = hedge_after_ms.is_some();
+            let mut hedges = JoinSet::new();
+            let outcome = loop {
+                tokio::select! {
+                    biased;
+                    answer = &mut send => break CallOutcome::Answered(answer),
+                    () = &mut deadline => break CallOutcome::TimedOut,
+                    () = &mut hedge_timer, if hedge_armed => {
+                        hedge_armed = false;
+                        if let Some(hedge) = self.start_hedge(&job).await {
+                            let worker = self.clone();
+                            let job = job.clone();
+                            hedges.spawn(async move { worker.execute(job, hedge, false).await });
+                        }
+                    }
+                }
+            };
+            let end = self.settle(&running, outcome).await;
+            // At most one hedge per attempt, itself bounded by its deadline.
+            while hedges.join_next().await.is_some() {}
+            end
+        })
+    }
+
+    /// Start the hedge attempt on the first certified fallback, if any.
+    async fn start_hedge(&self, job: &Job) -> Option<Attempt> {
+        let engine = self.engine();
+        for fallback in &job.fallbacks {
+            match engine
+                .start_attempt(job, Some(fallback), Trigger::Hedge)
+                .await
+            {
+                Ok(attempt) => {
+                    engine
+                        .note(
+                            job.id,
+                            Some(attempt.id),
+                            EventKind::HedgeFired,
+                            json!({"provider": fallback}),
+                        )
+                        .await;
+                    return Some(attempt);
+                }
+                Err(EngineError::ProviderNotCertified { .. }) => continue,
+                Err(e) => {
+                    tracing::info!(job = %job.id, error = %e, "no hedge");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// Turn the provider's answer into the attempt's next state.
+    async fn settle(
+        &self,
+        attempt: &Attempt,
+        outcome: CallOutcome,
+    ) -> Result<AttemptEnd, EngineError> {
+        let engine = self.engine();
+        match outcome {
+            CallOutcome::Answered(Ok(output)) => {
+                Ok(match engine.complete(attempt, output).await? {
+                    Verdict::Won(_) => AttemptEnd::Won,
+                    Verdict::Lost { .. } => AttemptEnd::Lost,
+                    Verdict::Discarded { .. } => AttemptEnd::Discarded,
+                })
+            }
+            CallOutcome::Answered(Err(
+                e @ (ProviderError::Rejected { .. } | ProviderError::Invalid(_)),
+            )) => {
+                let error = json!({"reason": "provider_error", "detail": e.to_string()});
+                match engine.fail_attempt(attempt.id, error).await {
+                    Ok(_) => Ok(AttemptEnd::Failed),
+                    // Resolved out of band meanwhile: its resolution stands.
+                    Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
+                    Err(e) => Err(e),
+                }
+            }
+            CallOutcome::Answered(Err(_)) | CallOutcome::TimedOut => {
+                match engine.time_out(attempt.id).await {
+                    Ok(_) => Ok(AttemptEnd::Unknown),
+                    Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}
+
+impl AttemptRunner for Worker {
+    fn launch(&self, job: Job, attempt: Attempt) {
+        let worker = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = worker.execute(job, attempt, false).await {
+                tracing::warn!(error = %e, "backup attempt failed to run");
+            }
+        });
+    }
+}
