@@ -1,1 +1,4 @@
-//! idem-scenarios
+//! idem-scenarios: scenario files, the catalogue, proptest strategies, and
+//! the `idem` command line for people and CI.
+
+pub mod cli;

@@ -1,0 +1,343 @@
+//! `idem migrate`, `idem serve` and `idem provider-server`: the engine on
+//! real sockets, with the production clock and ids.
+
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use idem_core::api::Auth;
+use idem_core::clock::{Clock, SystemClock, UuidV7Ids};
+use idem_core::contract::{Certificate, ProviderSpec, Providers};
+use idem_core::engine::{Engine, Policy};
+use idem_core::model::OwnerId;
+use idem_core::provider::connect::TcpConnector;
+use idem_core::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
+use idem_core::provider::server::{Behaviour, ContractMode, ProviderServer};
+use idem_core::provider::{Provider, ProviderSet};
+use idem_core::service::{Service, ServiceConfig, os_signal, shutdown_pair};
+use idem_core::store::Store;
+use idem_core::store::mem::MemStore;
+use idem_core::store::pg::PgStore;
+use serde_json::json;
+
+use super::{CliError, Exit};
+
+/// The output schema version certificates name.
+const SCHEMA_VERSION: &str = "v1";
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// PostgreSQL URL, e.g. postgres://user@host/db.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum StoreKind {
+    /// PostgreSQL (durable); needs --database-url.
+    Postgres,
+    /// The in-process store: for demos only, everything is lost on exit.
+    Memory,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PolicyKind {
+    Strict,
+    Hedged,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Which store to use.
+    #[arg(long, value_enum, default_value = "postgres")]
+    store: StoreKind,
+    /// PostgreSQL URL (with --store postgres). Migrations are applied at start.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// A bearer token and the owner it stands for: TOKEN=OWNER. Repeatable.
+    #[arg(long = "token", value_name = "TOKEN=OWNER", required = true)]
+    tokens: Vec<String>,
+    /// The bearer token that may post out-of-band resolutions.
+    #[arg(long)]
+    operator_token: Option<String>,
+    /// A provider and its base URL: NAME=http://HOST:PORT. Repeatable.
+    #[arg(long = "provider", value_name = "NAME=URL", required = true)]
+    providers: Vec<String>,
+    /// A provider's model, NAME=MODEL (default: the provider's name). Repeatable.
+    #[arg(long = "model", value_name = "NAME=MODEL")]
+    models: Vec<String>,
+    /// Record a passed contract certificate for NAME at start. Operator-asserted:
+    /// use it only for providers you have certified by other means. Repeatable.
+    #[arg(long = "certified", value_name = "NAME")]
+    certified: Vec<String>,
+    /// strict: one attempt in flight at a time; hedged: a silent attempt may be
+    /// hedged on a certified fallback.
+    #[arg(long, value_enum, default_value = "strict")]
+    policy: PolicyKind,
+    /// With --policy hedged: how long an attempt may be silent before the hedge.
+    #[arg(long, default_value_t = 10_000)]
+    hedge_after_ms: u64,
+    /// How long a provider call may take before the attempt becomes unknown.
+    #[arg(long, default_value_t = 30_000)]
+    attempt_deadline_ms: u64,
+    /// Attempts per job, retries and failovers included.
+    #[arg(long, default_value_t = 3)]
+    attempts_max: u32,
+    /// How long an attempt may stay unknown before the reconciler cancels it.
+    #[arg(long, default_value_t = 300_000)]
+    unknown_max_ms: u64,
+    /// Largest accepted request body.
+    #[arg(long, default_value_t = idem_core::api::BODY_LIMIT_BYTES_DEFAULT)]
+    body_limit_bytes: usize,
+    /// Do not run the worker in this process.
+    #[arg(long)]
+    no_worker: bool,
+    /// Do not run the reconciler in this process.
+    #[arg(long)]
+    no_reconciler: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ProviderServerArgs {
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    listen: String,
+    #[arg(long, default_value_t = 200)]
+    latency_ms: u64,
+    /// Execute and bill, but never answer.
+    #[arg(long)]
+    hang: bool,
+    /// Never finish the work.
+    #[arg(long)]
+    stall: bool,
+    /// Per-thousand chance of a definitive error.
+    #[arg(long, default_value_t = 0)]
+    error_per_mille: u32,
+    /// Execute (and bill) every request, even with a repeated Idempotency-Key.
+    #[arg(long)]
+    ignore_idempotency_keys: bool,
+    #[arg(long, value_enum, default_value = "valid")]
+    contract: ContractArg,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ContractArg {
+    Valid,
+    InventedKey,
+    Prose,
+    IgnoredFormat,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn split_pair<'a>(raw: &'a str, what: &str) -> Result<(&'a str, &'a str), CliError> {
+    raw.split_once('=')
+        .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+        .ok_or_else(|| CliError::Usage(format!("{what} must look like NAME=VALUE, got {raw:?}")))
+}
+
+/// `http://host:port[/]` -> `host:port`.
+fn authority(url: &str) -> Result<String, CliError> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| CliError::Usage(format!("provider URL {url:?} must start with http://")))?;
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains('/') {
+        return Err(CliError::Usage(format!(
+            "provider URL {url:?} must be http://HOST:PORT with no path"
+        )));
+    }
+    Ok(authority.to_owned())
+}
+
+pub fn migrate(args: MigrateArgs) -> Result<Exit, CliError> {
+    runtime()?.block_on(async {
+        let store = PgStore::connect(&args.database_url, 2)
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
+        store
+            .migrate()
+            .await
+            .map_err(|e| CliError::Usage(format!("migration failed: {e}")))?;
+        println!("migrations applied");
+        Ok(Exit::Pass)
+    })
+}
+
+pub fn serve(args: ServeArgs) -> Result<Exit, CliError> {
+    init_logging(args.log_format);
+    let mut auth = Auth::new();
+    for raw in &args.tokens {
+        let (token, owner) = split_pair(raw, "--token")?;
+        auth = auth.with_owner(token, OwnerId(owner.to_owned()));
+    }
+    if let Some(token) = &args.operator_token {
+        auth = auth.with_operator(token);
+    }
+    let mut providers = Providers {
+        prompt_version: PROMPT_VERSION.to_owned(),
+        schema_version: SCHEMA_VERSION.to_owned(),
+        ..Providers::default()
+    };
+    let mut clients = ProviderSet::new();
+    for raw in &args.providers {
+        let (name, url) = split_pair(raw, "--provider")?;
+        let model = args
+            .models
+            .iter()
+            .filter_map(|m| m.split_once('='))
+            .find(|(n, _)| *n == name)
+            .map_or(name, |(_, m)| m);
+        let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(authority(url)?, model))
+            .map_err(|e| CliError::Usage(format!("provider {name}: {e}")))?;
+        clients.insert(name.to_owned(), Arc::new(client) as Arc<dyn Provider>);
+        providers.specs.insert(
+            name.to_owned(),
+            ProviderSpec {
+                model: model.to_owned(),
+            },
+        );
+    }
+    let policy = match args.policy {
+        PolicyKind::Strict => Policy::Strict,
+        PolicyKind::Hedged => Policy::Hedged {
+            hedge_after_ms: args.hedge_after_ms,
+        },
+    };
+    let mut config = ServiceConfig {
+        body_limit_bytes: args.body_limit_bytes,
+        run_worker: !args.no_worker,
+        run_reconciler: !args.no_reconciler,
+        ..ServiceConfig::default()
+    };
+    config.worker.attempt_deadline_ms = args.attempt_deadline_ms;
+    config.worker.attempts_max = args.attempts_max;
+    config.reconciler.unknown_max_ms = args.unknown_max_ms;
+    config.reconciler.running_stale_ms = args.attempt_deadline_ms * 2;
+    runtime()?.block_on(async move {
+        let store: Arc<dyn Store> = match args.store {
+            StoreKind::Memory => {
+                tracing::warn!("--store memory: nothing survives this process");
+                Arc::new(MemStore::new())
+            }
+            StoreKind::Postgres => {
+                let url = args.database_url.as_deref().ok_or_else(|| {
+                    CliError::Usage("--store postgres needs --database-url (or DATABASE_URL)".into())
+                })?;
+                let store = PgStore::connect(url, 16)
+                    .await
+                    .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
+                store
+                    .migrate()
+                    .await
+                    .map_err(|e| CliError::Usage(format!("migration failed: {e}")))?;
+                Arc::new(store)
+            }
+        };
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        for name in &args.certified {
+            let key = providers
+                .certificate_key(name)
+                .ok_or_else(|| CliError::Usage(format!("--certified {name}: no such provider")))?;
+            store
+                .put_certificate(Certificate {
+                    key,
+                    passed: true,
+                    evidence: json!({"source": "--certified flag (operator-asserted)"}),
+                    at: clock.now(),
+                })
+                .await
+                .map_err(|e| CliError::Usage(format!("cannot store the certificate: {e}")))?;
+        }
+        let engine = Engine::new(store, clock, Arc::new(UuidV7Ids), providers, policy);
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
+        tracing::info!(listen = %args.listen, "idem serving");
+        let (trigger, shutdown) = shutdown_pair();
+        tokio::spawn(async move {
+            os_signal().await;
+            tracing::info!("shutting down");
+            trigger.trigger();
+        });
+        Service::new(engine, auth, clients, config)
+            .run(listener, shutdown)
+            .await?;
+        Ok(Exit::Pass)
+    })
+}
+
+pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
+    init_logging(args.log_format);
+    let behaviour = Behaviour {
+        latency_ms: args.latency_ms,
+        hang: args.hang,
+        stall: args.stall,
+        error_per_mille: args.error_per_mille,
+        honour_idempotency_keys: !args.ignore_idempotency_keys,
+        contract: match args.contract {
+            ContractArg::Valid => ContractMode::Valid,
+            ContractArg::InventedKey => ContractMode::InventedKey,
+            ContractArg::Prose => ContractMode::Prose,
+            ContractArg::IgnoredFormat => ContractMode::IgnoredFormat,
+        },
+        seed: args.seed,
+        ..Behaviour::default()
+    };
+    runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
+        tracing::info!(listen = %args.listen, "provider serving");
+        let server = ProviderServer::new(behaviour);
+        tokio::select! {
+            served = idem_core::provider::server::serve(listener, server) => served?,
+            () = os_signal() => {}
+        }
+        Ok(Exit::Pass)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_urls_become_authorities() {
+        assert_eq!(authority("http://127.0.0.1:9001").ok(), Some("127.0.0.1:9001".into()));
+        assert_eq!(authority("http://p:80/").ok(), Some("p:80".into()));
+        assert!(authority("https://p:80").is_err());
+        assert!(authority("http://p:80/v1").is_err());
+    }
+}
