@@ -168,8 +168,13 @@ struct Record {
     outcome: watch::Sender<ExecutionOutcome>,
 }
 
+/// Called with an execution each time it enters the ledger or finishes:
+/// how the simulator's trace sees every execution, billed or not.
+pub type ExecutionObserver = Arc<dyn Fn(&Execution) + Send + Sync>;
+
 struct Ledger {
     records: Vec<Record>,
+    observer: Option<ExecutionObserver>,
     /// The latest record for each key, as an index into `records`.
     latest_by_key: BTreeMap<String, usize>,
     records_max: usize,
@@ -201,6 +206,7 @@ impl Ledger {
             outcome: watch::Sender::new(outcome),
         });
         self.latest_by_key.insert(key.to_owned(), index);
+        self.notify(index);
         index
     }
 
@@ -229,11 +235,26 @@ impl Ledger {
             );
         }
         record.outcome.send_replace(outcome);
+        self.notify(index);
         true
+    }
+
+    fn notify(&self, index: usize) {
+        if let Some(observer) = &self.observer {
+            observer(&self.records[index].execution);
+        }
+    }
+
+    /// The `seq` the next entry will get.
+    fn next_seq(&self) -> u64 {
+        self.records.len() as u64 + 1
     }
 }
 
 struct Shared {
+    /// Names the provider in its outputs, so that two providers' answers
+    /// to the same request differ.
+    name: String,
     behaviour: Behaviour,
     rng: ChaCha8Rng,
     ledger: Ledger,
@@ -282,6 +303,19 @@ impl ProviderServer {
         Self::with_executions_max(behaviour, EXECUTIONS_MAX)
     }
 
+    /// A server whose outputs carry `name` (outputs of different providers,
+    /// and of different executions, are then all distinct).
+    pub fn named(name: &str, behaviour: Behaviour) -> Self {
+        let server = Self::new(behaviour);
+        name.clone_into(&mut server.lock().name);
+        server
+    }
+
+    /// Installs the observer that sees every ledger change.
+    pub fn set_observer(&self, observer: ExecutionObserver) {
+        self.lock().ledger.observer = Some(observer);
+    }
+
     /// A server whose ledger holds at most `executions_max` entries.
     pub fn with_executions_max(behaviour: Behaviour, executions_max: usize) -> Self {
         assert!(
@@ -290,10 +324,12 @@ impl ProviderServer {
         );
         Self {
             shared: Arc::new(Mutex::new(Shared {
+                name: "provider".to_owned(),
                 rng: ChaCha8Rng::seed_from_u64(behaviour.seed),
                 behaviour,
                 ledger: Ledger {
                     records: Vec::new(),
+                    observer: None,
                     latest_by_key: BTreeMap::new(),
                     records_max: executions_max,
                 },
@@ -372,7 +408,8 @@ impl ProviderServer {
         // draws depends only on the seed and the order of requests.
         let jitter_ms = shared.rng.random_range(0..=behaviour.latency_jitter_ms);
         let fails = shared.rng.random_range(0..1000) < behaviour.error_per_mille;
-        let content = content_for(behaviour.contract, user_content);
+        let tag = format!("{} #{}", shared.name, shared.ledger.next_seq());
+        let content = content_for(behaviour.contract, &tag, user_content);
         let index = shared
             .ledger
             .push(key, job_id, ExecutionOutcome::Running, content);
@@ -439,11 +476,13 @@ async fn finished(mut outcome: watch::Receiver<ExecutionOutcome>) {
     assert!(waited.is_ok(), "the ledger outlives its waiters");
 }
 
-/// The content a provider in `mode` answers for `user_content`. Depends on
-/// nothing else, so equal requests get equal answers.
-fn content_for(mode: ContractMode, user_content: &str) -> String {
+/// The content a provider in `mode` answers for `user_content`. `tag`
+/// names the provider and the execution, so that no two executions give
+/// the same output (the oracle can then tell a discarded output from the
+/// winner's).
+fn content_for(mode: ContractMode, tag: &str, user_content: &str) -> String {
     let params_sha256 = hex::encode(Sha256::digest(user_content.as_bytes()));
-    let summary = summary_of(user_content);
+    let summary = format!("{tag}: {}", summary_of(user_content));
     match mode {
         ContractMode::Valid => {
             json!({"summary": summary, "params_sha256": params_sha256}).to_string()

@@ -149,7 +149,7 @@ pub struct StoreDump {
 
 /// Errors a store returns. Conditions a caller can act on are outcomes, not
 /// errors; these are the failures of the store itself.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum StoreError {
     #[error("job {0} not found")]
     JobNotFound(JobId),

@@ -1,0 +1,279 @@
+//! The runtime description of a scenario: what the world builder needs.
+//! The scenario *file* format (TOML, with line-and-column errors) lives in
+//! idem-scenarios and is validated there before it becomes this.
+//!
+//! Every duration is an integer number of milliseconds of simulated time,
+//! every probability an integer per mille, and every list bounded by the
+//! `*_MAX` constants below, so that a scenario cannot ask for an unbounded
+//! world.
+
+use serde::{Deserialize, Serialize};
+
+use idem_core::engine::Policy;
+use idem_core::model::JobRequest;
+use idem_core::provider::server::Behaviour;
+use idem_core::reconciler::ReconcilerConfig;
+use idem_core::store::faults::StoreOp;
+use idem_core::worker::WorkerConfig;
+
+pub const CLIENTS_MAX: usize = 64;
+pub const ACTIONS_PER_CLIENT_MAX: usize = 64;
+pub const FAULTS_MAX: usize = 64;
+pub const API_REPLICAS_MAX: u32 = 8;
+pub const WORKERS_MAX: u32 = 8;
+pub const PROVIDERS_MAX: usize = 8;
+pub const RETRIES_MAX: u32 = 16;
+/// The longest a scenario may run, in simulated milliseconds.
+pub const SETTLE_MS_MAX: u64 = 30 * 60 * 1000;
+
+/// Host names, shared by the world builder, fault targets and the trace.
+pub mod host {
+    pub const STORE: &str = "store";
+    pub const RECONCILER: &str = "reconciler";
+
+    pub fn api(index: u32) -> String {
+        format!("api-{index}")
+    }
+
+    pub fn worker(index: u32) -> String {
+        format!("worker-{index}")
+    }
+
+    pub fn provider(name: &str) -> String {
+        format!("provider-{name}")
+    }
+
+    pub fn client(name: &str) -> String {
+        format!("client-{name}")
+    }
+}
+
+/// A whole scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scenario {
+    pub name: String,
+    /// What the scenario shows, for a reviewer.
+    pub description: String,
+    pub topology: Topology,
+    pub policy: Policy,
+    pub clients: Vec<ClientSpec>,
+    pub faults: Vec<FaultSpec>,
+    pub timing: Timing,
+    /// Race windows this scenario exists to reach. A sweep fails if one of
+    /// them is never reached over its seeds.
+    pub expect_windows: Vec<Window>,
+}
+
+/// The hosts of the world besides the clients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// API replicas behind the clients' seeded load balancing (at least 2).
+    pub api_replicas: u32,
+    pub workers: u32,
+    /// Whether the reconciler host runs.
+    pub reconciler: bool,
+    pub providers: Vec<ProviderProfile>,
+    pub worker: WorkerConfig,
+    pub reconciler_config: ReconcilerConfig,
+    /// How long an engine waits for one store operation before it treats
+    /// the outcome as unknown.
+    pub store_timeout_ms: u64,
+}
+
+/// One simulated provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProviderProfile {
+    pub name: String,
+    pub model: String,
+    pub behaviour: Behaviour,
+    /// Whether a passed contract certificate is on file when the world starts.
+    pub certified: bool,
+}
+
+/// Simulated time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timing {
+    /// turmoil's step: how much simulated time one step advances.
+    pub tick_ms: u64,
+    /// The deadline: the run stops here even if the system is not quiet.
+    pub settle_ms: u64,
+    /// Message latency on every link, drawn per message from the seed.
+    pub latency_ms_min: u64,
+    pub latency_ms_max: u64,
+}
+
+/// A user (or a browser, or a retrying SDK) with a bearer token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientSpec {
+    pub name: String,
+    pub owner: String,
+    /// How long the client waits for one HTTP response before it gives up
+    /// on it (and retries, if the action allows).
+    pub request_timeout_ms: u64,
+    pub actions: Vec<Action>,
+    /// After its actions, poll each of its jobs until it is terminal (or the
+    /// scenario settles).
+    pub await_outcome: bool,
+}
+
+/// What a client does, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Click: POST /v1/jobs with an idempotency key. Retried with the same
+    /// key on a timeout, a lost connection or a 5xx.
+    Create {
+        at_ms: u64,
+        /// Extra delay, uniform in `0..=jitter_ms`, from the client's seed.
+        jitter_ms: u64,
+        key: String,
+        request: JobRequest,
+        retries: u32,
+        retry_after_ms: u64,
+    },
+    /// The backup button: POST /v1/jobs/{id}/attempts for the job this
+    /// client created under `key`.
+    Backup {
+        at_ms: u64,
+        jitter_ms: u64,
+        key: String,
+        provider: Option<String>,
+    },
+    /// GET /v1/jobs/{id} for the job this client created under `key`.
+    Get { at_ms: u64, key: String },
+    /// GET a job id that belongs to another client's `key` (probing owner
+    /// isolation: the answer must be 404).
+    Probe {
+        at_ms: u64,
+        other_client: String,
+        key: String,
+    },
+}
+
+/// When a fault fires.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "when", rename_all = "snake_case")]
+pub enum When {
+    /// At a simulated time.
+    At { at_ms: u64 },
+    /// When the trace records its `nth` (from 1) event of `kind`.
+    After { kind: TriggerKind, nth: u32 },
+}
+
+/// Trace events a fault can be triggered by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerKind {
+    JobCreated,
+    AttemptStarted,
+    /// An attempt became running: the provider call is dispatched.
+    AttemptDispatched,
+    AttemptUnknown,
+    ProviderExecutionStarted,
+    CompletionWon,
+}
+
+/// A fault and when it fires.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultSpec {
+    pub when: When,
+    pub fault: Fault,
+}
+
+/// The named faults; every parameter an integer with a bound.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Fault {
+    /// Message latency on the link between `a` and `b`, both ways.
+    LinkLatency {
+        a: String,
+        b: String,
+        latency_ms: u64,
+        duration_ms: u64,
+    },
+    /// Messages between `a` and `b` are held (not lost) for `duration_ms`,
+    /// then released: responses swallowed, then delivered late.
+    Hold {
+        a: String,
+        b: String,
+        duration_ms: u64,
+    },
+    /// Messages from `a` to `b` (and back, unless `oneway`) are dropped for
+    /// `duration_ms`.
+    Partition {
+        a: String,
+        b: String,
+        oneway: bool,
+        duration_ms: u64,
+    },
+    /// The host's software stops; with `restart_after_ms` it starts again
+    /// (the store keeps what it committed; everything else starts afresh).
+    Crash {
+        host: String,
+        restart_after_ms: Option<u64>,
+    },
+    /// The provider executes (and bills) but stops answering.
+    ProviderHang { provider: String, duration_ms: u64 },
+    /// The provider's work never finishes until cancelled.
+    ProviderStall { provider: String, duration_ms: u64 },
+    /// The provider answers with definitive errors this often.
+    ProviderError {
+        provider: String,
+        error_per_mille: u32,
+        duration_ms: u64,
+    },
+    /// The store applies occurrences `nth..nth+count` of `op` and then loses
+    /// the acknowledgement.
+    StoreLoseAck { op: StoreOp, nth: u32, count: u32 },
+    /// The store refuses occurrences of `op` without applying them.
+    StoreFailBeforeApply { op: StoreOp, nth: u32, count: u32 },
+    /// The store applies occurrences of `op` after a delay.
+    StoreLatency {
+        op: StoreOp,
+        nth: u32,
+        count: u32,
+        latency_ms: u64,
+    },
+}
+
+/// The race windows of BRIEF §7: the rare interleavings the bench exists
+/// to reach. A suite reports how often each was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    /// A create found the job another create had made (replay).
+    DuplicateCreate,
+    /// A create reused a key with another body and was refused.
+    Mismatch,
+    /// A new attempt was refused because another was in flight.
+    BlockedAttempt,
+    /// A completion lost the compare-and-swap.
+    CasLoser,
+    /// A provider finished an execution after its attempt had gone unknown.
+    LateResultAfterUnknown,
+    /// A create's acknowledgement was lost and the retry replayed the job.
+    LostCreateAckReplayed,
+    /// A completion's acknowledgement was lost and the engine re-checked.
+    LostCompletionAckRechecked,
+    /// A hedge attempt started on a fallback.
+    HedgeFired,
+    /// The reconciler resolved an attempt out of band.
+    ReconcilerResolution,
+    /// A failover or hedge to an uncertified provider was refused.
+    FailoverRefused,
+}
+
+impl Window {
+    pub const ALL: &'static [Window] = &[
+        Window::DuplicateCreate,
+        Window::Mismatch,
+        Window::BlockedAttempt,
+        Window::CasLoser,
+        Window::LateResultAfterUnknown,
+        Window::LostCreateAckReplayed,
+        Window::LostCompletionAckRechecked,
+        Window::HedgeFired,
+        Window::ReconcilerResolution,
+        Window::FailoverRefused,
+    ];
+}
