@@ -2,6 +2,35 @@
 //! the store's final state and the providers' ledgers. It is kept apart
 //! from the engine on purpose: it shares no code with the decisions it
 //! judges, only the data types that describe what happened.
+//!
+//! Each check restates the rule it enforces instead of importing it from
+//! idem-core (the legal attempt moves, the guard, the compare-and-swap), so
+//! that a broken state machine in the engine cannot vouch for itself. The
+//! only engine code used is [`idem_core::fingerprint::fingerprint`], a pure
+//! function of a JSON value.
+//!
+//! Code map:
+//! - [`index`]: the trace, dump and ledgers indexed once.
+//! - [`replay`]: the attempt states replayed in trace order.
+//! - [`intents`]: 1 one job per intent, 2 mismatch rejected, 8 owner
+//!   isolation, 11 nothing lost (what clients were told).
+//! - [`completions`]: 3 one winner, 6 losers discarded.
+//! - [`attempts`]: 4 guard, 5 timeout means unknown, 7 certified failover.
+//! - [`effects`]: 9 side effects, 10 liveness.
+//! - [`windows`]: the race-window counts.
+//! - [`findings`]: the bounded list of violations being collected.
+//!
+//! Determinism: only ordered collections, no clocks; the same input gives
+//! the same judgement, violations in invariant order.
+
+mod attempts;
+mod completions;
+mod effects;
+mod findings;
+mod index;
+mod intents;
+mod replay;
+mod windows;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -102,7 +131,20 @@ impl Judgement {
 }
 
 /// Checks every invariant and counts every window.
+///
+/// # Panics
+/// If the trace names a client that `facts.client_owners` does not list:
+/// the world builder must describe every client it made, and the oracle
+/// cannot judge owner isolation without knowing whose client it is.
 pub fn judge(input: OracleInput<'_>) -> Judgement {
-    let _ = input;
-    todo!("implemented by the oracle")
+    let run = index::RunIndex::build(input);
+    let mut findings = findings::Findings::default();
+    intents::check(&run, &mut findings);
+    completions::check(&run, &mut findings);
+    attempts::check(&run, &mut findings);
+    effects::check(&run, &mut findings);
+    Judgement {
+        violations: findings.into_violations(),
+        windows: windows::count(&run),
+    }
 }

@@ -1,0 +1,243 @@
+//! How attempts started and moved: invariants 4 (guard), 5 (timeout means
+//! unknown) and 7 (certified failover).
+
+use std::collections::BTreeSet;
+
+use idem_core::engine::Policy;
+use idem_core::model::{AttemptId, AttemptState, JobId};
+use idem_core::provider::server::ExecutionOutcome;
+
+use super::Invariant;
+use super::findings::{Findings, seqs_text};
+use super::index::{DEADLINE_REASON, PROVIDER_ERROR_REASON, RunIndex};
+use crate::trace::TraceBody;
+
+pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
+    guard(run, findings);
+    moves_are_legal(run, findings);
+    timeout_means_unknown(run, findings);
+    certified_failover(run, findings);
+}
+
+/// BRIEF §4's legal moves, restated rather than imported so that a broken
+/// table in the engine cannot vouch for itself: `starting → running →
+/// {succeeded, failed, unknown, lost}`, `starting → {failed, unknown}`,
+/// `unknown → {succeeded, failed, cancelled, lost}`.
+fn is_legal_move(from: AttemptState, to: AttemptState) -> bool {
+    use AttemptState::{Cancelled, Failed, Lost, Running, Starting, Succeeded, Unknown};
+    matches!(
+        (from, to),
+        (Starting, Running | Failed | Unknown)
+            | (Running, Succeeded | Failed | Unknown | Lost)
+            | (Unknown, Succeeded | Failed | Cancelled | Lost)
+    )
+}
+
+/// Whether an attempt in `state` forbids a new attempt of its job. Starting
+/// and unknown always do (the provider may have the request and nobody
+/// knows the outcome); running does unless the policy hedges.
+fn blocks_new_attempt(state: AttemptState, policy: Policy) -> bool {
+    match state {
+        AttemptState::Starting | AttemptState::Unknown => true,
+        AttemptState::Running => !matches!(policy, Policy::Hedged { .. }),
+        _ => false,
+    }
+}
+
+/// Invariant 4: at each start, the replayed states of the job's other
+/// attempts must allow it, and the job must not have ended.
+fn guard(run: &RunIndex<'_>, findings: &mut Findings) {
+    let policy = run.input.facts.policy;
+    for start in &run.replay.starts {
+        let blockers: Vec<&(AttemptId, AttemptState, u64)> = start
+            .others
+            .iter()
+            .filter(|(_, state, _)| blocks_new_attempt(*state, policy))
+            .collect();
+        if !blockers.is_empty() {
+            let described: Vec<String> = blockers
+                .iter()
+                .map(|(id, state, since)| format!("attempt {id} was {state} since seq {since}"))
+                .collect();
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "job {}: attempt {} started at seq {} while {}",
+                    start.job,
+                    start.attempt,
+                    start.seq,
+                    described.join(", ")
+                ),
+                blockers
+                    .iter()
+                    .map(|(_, _, since)| *since)
+                    .chain([start.seq]),
+            );
+        }
+        if let Some(ended) = start.job_ended_seq {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "job {}: attempt {} started at seq {} after the job had ended at seq {ended}",
+                    start.job, start.attempt, start.seq
+                ),
+                [ended, start.seq],
+            );
+        }
+    }
+}
+
+/// Also invariant 4 (the guarded transitions): every move is legal from
+/// the state the attempt was in, and the store's own account of that state
+/// agrees with the replay.
+fn moves_are_legal(run: &RunIndex<'_>, findings: &mut Findings) {
+    for step in &run.replay.moves {
+        let (from, since) = match step.replayed_from {
+            Some((state, since)) => (state, Some(since)),
+            None => (step.recorded_from, None),
+        };
+        let evidence = since.into_iter().chain([step.seq]);
+        if !is_legal_move(from, step.to) {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "attempt {} moved {from} → {} at seq {}, which is not a legal move",
+                    step.attempt, step.to, step.seq
+                ),
+                evidence,
+            );
+        } else if from != step.recorded_from {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "attempt {} was {from} (since seq {}), but the store moved it from {} at seq {}",
+                    step.attempt,
+                    since.map_or_else(|| "?".to_owned(), |s| s.to_string()),
+                    step.recorded_from,
+                    step.seq
+                ),
+                evidence,
+            );
+        }
+    }
+}
+
+/// Invariant 5, two ways. (a) A move to failed whose reason is the
+/// deadline: a timeout must go to unknown. (b) An attempt that ended failed
+/// while its provider was working on it or had done it: the failure hid
+/// work that may yet (or did) take effect. An execution that failed or was
+/// cancelled is consistent with a failed attempt, and so is an answer the
+/// engine received and refused (reason `provider_error` after the
+/// execution had succeeded).
+fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
+    for event in run.events() {
+        if let TraceBody::AttemptTransition {
+            job_id,
+            attempt_id,
+            from,
+            to: AttemptState::Failed,
+            reason: Some(reason),
+        } = &event.body
+            && reason == DEADLINE_REASON
+        {
+            findings.report(
+                Invariant::TimeoutMeansUnknown,
+                format!(
+                    "job {job_id}: attempt {attempt_id} timed out and went {from} → failed at seq {}; a timeout must go to unknown",
+                    event.seq
+                ),
+                [event.seq],
+            );
+        }
+    }
+    let attempts: BTreeSet<AttemptId> = run
+        .attempts
+        .keys()
+        .chain(run.replay.lives.keys())
+        .copied()
+        .collect();
+    for attempt in attempts {
+        let Some(failure) = run.failure(attempt) else {
+            continue;
+        };
+        let key = attempt.to_string();
+        for execution in run.executions_for_key(&key) {
+            let hidden = match execution.outcome {
+                ExecutionOutcome::Running => Some("is still running at the end"),
+                ExecutionOutcome::Succeeded if !run.answer_refused(execution) => {
+                    Some(match (execution.succeeded_seq, failure.seq) {
+                        (Some(done), Some(failed)) if done > failed => "succeeded afterwards",
+                        _ if failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON) => {
+                            "succeeded, and no refused answer explains the failure"
+                        }
+                        _ => "succeeded (billed)",
+                    })
+                }
+                ExecutionOutcome::Succeeded
+                | ExecutionOutcome::Failed
+                | ExecutionOutcome::Cancelled => None,
+            };
+            let Some(hidden) = hidden else {
+                continue;
+            };
+            let job = execution
+                .job_id
+                .map_or_else(String::new, |j| format!("job {j}: "));
+            let reason = failure
+                .reason
+                .as_deref()
+                .map_or_else(String::new, |r| format!(" ({r})"));
+            findings.report(
+                Invariant::TimeoutMeansUnknown,
+                format!(
+                    "{job}attempt {attempt} ended failed{reason} at {}, but provider {} execution {} under its key {hidden}: the provider was still working, so it had to be unknown",
+                    seqs_text(&failure.seq.into_iter().collect::<Vec<_>>()),
+                    execution.provider,
+                    execution.exec_seq
+                ),
+                failure.seq.into_iter().chain(execution.seen.iter().copied()),
+            );
+        }
+    }
+}
+
+/// Invariant 7: an attempt on a provider other than its job's primary needs
+/// a provider holding a certificate.
+fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
+    let certified = &run.input.facts.certified;
+    let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
+    let mut check_one = |findings: &mut Findings,
+                         job: JobId,
+                         attempt: AttemptId,
+                         provider: &str,
+                         seq: Option<u64>| {
+        if !seen.insert(attempt) {
+            return;
+        }
+        let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
+            return;
+        };
+        if provider != primary && !certified.contains(provider) {
+            findings.report(
+                    Invariant::CertifiedFailover,
+                    format!(
+                        "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {}, and {provider} holds no certificate",
+                        seqs_text(&seq.into_iter().collect::<Vec<_>>())
+                    ),
+                    seq,
+                );
+        }
+    };
+    for start in &run.replay.starts {
+        check_one(
+            findings,
+            start.job,
+            start.attempt,
+            &start.provider,
+            Some(start.seq),
+        );
+    }
+    for row in &run.input.dump.attempts {
+        check_one(findings, row.job_id, row.id, &row.provider, None);
+    }
+}

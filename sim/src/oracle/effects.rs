@@ -1,0 +1,204 @@
+//! What the world ended up with: invariants 9 (side effects) and 10
+//! (liveness).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use idem_core::engine::Policy;
+use idem_core::model::{AttemptId, AttemptState, EventKind, JobState};
+use idem_core::provider::server::ExecutionOutcome;
+
+use super::Invariant;
+use super::findings::{Findings, seqs_text};
+use super::index::{ExecutionRecord, RunIndex};
+use crate::trace::TraceBody;
+
+pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
+    side_effects(run, findings);
+    liveness(run, findings);
+}
+
+/// How many billed successes one job may cost under `policy`: strict runs
+/// one attempt at a time, so one; hedging adds at most one hedge.
+fn billed_successes_max(policy: Policy) -> usize {
+    match policy {
+        Policy::Strict => 1,
+        Policy::Hedged { .. } => 2,
+    }
+}
+
+/// Invariant 9, from the providers' ledgers. Per job, billed successes stay
+/// within the policy (answers the engine received and refused do not
+/// count: that work was not duplicated). Per provider and key, at most one
+/// billed execution: a second one is a resend the provider did not
+/// recognise as the same attempt.
+fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
+    let policy = run.input.facts.policy;
+    let allowed = billed_successes_max(policy);
+    let mut by_job: BTreeMap<&str, Vec<&ExecutionRecord<'_>>> = BTreeMap::new();
+    let mut by_key: BTreeMap<(&str, &str), Vec<&ExecutionRecord<'_>>> = BTreeMap::new();
+    for execution in &run.executions {
+        if execution.billed {
+            by_key
+                .entry((execution.provider, execution.key))
+                .or_default()
+                .push(execution);
+        }
+        if let Some(job) = execution.job_id
+            && execution.billed_success()
+            && !run.answer_refused(execution)
+        {
+            by_job.entry(job).or_default().push(execution);
+        }
+    }
+    for (job, billed) in by_job {
+        if billed.len() <= allowed {
+            continue;
+        }
+        let policy_name = match policy {
+            Policy::Strict => "strict",
+            Policy::Hedged { .. } => "hedged",
+        };
+        findings.report(
+            Invariant::SideEffects,
+            format!(
+                "job {job}: {} billed successful executions ({}); the {policy_name} policy allows {allowed}",
+                billed.len(),
+                describe(&billed)
+            ),
+            billed.iter().flat_map(|e| success_evidence(e)),
+        );
+    }
+    for ((provider, key), billed) in by_key {
+        if billed.len() <= 1 {
+            continue;
+        }
+        findings.report(
+            Invariant::SideEffects,
+            format!(
+                "provider {provider} billed key {key} {} times ({}): one attempt was executed more than once",
+                billed.len(),
+                describe(&billed)
+            ),
+            billed.iter().flat_map(|e| success_evidence(e)),
+        );
+    }
+}
+
+fn describe(executions: &[&ExecutionRecord<'_>]) -> String {
+    let listed: Vec<String> = executions
+        .iter()
+        .map(|e| format!("{} #{} key {}", e.provider, e.exec_seq, e.key))
+        .collect();
+    listed.join(", ")
+}
+
+/// The events that show an execution was billed: its success, or every
+/// event of it if the trace did not show the success.
+fn success_evidence(execution: &ExecutionRecord<'_>) -> Vec<u64> {
+    match execution.succeeded_seq {
+        Some(seq) => vec![seq],
+        None => execution.seen.clone(),
+    }
+}
+
+/// Invariant 10: at the end every job is terminal, or blocked on an open
+/// attempt for which an action is pending: the reconciler said it is
+/// blocked (an operator must act), there is no reconciler (an operator must
+/// act), or the provider is still running it (a result or a cancel is due).
+fn liveness(run: &RunIndex<'_>, findings: &mut Findings) {
+    let blocked_notes = blocked_notes(run);
+    for job in run.jobs.values() {
+        if job.state != JobState::Pending {
+            continue;
+        }
+        let open: Vec<_> = run
+            .attempts_by_job
+            .get(&job.id)
+            .into_iter()
+            .flatten()
+            .filter(|a| {
+                matches!(
+                    a.state,
+                    AttemptState::Starting | AttemptState::Running | AttemptState::Unknown
+                )
+            })
+            .collect();
+        let pending_action = open.iter().any(|a| {
+            !run.input.facts.reconciler
+                || blocked_notes.contains(&a.id)
+                || run
+                    .executions_for_key(&a.id.to_string())
+                    .any(|e| e.outcome == ExecutionOutcome::Running)
+        });
+        if pending_action {
+            continue;
+        }
+        let created = run.created_seqs(job.id);
+        let since: Vec<u64> = open
+            .iter()
+            .filter_map(|a| run.replay.lives.get(&a.id).map(|l| l.since_seq))
+            .collect();
+        let message = if open.is_empty() {
+            format!(
+                "job {} is still pending at the end with no attempt in flight: nothing will finish it",
+                job.id
+            )
+        } else {
+            let described: Vec<String> =
+                open.iter()
+                    .map(|a| {
+                        let since =
+                            run.replay.lives.get(&a.id).map_or_else(String::new, |l| {
+                                format!(" since seq {}", l.since_seq)
+                            });
+                        format!("attempt {} is {}{since}", a.id, a.state)
+                    })
+                    .collect();
+            format!(
+                "job {} is still pending at the end: {}, with no action pending (no reconciler note says it is blocked, and its provider is not working on it)",
+                job.id,
+                described.join(", ")
+            )
+        };
+        let message = if created.is_empty() {
+            message
+        } else {
+            format!("{message} (created at {})", seqs_text(&created))
+        };
+        findings.report(
+            Invariant::Liveness,
+            message,
+            created.into_iter().chain(since),
+        );
+    }
+}
+
+/// Attempts a reconciler note says are blocked (`detail.blocked == true`),
+/// from the trace or the store's decision trace.
+fn blocked_notes(run: &RunIndex<'_>) -> BTreeSet<AttemptId> {
+    let says_blocked =
+        |detail: &Value| detail.get("blocked").and_then(Value::as_bool) == Some(true);
+    let mut blocked = BTreeSet::new();
+    for event in run.events() {
+        if let TraceBody::NoteRecorded {
+            attempt_id: Some(attempt),
+            event: EventKind::ReconcilerNote,
+            detail,
+            ..
+        } = &event.body
+            && says_blocked(detail)
+        {
+            blocked.insert(*attempt);
+        }
+    }
+    for event in &run.input.dump.events {
+        if let (EventKind::ReconcilerNote, Some(attempt)) = (event.kind, event.attempt_id)
+            && says_blocked(&event.detail)
+        {
+            blocked.insert(attempt);
+        }
+    }
+    blocked
+}

@@ -1,0 +1,127 @@
+//! How often the run reached each race window (see [`Window`]'s docs).
+//! Counting needs no judgement: each window is a kind of trace event, or a
+//! pair of them, and the rule for each is written next to its count.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use idem_core::model::{EventKind, JobId};
+use idem_core::store::faults::{StoreFault, StoreOp};
+
+use super::index::{ATTEMPT_IN_FLIGHT_REASON, RunIndex};
+use crate::scenario::Window;
+use crate::trace::TraceBody;
+
+pub(super) fn count(run: &RunIndex<'_>) -> BTreeMap<Window, u32> {
+    let mut counts: BTreeMap<Window, u32> = Window::ALL.iter().map(|w| (*w, 0)).collect();
+    let mut bump = |window: Window, by: usize| {
+        let by = u32::try_from(by).unwrap_or(u32::MAX);
+        let count = counts.get_mut(&window).expect("every window is listed");
+        *count = count.saturating_add(by);
+    };
+    for event in run.events() {
+        let window = match &event.body {
+            // A create found the job an earlier create made.
+            TraceBody::JobReplayed { .. } => Window::DuplicateCreate,
+            // A create reused a key with another body and was refused.
+            TraceBody::KeyReused { .. } => Window::Mismatch,
+            // The guard refused an attempt because another was in flight
+            // (not because the job had ended).
+            TraceBody::AttemptRefused { reason, .. } if reason == ATTEMPT_IN_FLIGHT_REASON => {
+                Window::BlockedAttempt
+            }
+            // A completion lost the compare-and-swap.
+            TraceBody::CompletionLost { .. } => Window::CasLoser,
+            // The reconciler (or an operator) resolved an unknown attempt:
+            // a win out of band, or a failed/cancelled resolution note.
+            TraceBody::CompletionWon {
+                out_of_band: true, ..
+            }
+            | TraceBody::NoteRecorded {
+                event: EventKind::Resolved,
+                ..
+            } => Window::ReconcilerResolution,
+            TraceBody::NoteRecorded {
+                event: EventKind::AckRechecked,
+                ..
+            } => Window::LostCompletionAckRechecked,
+            TraceBody::NoteRecorded {
+                event: EventKind::HedgeFired,
+                ..
+            } => Window::HedgeFired,
+            TraceBody::NoteRecorded {
+                event: EventKind::FailoverRefused,
+                ..
+            } => Window::FailoverRefused,
+            _ => continue,
+        };
+        bump(window, 1);
+    }
+    // A provider execution succeeded while the replay had its attempt
+    // unknown.
+    bump(
+        Window::LateResultAfterUnknown,
+        run.replay.late_results.len(),
+    );
+    bump(
+        Window::LostCreateAckReplayed,
+        lost_create_acks_replayed(run),
+    );
+    counts
+}
+
+/// Replays that answered a create whose acknowledgement had been lost.
+///
+/// The rule: a `store_fault_injected` with op `create_job` and fault
+/// `lose_ack` hit the create that the store recorded nearest to it in the
+/// trace (the store applies the operation and the fault is recorded next
+/// to it; on a tie, the earlier one). The first `job_replayed` of that
+/// operation's job after both events is the retry that found it. Each
+/// distinct replay is counted once.
+fn lost_create_acks_replayed(run: &RunIndex<'_>) -> usize {
+    let mut creates: Vec<(u64, JobId)> = Vec::new();
+    let mut replays: BTreeMap<JobId, Vec<u64>> = BTreeMap::new();
+    let mut lost_acks: Vec<u64> = Vec::new();
+    for event in run.events() {
+        match &event.body {
+            TraceBody::JobCreated { job_id, .. } | TraceBody::KeyReused { job_id, .. } => {
+                creates.push((event.seq, *job_id));
+            }
+            TraceBody::JobReplayed { job_id, .. } => {
+                creates.push((event.seq, *job_id));
+                replays.entry(*job_id).or_default().push(event.seq);
+            }
+            TraceBody::StoreFaultInjected {
+                op: StoreOp::CreateJob,
+                fault: StoreFault::LoseAck,
+                ..
+            } => lost_acks.push(event.seq),
+            _ => {}
+        }
+    }
+    let mut answered: BTreeSet<u64> = BTreeSet::new();
+    for lost in lost_acks {
+        let Some((applied_seq, job)) = nearest(&creates, lost) else {
+            continue;
+        };
+        let after = lost.max(applied_seq);
+        let retry = replays
+            .get(&job)
+            .and_then(|seqs| seqs.iter().find(|&&s| s > after));
+        if let Some(&retry) = retry {
+            answered.insert(retry);
+        }
+    }
+    answered.len()
+}
+
+/// The entry of `creates` (sorted by seq) nearest to `seq`; the earlier one
+/// on a tie.
+fn nearest(creates: &[(u64, JobId)], seq: u64) -> Option<(u64, JobId)> {
+    let after = creates.partition_point(|(s, _)| *s < seq);
+    let before = after.checked_sub(1).map(|i| creates[i]);
+    let after = creates.get(after).copied();
+    match (before, after) {
+        (Some(b), Some(a)) => Some(if seq - b.0 <= a.0 - seq { b } else { a }),
+        (one, None) | (None, one) => one,
+    }
+}
