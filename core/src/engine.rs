@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::clock::{Clock, IdSource};
 use crate::contract::Providers;
+use crate::design::Design;
 use crate::fingerprint;
 use crate::model::{
     Attempt, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobId, JobRequest, JobState,
@@ -165,6 +166,11 @@ pub struct Engine {
     ids: Arc<dyn IdSource>,
     providers: Providers,
     policy: Policy,
+    /// The design under test; always `Correct` outside the simulator.
+    design: Design,
+    /// Names this engine instance (an API replica). Only the
+    /// session-scoped-key design uses it.
+    session: String,
 }
 
 impl Engine {
@@ -181,7 +187,21 @@ impl Engine {
             ids,
             providers,
             policy,
+            design: Design::Correct,
+            session: String::new(),
         }
+    }
+
+    /// Runs one of the naive designs of BRIEF §8 instead of idem's. For the
+    /// simulator's mutation tests only. `session` names this instance.
+    pub fn with_design(mut self, design: Design, session: &str) -> Self {
+        self.design = design;
+        session.clone_into(&mut self.session);
+        self
+    }
+
+    pub fn design(&self) -> Design {
+        self.design
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -209,6 +229,12 @@ impl Engine {
         request: JobRequest,
     ) -> Result<Created, EngineError> {
         let key = IdempotencyKey::parse(key)?;
+        // Naive: the key is remembered per session (replica), not per owner.
+        let key = if self.design == Design::SessionScopedKey {
+            IdempotencyKey::parse(&format!("{}:{key}", self.session)).unwrap_or(key)
+        } else {
+            key
+        };
         for provider in std::iter::once(&request.provider).chain(&request.fallbacks) {
             if !self.providers.contains(provider) {
                 return Err(EngineError::UnknownProvider {
@@ -229,6 +255,16 @@ impl Engine {
             fallbacks: request.fallbacks,
             at: self.clock.now(),
         };
+        // Naive: look the key up first, insert if absent. Without the
+        // unique constraint, two lookups can both find nothing.
+        if self.design == Design::CheckThenInsert
+            && let Some(existing) = self
+                .store
+                .job_by_key(&new.owner_id, &new.idempotency_key)
+                .await?
+        {
+            return self.existing_or_reused(existing, &new).await;
+        }
         // Create-or-get is idempotent by construction, so a lost
         // acknowledgement is answered by asking again.
         let mut last_error = None;
@@ -236,6 +272,17 @@ impl Engine {
             match self.store.create_job(new.clone()).await {
                 Ok(CreateOutcome::Created(job)) => return Ok(Created::New(job)),
                 Ok(CreateOutcome::Existing(job)) => return Ok(Created::Replayed(job)),
+                Ok(CreateOutcome::KeyReused { existing, .. })
+                    if self.design == Design::NoFingerprint =>
+                {
+                    // Naive: the key alone decides; the new body is ignored.
+                    let job = self
+                        .store
+                        .job(existing)
+                        .await?
+                        .ok_or(EngineError::JobNotFound(existing))?;
+                    return Ok(Created::Replayed(job));
+                }
                 Ok(CreateOutcome::KeyReused {
                     existing,
                     differing_pointers,
@@ -252,6 +299,21 @@ impl Engine {
             }
         }
         Err(last_error.expect("the loop ran at least once").into())
+    }
+
+    /// The check-then-insert design's answer for a key it found.
+    async fn existing_or_reused(
+        &self,
+        existing: Job,
+        new: &NewJob,
+    ) -> Result<Created, EngineError> {
+        if existing.request_fingerprint == new.request_fingerprint {
+            return Ok(Created::Replayed(existing));
+        }
+        Err(EngineError::KeyReused {
+            existing: existing.id,
+            differing_pointers: fingerprint::diff(&existing.request, &new.request),
+        })
     }
 
     /// The job, if it exists and belongs to `owner`. Another owner's job is
@@ -293,7 +355,8 @@ impl Engine {
             job_id: job.id,
             provider,
             at,
-            allow_while_running: self.policy.allows_overlap(),
+            allow_while_running: self.policy.allows_overlap()
+                || self.design == Design::UnguardedAttempts,
         };
         let mut last_error = None;
         for _ in 0..ACK_RECHECKS_MAX {
@@ -325,6 +388,10 @@ impl Engine {
     /// Whether `provider` holds a passed certificate for its current model
     /// and the current prompt and schema versions.
     pub async fn is_certified(&self, provider: &str) -> Result<bool, EngineError> {
+        if self.design == Design::BlindFailover {
+            // Naive: every configured provider is taken to share the contract.
+            return Ok(self.providers.contains(provider));
+        }
         let Some(key) = self.providers.certificate_key(provider) else {
             return Ok(false);
         };
@@ -355,6 +422,16 @@ impl Engine {
     /// that is still starting holds it for the moment it takes to connect,
     /// so a refusal by that index is waited out, a bounded number of times.
     pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+        if self.design == Design::TimeoutIsFailure {
+            // Naive: the client saw a failure, so the attempt failed.
+            return self
+                .transition(
+                    attempt,
+                    AttemptState::Failed,
+                    Some(json!({"reason": "deadline"})),
+                )
+                .await;
+        }
         let mut tries = 0;
         loop {
             let result = self
@@ -454,6 +531,17 @@ impl Engine {
                 Ok(CompleteOutcome::Lost { winner }) => return Ok(Verdict::Lost { winner }),
                 Ok(CompleteOutcome::NotOpen { state }) => {
                     return Ok(Verdict::Discarded { state });
+                }
+                Err(StoreError::Indeterminate(_)) if self.design == Design::LostAckMeansLost => {
+                    // Naive: no answer means someone else won.
+                    self.note(
+                        attempt.job_id,
+                        Some(attempt.id),
+                        EventKind::RaceLost,
+                        json!({"reason": "acknowledgement lost", "winner": null}),
+                    )
+                    .await;
+                    return Ok(Verdict::Lost { winner: None });
                 }
                 Err(e @ (StoreError::Indeterminate(_) | StoreError::Unavailable(_))) => {
                     if let Some(verdict) = self.recheck_completion(attempt).await? {

@@ -14,6 +14,7 @@
 pub mod api;
 pub mod clock;
 pub mod contract;
+pub mod design;
 pub mod engine;
 pub mod fingerprint;
 pub mod model;

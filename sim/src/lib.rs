@@ -4,6 +4,12 @@
 //! run is recorded as a trace and judged by an oracle kept apart from the
 //! engine. One seed gives one byte-identical trace.
 
+pub mod client;
+pub mod determinism;
+pub mod net;
 pub mod oracle;
+pub mod rpc;
+pub mod run;
 pub mod scenario;
 pub mod trace;
+pub mod world;

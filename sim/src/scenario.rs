@@ -184,11 +184,13 @@ pub struct FaultSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum Fault {
-    /// Message latency on the link between `a` and `b`, both ways.
+    /// Raises the maximum message latency on the link between `a` and `b`
+    /// (both ways) for `duration_ms`; each message's latency is drawn from
+    /// the seed up to it.
     LinkLatency {
         a: String,
         b: String,
-        latency_ms: u64,
+        latency_ms_max: u64,
         duration_ms: u64,
     },
     /// Messages between `a` and `b` are held (not lost) for `duration_ms`,
@@ -276,4 +278,67 @@ impl Window {
         Window::ReconcilerResolution,
         Window::FailoverRefused,
     ];
+}
+
+impl Default for Topology {
+    /// Two API replicas, one worker, a reconciler, and a certified primary
+    /// plus an uncertified fallback, answering in 200 ms.
+    fn default() -> Self {
+        let provider = |name: &str, certified: bool| ProviderProfile {
+            name: name.to_owned(),
+            model: format!("{name}-model"),
+            behaviour: Behaviour {
+                latency_ms: 200,
+                ..Behaviour::default()
+            },
+            certified,
+        };
+        Self {
+            api_replicas: 2,
+            workers: 1,
+            reconciler: true,
+            providers: vec![provider("primary", true), provider("fallback", false)],
+            worker: WorkerConfig {
+                poll_interval_ms: 100,
+                connect_timeout_ms: 1_000,
+                attempt_deadline_ms: 2_000,
+                attempts_max: 3,
+                jobs_per_tick_max: 16,
+            },
+            reconciler_config: ReconcilerConfig {
+                poll_interval_ms: 250,
+                starting_stale_ms: 3_000,
+                running_stale_ms: 6_000,
+                unknown_max_ms: 10_000,
+                attempts_per_pass_max: 32,
+            },
+            store_timeout_ms: 1_000,
+        }
+    }
+}
+
+impl Default for Timing {
+    /// 1 ms steps, 1–5 ms per message, settled within two minutes.
+    fn default() -> Self {
+        Self {
+            tick_ms: 1,
+            settle_ms: 120_000,
+            latency_ms_min: 1,
+            latency_ms_max: 5,
+        }
+    }
+}
+
+impl ClientSpec {
+    /// A client with no actions yet, waiting 1 s per request and awaiting
+    /// its jobs' outcomes.
+    pub fn new(name: &str, owner: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            request_timeout_ms: 1_000,
+            actions: Vec::new(),
+            await_outcome: true,
+        }
+    }
 }

@@ -1,0 +1,392 @@
+//! Simulated users. Each client host runs its scenario actions: clicks
+//! (creates with an idempotency key, retried on a timeout or a 5xx as a
+//! browser or SDK would), the backup button, reads and cross-owner probes.
+//! Every request and what came back is recorded in the trace: that is what
+//! the users saw, and what the oracle judges.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+
+use idem_core::fingerprint::{canonicalize, fingerprint};
+use idem_core::model::{AttemptId, JobId};
+
+use crate::net::SERVICE_PORT;
+use crate::scenario::{Action, ClientSpec};
+use crate::trace::{Recorder, TraceBody};
+
+/// The largest response body a client reads.
+const RESPONSE_LEN_MAX_BYTES: usize = 1024 * 1024;
+/// How often the backup button and the outcome poll look again.
+const POLL_INTERVAL_MS: u64 = 250;
+/// Bounds on waiting: for a job id before pressing the backup button, and
+/// for a job's outcome after the actions.
+const JOB_ID_POLLS_MAX: u32 = 120;
+const OUTCOME_POLLS_MAX: u32 = 2_400;
+
+/// Job ids every client learned, by (client, key): the backup button uses
+/// its own; a probe uses another client's.
+pub type KnownJobs = Arc<Mutex<BTreeMap<(String, String), JobId>>>;
+
+/// What one client needs to run.
+#[derive(Clone, Debug)]
+pub struct ClientContext {
+    pub spec: ClientSpec,
+    pub token: String,
+    pub replicas: Vec<String>,
+    pub recorder: Recorder,
+    pub known_jobs: KnownJobs,
+    pub seed: u64,
+}
+
+/// One HTTP answer.
+struct Answer {
+    status: u16,
+    replayed: bool,
+    body: Value,
+}
+
+struct Client {
+    ctx: ClientContext,
+    host: String,
+    rng: Mutex<ChaCha8Rng>,
+    next_request_id: AtomicU64,
+}
+
+/// Runs a client to completion.
+pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
+    let host = crate::scenario::host::client(&ctx.spec.name);
+    let client = Arc::new(Client {
+        rng: Mutex::new(ChaCha8Rng::seed_from_u64(ctx.seed)),
+        ctx,
+        host,
+        next_request_id: AtomicU64::new(0),
+    });
+    // Draw every jitter up front, in action order, so that the draws do not
+    // depend on how the action tasks are scheduled.
+    let delays_ms: Vec<u64> = client
+        .ctx
+        .spec
+        .actions
+        .iter()
+        .map(|action| {
+            let (at_ms, jitter_ms) = match action {
+                Action::Create {
+                    at_ms, jitter_ms, ..
+                }
+                | Action::Backup {
+                    at_ms, jitter_ms, ..
+                } => (*at_ms, *jitter_ms),
+                Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
+            };
+            at_ms + client.draw(0..=jitter_ms)
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (action, delay_ms) in client.ctx.spec.actions.clone().into_iter().zip(delays_ms) {
+        let client = client.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            client.perform(action).await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    if client.ctx.spec.await_outcome {
+        client.await_outcomes().await;
+    }
+    client.ctx.recorder.record(
+        &client.host,
+        TraceBody::ClientDone {
+            client: client.ctx.spec.name.clone(),
+        },
+    );
+    Ok(())
+}
+
+impl Client {
+    fn draw(&self, range: std::ops::RangeInclusive<u64>) -> u64 {
+        self.rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .random_range(range)
+    }
+
+    fn name(&self) -> &str {
+        &self.ctx.spec.name
+    }
+
+    fn own_job(&self, key: &str) -> Option<JobId> {
+        self.job_of(self.name(), key)
+    }
+
+    fn job_of(&self, client: &str, key: &str) -> Option<JobId> {
+        self.ctx
+            .known_jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(client.to_owned(), key.to_owned()))
+            .copied()
+    }
+
+    async fn perform(&self, action: Action) {
+        match action {
+            Action::Create {
+                key,
+                request,
+                retries,
+                retry_after_ms,
+                ..
+            } => {
+                let body = serde_json::to_value(&request).expect("a job request serializes");
+                for attempt in 0..=retries {
+                    if attempt > 0 {
+                        tokio::time::sleep(Duration::from_millis(retry_after_ms)).await;
+                    }
+                    let answer = self
+                        .request(
+                            "POST",
+                            "/v1/jobs".to_owned(),
+                            Some(&key),
+                            Some(body.clone()),
+                        )
+                        .await;
+                    match answer {
+                        Some(answer) if (200..300).contains(&answer.status) => {
+                            if let Some(id) = job_id_of(&answer.body) {
+                                self.ctx
+                                    .known_jobs
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .insert((self.name().to_owned(), key.clone()), id);
+                            }
+                            return;
+                        }
+                        // A definitive refusal: retrying would not change it.
+                        Some(answer) if answer.status < 500 => return,
+                        _ => {}
+                    }
+                }
+            }
+            Action::Backup { key, provider, .. } => {
+                let mut job = self.own_job(&key);
+                for _ in 0..JOB_ID_POLLS_MAX {
+                    if job.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                    job = self.own_job(&key);
+                }
+                let Some(job) = job else {
+                    return;
+                };
+                let body = provider.map(|p| json!({"provider": p}));
+                self.request("POST", format!("/v1/jobs/{job}/attempts"), None, body)
+                    .await;
+            }
+            Action::Get { key, .. } => {
+                if let Some(job) = self.own_job(&key) {
+                    self.request("GET", format!("/v1/jobs/{job}"), None, None)
+                        .await;
+                }
+            }
+            Action::Probe {
+                other_client, key, ..
+            } => {
+                if let Some(job) = self.job_of(&other_client, &key) {
+                    self.request("GET", format!("/v1/jobs/{job}"), None, None)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Polls each of this client's jobs until it is terminal; bounded.
+    async fn await_outcomes(&self) {
+        let mut jobs: Vec<JobId> = self
+            .ctx
+            .known_jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|((client, _), _)| client == self.name())
+            .map(|(_, id)| *id)
+            .collect();
+        jobs.dedup();
+        for job in jobs {
+            for _ in 0..OUTCOME_POLLS_MAX {
+                let answer = self
+                    .request("GET", format!("/v1/jobs/{job}"), None, None)
+                    .await;
+                let state = answer.as_ref().and_then(|a| {
+                    a.body
+                        .get("state")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                });
+                if matches!(state.as_deref(), Some("succeeded" | "failed")) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            }
+        }
+    }
+
+    /// Sends one request to a replica chosen as a load balancer would
+    /// (seeded), records it and what came back.
+    async fn request(
+        &self,
+        method: &str,
+        path: String,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> Option<Answer> {
+        let replica_index = self.draw(0..=(self.ctx.replicas.len() as u64 - 1));
+        let replica =
+            self.ctx.replicas[usize::try_from(replica_index).expect("small index")].clone();
+        let request_id = self.next_request_id.fetch_add(1, Ordering::SeqCst);
+        self.ctx.recorder.record(
+            &self.host,
+            TraceBody::HttpRequest {
+                client: self.name().to_owned(),
+                request_id,
+                replica: replica.clone(),
+                method: method.to_owned(),
+                path: path.clone(),
+                idempotency_key: key.map(str::to_owned),
+                body_fingerprint: (method == "POST" && path == "/v1/jobs")
+                    .then(|| body.as_ref().map(|b| fingerprint(&canonicalize(b))))
+                    .flatten(),
+            },
+        );
+        let timeout = Duration::from_millis(self.ctx.spec.request_timeout_ms);
+        let call = http_call(&replica, method, &path, &self.ctx.token, key, body);
+        let result = tokio::time::timeout(timeout, call)
+            .await
+            .unwrap_or_else(|_| Err("timed out".to_owned()));
+        match result {
+            Ok(answer) => {
+                let attempt_created =
+                    method == "POST" && path.ends_with("/attempts") && answer.status == 201;
+                let (job_id, attempt_id) = if attempt_created {
+                    (
+                        answer
+                            .body
+                            .get("job_id")
+                            .and_then(Value::as_str)
+                            .and_then(|s| s.parse().ok()),
+                        answer
+                            .body
+                            .get("id")
+                            .and_then(Value::as_str)
+                            .and_then(|s| s.parse::<AttemptId>().ok()),
+                    )
+                } else {
+                    (job_id_of(&answer.body), None)
+                };
+                self.ctx.recorder.record(
+                    &self.host,
+                    TraceBody::HttpResponse {
+                        client: self.name().to_owned(),
+                        request_id,
+                        status: answer.status,
+                        job_id,
+                        attempt_id,
+                        replayed: answer.replayed,
+                        problem: answer
+                            .body
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        blocking_attempt: answer
+                            .body
+                            .get("blocking_attempt")
+                            .and_then(Value::as_str)
+                            .and_then(|s| s.parse().ok()),
+                    },
+                );
+                Some(answer)
+            }
+            Err(error) => {
+                self.ctx.recorder.record(
+                    &self.host,
+                    TraceBody::HttpFailed {
+                        client: self.name().to_owned(),
+                        request_id,
+                        error,
+                    },
+                );
+                None
+            }
+        }
+    }
+}
+
+/// The job id a job response names: its `id`, when it has a `state`.
+fn job_id_of(body: &Value) -> Option<JobId> {
+    body.get("state")?;
+    body.get("id")?.as_str()?.parse().ok()
+}
+
+/// One HTTP/1 exchange over a fresh simulated connection.
+async fn http_call(
+    replica: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> Result<Answer, String> {
+    let authority = format!("{replica}:{SERVICE_PORT}");
+    let stream = turmoil::net::TcpStream::connect(authority.as_str())
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, authority.as_str())
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    let bytes = match body {
+        Some(body) => {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+            serde_json::to_vec(&body).expect("a JSON value serializes")
+        }
+        None => Vec::new(),
+    };
+    let request = builder
+        .body(Full::new(bytes::Bytes::from(bytes)))
+        .map_err(|e| format!("request: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v.as_bytes() == b"true");
+    let limited = http_body_util::Limited::new(response.into_body(), RESPONSE_LEN_MAX_BYTES);
+    let bytes = limited
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        replayed,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    })
+}

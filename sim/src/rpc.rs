@@ -1,0 +1,606 @@
+//! The store host's RPC: serde frames (a 4-byte big-endian length, then
+//! JSON) over turmoil TCP, one request per connection.
+//!
+//! Running the store behind a real (simulated) network is what makes a
+//! commit whose acknowledgement is lost a real, injectable fault: the store
+//! applies the operation and the connection dies before the answer gets
+//! out. The engine sees exactly what it would see from PostgreSQL:
+//! [`StoreError::Unavailable`] when it never reached the store,
+//! [`StoreError::Indeterminate`] when it may have been applied.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use idem_core::contract::{Certificate, CertificateKey};
+use idem_core::fingerprint::fingerprint;
+use idem_core::model::{
+    Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
+    Timestamp,
+};
+use idem_core::store::faults::{FaultPlan, StoreFault, StoreOp};
+use idem_core::store::{
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
+    Store, StoreDump, StoreError, TransitionOutcome,
+};
+
+use crate::trace::{Recorder, TraceBody};
+
+/// The largest frame either side accepts.
+pub const FRAME_LEN_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long a store client waits for a connection before it concludes the
+/// store is unreachable (and nothing was applied).
+const CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+/// One store operation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Request {
+    CreateJob(NewJob),
+    StartAttempt(NewAttempt),
+    TransitionAttempt {
+        attempt_id: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+        at: Timestamp,
+    },
+    Complete(Completion),
+    FailJob {
+        job_id: JobId,
+        read_version: i64,
+        reason: Value,
+        at: Timestamp,
+    },
+    PutCertificate(Certificate),
+    Certificate(CertificateKey),
+    RecordEvent(NewEvent),
+    Job(JobId),
+    JobByKey {
+        owner: OwnerId,
+        key: IdempotencyKey,
+    },
+    JobsNeedingAttempt {
+        limit: u32,
+    },
+    AttemptsInStates {
+        states: Vec<AttemptState>,
+        started_before: Timestamp,
+        limit: u32,
+    },
+    Attempt(AttemptId),
+    Attempts(JobId),
+    Events(JobId),
+    Dump,
+}
+
+/// One store answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Response {
+    Create(CreateOutcome),
+    Start(StartOutcome),
+    Transition(TransitionOutcome),
+    Complete(CompleteOutcome),
+    FailJob(FailJobOutcome),
+    Done,
+    Certificate(Option<Certificate>),
+    Job(Option<Job>),
+    Jobs(Vec<Job>),
+    Attempt(Option<Attempt>),
+    Attempts(Vec<Attempt>),
+    Events(Vec<Event>),
+    Dump(StoreDump),
+}
+
+async fn write_frame<W: AsyncWriteExt + Unpin>(
+    out: &mut W,
+    value: &impl Serialize,
+) -> std::io::Result<()> {
+    let body = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    assert!(
+        body.len() <= FRAME_LEN_MAX_BYTES,
+        "a store frame outgrew its bound"
+    );
+    let len = u32::try_from(body.len()).expect("bounded above");
+    out.write_all(&len.to_be_bytes()).await?;
+    out.write_all(&body).await?;
+    out.flush().await
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream.
+async fn read_frame<R: AsyncReadExt + Unpin, T: serde::de::DeserializeOwned>(
+    input: &mut R,
+) -> std::io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    match input.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > FRAME_LEN_MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes is over the limit"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    input.read_exact(&mut body).await?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(std::io::Error::other)
+}
+
+/// The engine's store inside the simulator: every call is one request to
+/// the store host.
+#[derive(Clone, Debug)]
+pub struct RemoteStore {
+    /// `store:80`.
+    address: String,
+    /// How long to wait for an answer before the outcome is unknown.
+    timeout_ms: u64,
+}
+
+impl RemoteStore {
+    pub fn new(address: impl Into<String>, timeout_ms: u64) -> Self {
+        Self {
+            address: address.into(),
+            timeout_ms,
+        }
+    }
+
+    async fn call(&self, request: Request) -> Result<Response, StoreError> {
+        let connect = turmoil::net::TcpStream::connect(self.address.as_str());
+        let mut stream =
+            match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
+                Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
+            };
+        let exchange = async {
+            write_frame(&mut stream, &request).await?;
+            read_frame::<_, Result<Response, StoreError>>(&mut stream).await
+        };
+        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
+            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(None)) => Err(StoreError::Indeterminate(
+                "the store closed the connection before answering".to_owned(),
+            )),
+            Ok(Err(e)) => Err(StoreError::Indeterminate(format!("store connection: {e}"))),
+            Err(_) => Err(StoreError::Indeterminate(
+                "no answer from the store in time".to_owned(),
+            )),
+        }
+    }
+}
+
+fn unexpected(response: Response) -> StoreError {
+    StoreError::Corrupt(format!("unexpected store response {response:?}"))
+}
+
+#[async_trait]
+impl Store for RemoteStore {
+    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        match self.call(Request::CreateJob(new)).await? {
+            Response::Create(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
+        match self.call(Request::StartAttempt(new)).await? {
+            Response::Start(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn transition_attempt(
+        &self,
+        attempt_id: AttemptId,
+        to: AttemptState,
+        error: Option<Value>,
+        at: Timestamp,
+    ) -> Result<TransitionOutcome, StoreError> {
+        match self
+            .call(Request::TransitionAttempt {
+                attempt_id,
+                to,
+                error,
+                at,
+            })
+            .await?
+        {
+            Response::Transition(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
+        match self.call(Request::Complete(completion)).await? {
+            Response::Complete(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn fail_job(
+        &self,
+        job_id: JobId,
+        read_version: i64,
+        reason: Value,
+        at: Timestamp,
+    ) -> Result<FailJobOutcome, StoreError> {
+        match self
+            .call(Request::FailJob {
+                job_id,
+                read_version,
+                reason,
+                at,
+            })
+            .await?
+        {
+            Response::FailJob(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
+        match self.call(Request::PutCertificate(certificate)).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
+        match self.call(Request::Certificate(key.clone())).await? {
+            Response::Certificate(found) => Ok(found),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
+        match self.call(Request::RecordEvent(event)).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        match self.call(Request::Job(id)).await? {
+            Response::Job(job) => Ok(job),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn job_by_key(
+        &self,
+        owner: &OwnerId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Job>, StoreError> {
+        match self
+            .call(Request::JobByKey {
+                owner: owner.clone(),
+                key: key.clone(),
+            })
+            .await?
+        {
+            Response::Job(job) => Ok(job),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+        match self.call(Request::JobsNeedingAttempt { limit }).await? {
+            Response::Jobs(jobs) => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempts_in_states(
+        &self,
+        states: &[AttemptState],
+        started_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let request = Request::AttemptsInStates {
+            states: states.to_vec(),
+            started_before,
+            limit,
+        };
+        match self.call(request).await? {
+            Response::Attempts(attempts) => Ok(attempts),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
+        match self.call(Request::Attempt(id)).await? {
+            Response::Attempt(attempt) => Ok(attempt),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        match self.call(Request::Attempts(job_id)).await? {
+            Response::Attempts(attempts) => Ok(attempts),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
+        match self.call(Request::Events(job_id)).await? {
+            Response::Events(events) => Ok(events),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn dump(&self) -> Result<StoreDump, StoreError> {
+        match self.call(Request::Dump).await? {
+            Response::Dump(dump) => Ok(dump),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Request {
+    /// The operation a fault rule targets.
+    fn op(&self) -> StoreOp {
+        match self {
+            Request::CreateJob(_) => StoreOp::CreateJob,
+            Request::StartAttempt(_) => StoreOp::StartAttempt,
+            Request::TransitionAttempt { .. } => StoreOp::TransitionAttempt,
+            Request::Complete(_) => StoreOp::Complete,
+            Request::FailJob { .. } => StoreOp::FailJob,
+            Request::RecordEvent(_) => StoreOp::RecordEvent,
+            Request::PutCertificate(_) => StoreOp::PutCertificate,
+            _ => StoreOp::Read,
+        }
+    }
+}
+
+/// Applies one request to the store.
+async fn apply(store: &dyn Store, request: Request) -> Result<Response, StoreError> {
+    Ok(match request {
+        Request::CreateJob(new) => Response::Create(store.create_job(new).await?),
+        Request::StartAttempt(new) => Response::Start(store.start_attempt(new).await?),
+        Request::TransitionAttempt {
+            attempt_id,
+            to,
+            error,
+            at,
+        } => Response::Transition(store.transition_attempt(attempt_id, to, error, at).await?),
+        Request::Complete(completion) => Response::Complete(store.complete(completion).await?),
+        Request::FailJob {
+            job_id,
+            read_version,
+            reason,
+            at,
+        } => Response::FailJob(store.fail_job(job_id, read_version, reason, at).await?),
+        Request::PutCertificate(certificate) => {
+            store.put_certificate(certificate).await?;
+            Response::Done
+        }
+        Request::Certificate(key) => Response::Certificate(store.certificate(&key).await?),
+        Request::RecordEvent(event) => {
+            store.record_event(event).await?;
+            Response::Done
+        }
+        Request::Job(id) => Response::Job(store.job(id).await?),
+        Request::JobByKey { owner, key } => Response::Job(store.job_by_key(&owner, &key).await?),
+        Request::JobsNeedingAttempt { limit } => {
+            Response::Jobs(store.jobs_needing_attempt(limit).await?)
+        }
+        Request::AttemptsInStates {
+            states,
+            started_before,
+            limit,
+        } => Response::Attempts(
+            store
+                .attempts_in_states(&states, started_before, limit)
+                .await?,
+        ),
+        Request::Attempt(id) => Response::Attempt(store.attempt(id).await?),
+        Request::Attempts(job_id) => Response::Attempts(store.attempts(job_id).await?),
+        Request::Events(job_id) => Response::Events(store.events(job_id).await?),
+        Request::Dump => Response::Dump(store.dump().await?),
+    })
+}
+
+/// What the store host remembers to describe outcomes in the trace:
+/// attempt states as the store last reported them. It outlives crashes of
+/// the host, like the store itself.
+#[derive(Clone, Debug, Default)]
+pub struct StoreObserver {
+    attempts: Arc<Mutex<BTreeMap<AttemptId, AttemptState>>>,
+}
+
+impl StoreObserver {
+    /// The trace events one applied operation produced.
+    fn describe(&self, request: &Request, result: &Result<Response, StoreError>) -> Vec<TraceBody> {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let Ok(response) = result else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        match (request, response) {
+            (Request::CreateJob(new), Response::Create(outcome)) => out.push(match outcome {
+                CreateOutcome::Created(job) => TraceBody::JobCreated {
+                    job_id: job.id,
+                    owner: job.owner_id.0.clone(),
+                    key: job.idempotency_key.to_string(),
+                    fingerprint: job.request_fingerprint.clone(),
+                },
+                CreateOutcome::Existing(job) => TraceBody::JobReplayed {
+                    job_id: job.id,
+                    offered_fingerprint: new.request_fingerprint.clone(),
+                },
+                CreateOutcome::KeyReused {
+                    existing,
+                    differing_pointers,
+                } => TraceBody::KeyReused {
+                    job_id: *existing,
+                    offered_fingerprint: new.request_fingerprint.clone(),
+                    differing_pointers: differing_pointers.clone(),
+                },
+            }),
+            (Request::StartAttempt(new), Response::Start(outcome)) => match outcome {
+                StartOutcome::Started(attempt) => {
+                    // A re-run after a lost acknowledgement returns the same
+                    // attempt; it started once.
+                    if attempts.insert(attempt.id, attempt.state).is_none() {
+                        out.push(TraceBody::AttemptStarted {
+                            job_id: attempt.job_id,
+                            attempt_id: attempt.id,
+                            seq: attempt.seq,
+                            provider: attempt.provider.clone(),
+                            read_version: attempt.read_version,
+                        });
+                    }
+                }
+                StartOutcome::InFlight { attempt, state } => out.push(TraceBody::AttemptRefused {
+                    job_id: new.job_id,
+                    reason: "attempt_in_flight".to_owned(),
+                    blocking_attempt: Some(*attempt),
+                    blocking_state: Some(*state),
+                }),
+                StartOutcome::Completed { .. } => out.push(TraceBody::AttemptRefused {
+                    job_id: new.job_id,
+                    reason: "job_completed".to_owned(),
+                    blocking_attempt: None,
+                    blocking_state: None,
+                }),
+            },
+            (
+                Request::TransitionAttempt { error, .. },
+                Response::Transition(TransitionOutcome::Moved { attempt, from }),
+            ) => {
+                attempts.insert(attempt.id, attempt.state);
+                out.push(TraceBody::AttemptTransition {
+                    job_id: attempt.job_id,
+                    attempt_id: attempt.id,
+                    from: *from,
+                    to: attempt.state,
+                    reason: error
+                        .as_ref()
+                        .and_then(|e| e.get("reason"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                });
+            }
+            (Request::Complete(completion), Response::Complete(outcome)) => {
+                let from = attempts
+                    .get(&completion.attempt_id)
+                    .copied()
+                    .unwrap_or(AttemptState::Running);
+                match outcome {
+                    CompleteOutcome::Won(job) => {
+                        attempts.insert(completion.attempt_id, AttemptState::Succeeded);
+                        out.push(TraceBody::CompletionWon {
+                            job_id: job.id,
+                            attempt_id: completion.attempt_id,
+                            from,
+                            version: job.version,
+                            out_of_band: completion.out_of_band,
+                            result_sha256: job.result.as_ref().map(fingerprint).unwrap_or_default(),
+                        });
+                    }
+                    CompleteOutcome::Lost { winner } => {
+                        attempts.insert(completion.attempt_id, AttemptState::Lost);
+                        out.push(TraceBody::CompletionLost {
+                            job_id: completion.job_id,
+                            attempt_id: completion.attempt_id,
+                            from,
+                            winner: *winner,
+                            discarded_sha256: fingerprint(&completion.output),
+                        });
+                    }
+                    CompleteOutcome::NotOpen { state } => out.push(TraceBody::CompletionRefused {
+                        job_id: completion.job_id,
+                        attempt_id: completion.attempt_id,
+                        state: *state,
+                    }),
+                }
+            }
+            (Request::FailJob { .. }, Response::FailJob(FailJobOutcome::Failed(job))) => {
+                out.push(TraceBody::JobFailed {
+                    job_id: job.id,
+                    version: job.version,
+                });
+            }
+            (Request::RecordEvent(event), Response::Done) => out.push(TraceBody::NoteRecorded {
+                job_id: event.job_id,
+                attempt_id: event.attempt_id,
+                event: event.kind,
+                detail: event.detail.clone(),
+            }),
+            _ => {}
+        }
+        out
+    }
+}
+
+/// The store host's server: accepts connections and answers requests until
+/// the host is crashed. Store faults from `plan` are injected here, at the
+/// wire: a lost acknowledgement is an applied operation whose connection
+/// is dropped before the answer is written.
+pub async fn serve_store(
+    store: Arc<dyn Store>,
+    plan: FaultPlan,
+    observer: StoreObserver,
+    recorder: Recorder,
+    host: String,
+    port: u16,
+) -> std::io::Result<()> {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (store, plan, observer, recorder, host) = (
+            store.clone(),
+            plan.clone(),
+            observer.clone(),
+            recorder.clone(),
+            host.clone(),
+        );
+        tokio::spawn(async move {
+            // A malformed or cut-short request ends the connection; the
+            // client sees no answer, as with a broken database connection.
+            let Ok(Some(request)) = read_frame::<_, Request>(&mut stream).await else {
+                return;
+            };
+            let injected_before = plan.injected().len();
+            let fault = plan.next(request.op());
+            for injected in plan.injected().into_iter().skip(injected_before) {
+                recorder.record(
+                    &host,
+                    TraceBody::StoreFaultInjected {
+                        op: injected.op,
+                        occurrence: injected.occurrence,
+                        fault: injected.fault,
+                    },
+                );
+            }
+            let result = match fault {
+                Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
+                    "the store refused the operation (injected)".to_owned(),
+                )),
+                Some(StoreFault::Latency { latency_ms }) => {
+                    tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                    apply(store.as_ref(), request.clone()).await
+                }
+                Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
+            };
+            for body in observer.describe(&request, &result) {
+                recorder.record(&host, body);
+            }
+            if fault == Some(StoreFault::LoseAck) {
+                // Applied, and the answer never leaves: drop the connection.
+                return;
+            }
+            let _ = write_frame(&mut stream, &result).await;
+        });
+    }
+}

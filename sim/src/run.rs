@@ -1,0 +1,400 @@
+//! The driver: steps a built world, fires the fault plan, stops early when
+//! the system is quiet (or at the settle deadline), and hands the trace and
+//! the final state to the oracle.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use idem_core::design::Design;
+use idem_core::provider::server::{Behaviour, Execution};
+use idem_core::store::StoreDump;
+use idem_core::store::faults::{FaultRule, StoreFault};
+
+use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
+use crate::scenario::{Fault, FaultSpec, Scenario, When, Window};
+use crate::trace::{Trace, TraceBody};
+use crate::world::{World, build, ready};
+
+/// How often (simulated) the driver looks for quiescence: the check reads
+/// the whole store, so it stays off the per-step path.
+const QUIESCENCE_CHECK_MS: u64 = 100;
+
+/// The host name fault events are recorded under.
+const DRIVER: &str = "driver";
+
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// Every client was done, every fault had healed and every job and
+    /// attempt was settled.
+    Quiescent,
+    /// The scenario's settle deadline.
+    Deadline,
+}
+
+/// pass or fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Fail,
+}
+
+/// The outcome of one run, as the command line prints it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub scenario: String,
+    pub seed: u64,
+    pub design: Design,
+    pub verdict: Verdict,
+    pub violations: Vec<Violation>,
+    pub windows: BTreeMap<Window, u32>,
+    pub trace_hash: String,
+    pub trace_events: usize,
+    pub steps: u64,
+    pub sim_ms: u64,
+    pub stop: Stop,
+}
+
+/// A finished run: the report and the trace it was judged on.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub report: RunReport,
+    pub trace: Trace,
+}
+
+/// A run that could not complete: a host's software failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the simulation failed at {sim_ms} ms: {message}")]
+    Host { sim_ms: u64, message: String },
+}
+
+/// Something the driver does at a time: fire or heal a fault.
+#[derive(Clone, Debug)]
+enum Step {
+    Fire(Fault),
+    Heal(Fault),
+    Bounce(String),
+}
+
+/// What a run left behind, before judgement.
+#[derive(Clone, Debug)]
+pub struct Simulated {
+    pub trace: Trace,
+    /// The store's final state.
+    pub dump: StoreDump,
+    /// Each provider's ledger.
+    pub executions: BTreeMap<String, Vec<Execution>>,
+    pub facts: WorldFacts,
+    pub steps: u64,
+    pub sim_ms: u64,
+    pub stop: Stop,
+}
+
+/// Runs `scenario` under `seed` with `design` to its end and judges it.
+pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome, RunError> {
+    let simulated = simulate(scenario, seed, design)?;
+    let Judgement {
+        violations,
+        windows,
+    } = oracle::judge(OracleInput {
+        trace: &simulated.trace,
+        dump: &simulated.dump,
+        executions: &simulated.executions,
+        facts: &simulated.facts,
+    });
+    let report = RunReport {
+        scenario: scenario.name.clone(),
+        seed,
+        design,
+        verdict: if violations.is_empty() {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+        violations,
+        windows,
+        trace_hash: simulated.trace.hash(),
+        trace_events: simulated.trace.events.len(),
+        steps: simulated.steps,
+        sim_ms: simulated.sim_ms,
+        stop: simulated.stop,
+    };
+    Ok(RunOutcome {
+        report,
+        trace: simulated.trace,
+    })
+}
+
+/// Runs `scenario` under `seed` with `design` to its end, without judging.
+pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simulated, RunError> {
+    let mut world = build(scenario, seed, design);
+    let mut timed: BTreeMap<u64, Vec<Step>> = BTreeMap::new();
+    let mut triggered: Vec<FaultSpec> = Vec::new();
+    for spec in &scenario.faults {
+        match spec.when {
+            When::At { at_ms } => timed
+                .entry(at_ms)
+                .or_default()
+                .push(Step::Fire(spec.fault.clone())),
+            When::After { .. } => triggered.push(spec.clone()),
+        }
+    }
+    let mut steps = 0u64;
+    let mut next_check_ms = QUIESCENCE_CHECK_MS;
+    let stop = loop {
+        let now_ms = elapsed_ms(&world);
+        // Trigger-based faults fire on the step after their event.
+        let mut index = 0;
+        while index < triggered.len() {
+            let When::After { kind, nth } = triggered[index].when else {
+                unreachable!("only trigger faults are kept here");
+            };
+            if world.recorder.trigger_count(kind) >= nth {
+                let spec = triggered.remove(index);
+                timed
+                    .entry(now_ms)
+                    .or_default()
+                    .push(Step::Fire(spec.fault));
+            } else {
+                index += 1;
+            }
+        }
+        let due: Vec<u64> = timed.range(..=now_ms).map(|(t, _)| *t).collect();
+        for t in due {
+            for step in timed.remove(&t).unwrap_or_default() {
+                perform(&mut world, step, now_ms, &mut timed);
+            }
+        }
+        let clients_done = world.sim.step().map_err(|e| RunError::Host {
+            sim_ms: elapsed_ms(&world),
+            message: e.to_string(),
+        })?;
+        steps += 1;
+        let now_ms = elapsed_ms(&world);
+        if now_ms >= scenario.timing.settle_ms {
+            break Stop::Deadline;
+        }
+        if now_ms >= next_check_ms {
+            next_check_ms = now_ms + QUIESCENCE_CHECK_MS;
+            if clients_done && timed.is_empty() && world.store.settled() {
+                break Stop::Quiescent;
+            }
+        }
+    };
+    let sim_ms = elapsed_ms(&world);
+    let trace = world.recorder.snapshot();
+    let dump = ready(idem_core::store::Store::dump(world.store.as_ref()))
+        .expect("the in-process store dumps");
+    let executions = world
+        .providers
+        .iter()
+        .map(|(name, server)| (name.clone(), server.executions()))
+        .collect();
+    Ok(Simulated {
+        trace,
+        dump,
+        executions,
+        facts: world.facts.clone(),
+        steps,
+        sim_ms,
+        stop,
+    })
+}
+
+fn elapsed_ms(world: &World) -> u64 {
+    u64::try_from(world.sim.elapsed().as_millis()).expect("simulated time fits u64 milliseconds")
+}
+
+fn record_fault(world: &World, now_ms: u64, name: &str, detail: serde_json::Value) {
+    world.recorder.record_at(
+        now_ms,
+        DRIVER,
+        TraceBody::Fault {
+            name: name.to_owned(),
+            detail,
+        },
+    );
+}
+
+/// Fires or heals one fault; schedules the heal of a fault with a duration.
+fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64, Vec<Step>>) {
+    let heal_after = |duration_ms: u64, fault: &Fault, timed: &mut BTreeMap<u64, Vec<Step>>| {
+        timed
+            .entry(now_ms + duration_ms)
+            .or_default()
+            .push(Step::Heal(fault.clone()));
+    };
+    match step {
+        Step::Bounce(host) => {
+            world.sim.bounce(host.as_str());
+            record_fault(world, now_ms, "restart", json!({"host": host}));
+        }
+        Step::Fire(fault) => {
+            record_fault(
+                world,
+                now_ms,
+                fault_name(&fault),
+                serde_json::to_value(&fault).expect("faults serialize"),
+            );
+            match &fault {
+                Fault::LinkLatency {
+                    a,
+                    b,
+                    latency_ms_max,
+                    duration_ms,
+                } => {
+                    world.sim.set_link_max_message_latency(
+                        a.as_str(),
+                        b.as_str(),
+                        Duration::from_millis(*latency_ms_max),
+                    );
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::Hold { a, b, duration_ms } => {
+                    world.sim.hold(a.as_str(), b.as_str());
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::Partition {
+                    a,
+                    b,
+                    oneway,
+                    duration_ms,
+                } => {
+                    if *oneway {
+                        world.sim.partition_oneway(a.as_str(), b.as_str());
+                    } else {
+                        world.sim.partition(a.as_str(), b.as_str());
+                    }
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::Crash {
+                    host,
+                    restart_after_ms,
+                } => {
+                    world.sim.crash(host.as_str());
+                    if let Some(after) = restart_after_ms {
+                        timed
+                            .entry(now_ms + after)
+                            .or_default()
+                            .push(Step::Bounce(host.clone()));
+                    }
+                }
+                Fault::ProviderHang {
+                    provider,
+                    duration_ms,
+                } => {
+                    change_provider(world, provider, |b| b.hang = true);
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::ProviderStall {
+                    provider,
+                    duration_ms,
+                } => {
+                    change_provider(world, provider, |b| b.stall = true);
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::ProviderError {
+                    provider,
+                    error_per_mille,
+                    duration_ms,
+                } => {
+                    let rate = *error_per_mille;
+                    change_provider(world, provider, |b| b.error_per_mille = rate);
+                    heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::StoreLoseAck { op, nth, count } => world.store_plan.add(FaultRule {
+                    op: *op,
+                    fault: StoreFault::LoseAck,
+                    first: *nth,
+                    count: *count,
+                }),
+                Fault::StoreFailBeforeApply { op, nth, count } => world.store_plan.add(FaultRule {
+                    op: *op,
+                    fault: StoreFault::FailBeforeApply,
+                    first: *nth,
+                    count: *count,
+                }),
+                Fault::StoreLatency {
+                    op,
+                    nth,
+                    count,
+                    latency_ms,
+                } => world.store_plan.add(FaultRule {
+                    op: *op,
+                    fault: StoreFault::Latency {
+                        latency_ms: *latency_ms,
+                    },
+                    first: *nth,
+                    count: *count,
+                }),
+            }
+        }
+        Step::Heal(fault) => {
+            record_fault(
+                world,
+                now_ms,
+                &format!("heal_{}", fault_name(&fault)),
+                serde_json::to_value(&fault).expect("faults serialize"),
+            );
+            match &fault {
+                Fault::LinkLatency { a, b, .. } => {
+                    let base = Duration::from_millis(world.base_latency_ms_max);
+                    world
+                        .sim
+                        .set_link_max_message_latency(a.as_str(), b.as_str(), base);
+                }
+                Fault::Hold { a, b, .. } => world.sim.release(a.as_str(), b.as_str()),
+                Fault::Partition { a, b, oneway, .. } => {
+                    if *oneway {
+                        world.sim.repair_oneway(a.as_str(), b.as_str());
+                    } else {
+                        world.sim.repair(a.as_str(), b.as_str());
+                    }
+                }
+                Fault::ProviderHang { provider, .. }
+                | Fault::ProviderStall { provider, .. }
+                | Fault::ProviderError { provider, .. } => {
+                    let original = world
+                        .provider_profiles
+                        .get(provider)
+                        .cloned()
+                        .unwrap_or_default();
+                    if let Some(server) = world.providers.get(provider) {
+                        server.set_behaviour(original);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn change_provider(world: &World, provider: &str, change: impl FnOnce(&mut Behaviour)) {
+    if let Some(server) = world.providers.get(provider) {
+        let mut behaviour = server.behaviour();
+        change(&mut behaviour);
+        server.set_behaviour(behaviour);
+    }
+}
+
+/// The fault's name in the trace.
+pub fn fault_name(fault: &Fault) -> &'static str {
+    match fault {
+        Fault::LinkLatency { .. } => "link_latency",
+        Fault::Hold { .. } => "hold",
+        Fault::Partition { .. } => "partition",
+        Fault::Crash { .. } => "crash",
+        Fault::ProviderHang { .. } => "provider_hang",
+        Fault::ProviderStall { .. } => "provider_stall",
+        Fault::ProviderError { .. } => "provider_error",
+        Fault::StoreLoseAck { .. } => "store_lose_ack",
+        Fault::StoreFailBeforeApply { .. } => "store_fail_before_apply",
+        Fault::StoreLatency { .. } => "store_latency",
+    }
+}

@@ -1,0 +1,353 @@
+//! The world builder: from a scenario and a seed, a turmoil simulation
+//! whose hosts run the real engine code.
+//!
+//! Hosts, in registration (and therefore stepping) order: the store, the
+//! providers, the API replicas, the workers, the reconciler, the clients.
+//! Everything a host must keep across a crash lives outside its closure:
+//! the store's committed state, the providers' ledgers, and each host's id
+//! source (a restarted host must not mint the ids it minted before).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, UNIX_EPOCH};
+
+use idem_core::api::{self, AppState, Auth};
+use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
+use idem_core::contract::{Certificate, ProviderSpec, Providers};
+use idem_core::design::Design;
+use idem_core::engine::Engine;
+use idem_core::model::OwnerId;
+use idem_core::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
+use idem_core::provider::server::ProviderServer;
+use idem_core::provider::{Provider, ProviderSet};
+use idem_core::reconciler::Reconciler;
+use idem_core::store::Store;
+use idem_core::store::faults::FaultPlan;
+use idem_core::store::mem::MemStore;
+use idem_core::worker::Worker;
+use serde_json::json;
+
+use crate::client::{ClientContext, KnownJobs, run_client};
+use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
+use crate::oracle::WorldFacts;
+use crate::rpc::{RemoteStore, StoreObserver, serve_store};
+use crate::scenario::{Scenario, host};
+use crate::trace::{Recorder, TraceBody};
+
+/// The output schema version certificates name.
+pub const SCHEMA_VERSION: &str = "v1";
+/// The operator's bearer token in every world.
+pub const OPERATOR_TOKEN: &str = "token-operator";
+
+/// A built world, ready to step.
+pub struct World {
+    pub sim: turmoil::Sim<'static>,
+    pub store: Arc<MemStore>,
+    pub store_plan: FaultPlan,
+    pub recorder: Recorder,
+    pub providers: BTreeMap<String, ProviderServer>,
+    /// Each provider's behaviour as the scenario set it, to restore after a fault.
+    pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
+    /// The scenario's maximum message latency, to restore after a fault.
+    pub base_latency_ms_max: u64,
+    pub facts: WorldFacts,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("facts", &self.facts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client's bearer token.
+pub fn client_token(client: &str) -> String {
+    format!("token-{client}")
+}
+
+/// Polls a future that cannot wait (the in-process store's operations
+/// never do) to its output, outside any runtime.
+pub fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("an in-process store operation waited"),
+    }
+}
+
+/// Builds the world for `scenario` under `seed`, running `design`.
+pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
+    let _ = design;
+    let timing = scenario.timing;
+    let sim = turmoil::Builder::new()
+        .rng_seed(child_seed(seed, "turmoil"))
+        .epoch(UNIX_EPOCH + Duration::from_micros(FIXED_EPOCH_US.unsigned_abs()))
+        .tick_duration(Duration::from_millis(timing.tick_ms))
+        // turmoil's own limit sits past the settle deadline: the driver
+        // stops the run, not turmoil.
+        .simulation_duration(Duration::from_millis(timing.settle_ms + 60_000))
+        .min_message_latency(Duration::from_millis(timing.latency_ms_min))
+        .max_message_latency(Duration::from_millis(timing.latency_ms_max))
+        .build();
+    let mut world = World {
+        sim,
+        store: Arc::new(MemStore::new()),
+        store_plan: FaultPlan::default(),
+        recorder: Recorder::new(),
+        providers: BTreeMap::new(),
+        provider_profiles: scenario
+            .topology
+            .providers
+            .iter()
+            .map(|p| (p.name.clone(), p.behaviour.clone()))
+            .collect(),
+        base_latency_ms_max: timing.latency_ms_max,
+        facts: WorldFacts {
+            client_owners: scenario
+                .clients
+                .iter()
+                .map(|c| (c.name.clone(), c.owner.clone()))
+                .collect(),
+            certified: scenario
+                .topology
+                .providers
+                .iter()
+                .filter(|p| p.certified)
+                .map(|p| p.name.clone())
+                .collect::<BTreeSet<_>>(),
+            policy: scenario.policy,
+            reconciler: scenario.topology.reconciler,
+        },
+    };
+    let contract = Providers {
+        specs: scenario
+            .topology
+            .providers
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    ProviderSpec {
+                        model: p.model.clone(),
+                    },
+                )
+            })
+            .collect(),
+        prompt_version: PROMPT_VERSION.to_owned(),
+        schema_version: SCHEMA_VERSION.to_owned(),
+    };
+    let epoch = SimClock::new(FIXED_EPOCH_US);
+    for profile in scenario.topology.providers.iter().filter(|p| p.certified) {
+        let key = contract
+            .certificate_key(&profile.name)
+            .expect("every profile is in the contract");
+        ready(world.store.put_certificate(Certificate {
+            key,
+            passed: true,
+            evidence: json!({"source": "scenario"}),
+            at: epoch.now(),
+        }))
+        .expect("the in-process store takes a certificate");
+    }
+    register_store(&mut world);
+    register_providers(&mut world, scenario);
+    let engine_parts = EngineParts {
+        contract,
+        policy: scenario.policy,
+        store_timeout_ms: scenario.topology.store_timeout_ms,
+        clients: provider_clients(scenario),
+    };
+    register_apis(&mut world, scenario, seed, &engine_parts);
+    register_workers(&mut world, scenario, seed, &engine_parts);
+    register_clients(&mut world, scenario, seed);
+    world
+}
+
+/// What every engine-running host shares.
+struct EngineParts {
+    contract: Providers,
+    policy: idem_core::engine::Policy,
+    store_timeout_ms: u64,
+    clients: ProviderSet,
+}
+
+impl EngineParts {
+    fn engine(&self, ids: Arc<SeededIds>) -> Engine {
+        let store = RemoteStore::new(
+            format!("{}:{SERVICE_PORT}", host::STORE),
+            self.store_timeout_ms,
+        );
+        Engine::new(
+            Arc::new(store),
+            Arc::new(SimClock::new(FIXED_EPOCH_US)),
+            ids,
+            self.contract.clone(),
+            self.policy,
+        )
+    }
+}
+
+fn provider_clients(scenario: &Scenario) -> ProviderSet {
+    scenario
+        .topology
+        .providers
+        .iter()
+        .map(|p| {
+            let config = OpenAiConfig::new(
+                format!("{}:{SERVICE_PORT}", host::provider(&p.name)),
+                p.model.clone(),
+            );
+            let client = OpenAiClient::new(SimConnector, config)
+                .expect("a simulated provider config is valid");
+            (p.name.clone(), Arc::new(client) as Arc<dyn Provider>)
+        })
+        .collect()
+}
+
+fn register_store(world: &mut World) {
+    let store: Arc<dyn Store> = world.store.clone();
+    let (plan, recorder) = (world.store_plan.clone(), world.recorder.clone());
+    let observer = StoreObserver::default();
+    world.sim.host(host::STORE, move || {
+        serve_store(
+            store.clone(),
+            plan.clone(),
+            observer.clone(),
+            recorder.clone(),
+            host::STORE.to_owned(),
+            SERVICE_PORT,
+        )
+        .map_host()
+    });
+}
+
+fn register_providers(world: &mut World, scenario: &Scenario) {
+    for profile in &scenario.topology.providers {
+        let server = ProviderServer::named(&profile.name, profile.behaviour.clone());
+        let (recorder, name, host_name) = (
+            world.recorder.clone(),
+            profile.name.clone(),
+            host::provider(&profile.name),
+        );
+        let observer_host = host_name.clone();
+        server.set_observer(Arc::new(move |execution| {
+            recorder.record(
+                &observer_host,
+                TraceBody::ProviderExecution {
+                    provider: name.clone(),
+                    key: execution.key.clone(),
+                    job_id: execution.job_id.clone(),
+                    exec_seq: execution.seq,
+                    billed: execution.billed,
+                    outcome: execution.outcome,
+                },
+            );
+        }));
+        world.providers.insert(profile.name.clone(), server.clone());
+        world.sim.host(host_name.as_str(), move || {
+            let server = server.clone();
+            async move {
+                let listener = SimListener::bind(SERVICE_PORT).await?;
+                idem_core::provider::server::serve(listener, server).await?;
+                Ok(())
+            }
+        });
+    }
+}
+
+fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &EngineParts) {
+    let mut auth = Auth::new().with_operator(OPERATOR_TOKEN);
+    for client in &scenario.clients {
+        auth = auth.with_owner(&client_token(&client.name), OwnerId(client.owner.clone()));
+    }
+    for index in 1..=scenario.topology.api_replicas {
+        let name = host::api(index);
+        let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
+        let engine = parts.engine(ids);
+        // The replica runs the attempts its backup button starts.
+        let runner = Worker::new(
+            engine.clone(),
+            parts.clients.clone(),
+            scenario.topology.worker.clone(),
+        );
+        let state = AppState::new(engine, auth.clone()).with_runner(Arc::new(runner));
+        world.sim.host(name.as_str(), move || {
+            let state = state.clone();
+            async move {
+                let listener = SimListener::bind(SERVICE_PORT).await?;
+                api::serve(listener, api::router(state), std::future::pending()).await?;
+                Ok(())
+            }
+        });
+    }
+}
+
+fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &EngineParts) {
+    for index in 1..=scenario.topology.workers {
+        let name = host::worker(index);
+        let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
+        let worker = Worker::new(
+            parts.engine(ids),
+            parts.clients.clone(),
+            scenario.topology.worker.clone(),
+        );
+        world.sim.host(name.as_str(), move || {
+            let worker = worker.clone();
+            async move {
+                worker.run(std::future::pending()).await;
+                Ok(())
+            }
+        });
+    }
+    if scenario.topology.reconciler {
+        let ids = Arc::new(SeededIds::new(child_seed(seed, "ids/reconciler")));
+        let reconciler = Reconciler::new(
+            parts.engine(ids),
+            parts.clients.clone(),
+            scenario.topology.reconciler_config.clone(),
+        );
+        world.sim.host(host::RECONCILER, move || {
+            let reconciler = reconciler.clone();
+            async move {
+                reconciler.run(std::future::pending()).await;
+                Ok(())
+            }
+        });
+    }
+}
+
+fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
+    let replicas: Vec<String> = (1..=scenario.topology.api_replicas)
+        .map(host::api)
+        .collect();
+    let known_jobs = KnownJobs::default();
+    for spec in &scenario.clients {
+        let ctx = ClientContext {
+            token: client_token(&spec.name),
+            spec: spec.clone(),
+            replicas: replicas.clone(),
+            recorder: world.recorder.clone(),
+            known_jobs: known_jobs.clone(),
+            seed: child_seed(seed, &format!("client/{}", spec.name)),
+        };
+        world
+            .sim
+            .client(host::client(&spec.name).as_str(), run_client(ctx));
+    }
+}
+
+/// Host futures return turmoil's result type.
+trait MapHost {
+    fn map_host(self) -> impl Future<Output = turmoil::Result>;
+}
+
+impl<F: Future<Output = std::io::Result<()>>> MapHost for F {
+    fn map_host(self) -> impl Future<Output = turmoil::Result> {
+        async move { self.await.map_err(Into::into) }
+    }
+}
