@@ -543,3 +543,14 @@ impl Store for MemStore {
         })
     }
 }
+
+impl MemStore {
+    /// Whether every job and every attempt has reached a terminal state:
+    /// nothing is left for the worker or the reconciler to do. The
+    /// simulator's quiescence check.
+    pub fn settled(&self) -> bool {
+        let t = self.lock();
+        t.jobs.values().all(|j| j.state.is_terminal())
+            && t.attempts.values().all(|a| transition::is_terminal(a.state))
+    }
+}
