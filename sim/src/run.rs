@@ -60,11 +60,13 @@ pub struct RunReport {
     pub stop: Stop,
 }
 
-/// A finished run: the report and the trace it was judged on.
+/// A finished run: the report, and the trace and final state it was
+/// judged on.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
     pub report: RunReport,
     pub trace: Trace,
+    pub dump: StoreDump,
 }
 
 /// A run that could not complete: a host's software failed.
@@ -128,6 +130,7 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
     Ok(RunOutcome {
         report,
         trace: simulated.trace,
+        dump: simulated.dump,
     })
 }
 

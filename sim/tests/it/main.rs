@@ -1,2 +1,3 @@
 mod fragile;
 mod oracle;
+mod oracle_explore;
