@@ -352,6 +352,9 @@ struct Loser {
     job: Option<JobId>,
     /// `completion_lost` events for it.
     lost_seqs: Vec<u64>,
+    /// `race_lost` notes the engine recorded for it (without a completion
+    /// the store saw lose).
+    note_seqs: Vec<u64>,
     /// A `race_lost` event in the store's decision trace names it.
     race_event_in_store: bool,
     /// Fingerprints of the output it offered, as the race events say.
@@ -401,6 +404,19 @@ fn losers(run: &RunIndex<'_>) -> BTreeMap<AttemptId, Loser> {
             loser.discarded.insert(discarded_sha256.clone());
         }
     }
+    for event in run.events() {
+        if let TraceBody::NoteRecorded {
+            job_id,
+            attempt_id: Some(attempt),
+            event: EventKind::RaceLost,
+            ..
+        } = &event.body
+        {
+            let loser = losers.entry(*attempt).or_default();
+            loser.job = Some(*job_id);
+            loser.note_seqs.push(event.seq);
+        }
+    }
     for event in &run.input.dump.events {
         if event.kind != EventKind::RaceLost {
             continue;
@@ -433,6 +449,7 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
     let lost_evidence: Vec<u64> = if loser.lost_seqs.is_empty() {
         life.iter()
             .flat_map(|l| l.started_seq.into_iter().chain([l.since_seq]))
+            .chain(loser.note_seqs.iter().copied())
             .collect()
     } else {
         loser.lost_seqs.clone()
@@ -456,7 +473,7 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
             &[],
         );
     }
-    if loser.lost_seqs.is_empty() && !loser.race_event_in_store {
+    if loser.lost_seqs.is_empty() && loser.note_seqs.is_empty() && !loser.race_event_in_store {
         report(
             format!("attempt {attempt} is lost, but no race event records it"),
             &[],
@@ -508,10 +525,12 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
 }
 
 fn race_text(loser: &Loser) -> String {
-    if loser.lost_seqs.is_empty() {
-        "a race_lost event in the store".to_owned()
-    } else {
+    if !loser.lost_seqs.is_empty() {
         format!("completion lost at {}", seqs_text(&loser.lost_seqs))
+    } else if !loser.note_seqs.is_empty() {
+        format!("race_lost note at {}", seqs_text(&loser.note_seqs))
+    } else {
+        "a race_lost event in the store".to_owned()
     }
 }
 

@@ -72,11 +72,12 @@ pub(super) fn count(run: &RunIndex<'_>) -> BTreeMap<Window, u32> {
 /// Replays that answered a create whose acknowledgement had been lost.
 ///
 /// The rule: a `store_fault_injected` with op `create_job` and fault
-/// `lose_ack` hit the create that the store recorded nearest to it in the
-/// trace (the store applies the operation and the fault is recorded next
-/// to it; on a tie, the earlier one). The first `job_replayed` of that
-/// operation's job after both events is the retry that found it. Each
-/// distinct replay is counted once.
+/// `lose_ack` hit the first create outcome (`job_created`, `job_replayed`
+/// or `key_reused`) the store recorded after it: the store host records
+/// the injection, applies the operation, then records its outcome, with
+/// no other operation in between. (If the trace has no outcome after it,
+/// the last one before it.) The first `job_replayed` of that job after the
+/// outcome is the retry that found it. Each distinct replay counts once.
 fn lost_create_acks_replayed(run: &RunIndex<'_>) -> usize {
     let mut creates: Vec<(u64, JobId)> = Vec::new();
     let mut replays: BTreeMap<JobId, Vec<u64>> = BTreeMap::new();
@@ -100,7 +101,7 @@ fn lost_create_acks_replayed(run: &RunIndex<'_>) -> usize {
     }
     let mut answered: BTreeSet<u64> = BTreeSet::new();
     for lost in lost_acks {
-        let Some((applied_seq, job)) = nearest(&creates, lost) else {
+        let Some((applied_seq, job)) = applied_create(&creates, lost) else {
             continue;
         };
         let after = lost.max(applied_seq);
@@ -114,14 +115,12 @@ fn lost_create_acks_replayed(run: &RunIndex<'_>) -> usize {
     answered.len()
 }
 
-/// The entry of `creates` (sorted by seq) nearest to `seq`; the earlier one
-/// on a tie.
-fn nearest(creates: &[(u64, JobId)], seq: u64) -> Option<(u64, JobId)> {
+/// The create outcome a lost acknowledgement at `seq` belongs to: the first
+/// entry of `creates` (sorted by seq) after it, else the last one before.
+fn applied_create(creates: &[(u64, JobId)], seq: u64) -> Option<(u64, JobId)> {
     let after = creates.partition_point(|(s, _)| *s < seq);
-    let before = after.checked_sub(1).map(|i| creates[i]);
-    let after = creates.get(after).copied();
-    match (before, after) {
-        (Some(b), Some(a)) => Some(if seq - b.0 <= a.0 - seq { b } else { a }),
-        (one, None) | (None, one) => one,
-    }
+    creates
+        .get(after)
+        .or_else(|| after.checked_sub(1).map(|i| &creates[i]))
+        .copied()
 }

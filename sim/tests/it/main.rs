@@ -1,3 +1,2 @@
 mod fragile;
 mod oracle;
-mod oracle_explore;
