@@ -82,7 +82,6 @@ pub fn ready<F: Future>(future: F) -> F::Output {
 
 /// Builds the world for `scenario` under `seed`, running `design`.
 pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
-    let _ = design;
     let timing = scenario.timing;
     let sim = turmoil::Builder::new()
         .rng_seed(child_seed(seed, "turmoil"))
@@ -157,6 +156,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
     register_store(&mut world);
     register_providers(&mut world, scenario);
     let engine_parts = EngineParts {
+        design,
         contract,
         policy: scenario.policy,
         store_timeout_ms: scenario.topology.store_timeout_ms,
@@ -170,6 +170,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
 
 /// What every engine-running host shares.
 struct EngineParts {
+    design: Design,
     contract: Providers,
     policy: idem_core::engine::Policy,
     store_timeout_ms: u64,
@@ -177,7 +178,8 @@ struct EngineParts {
 }
 
 impl EngineParts {
-    fn engine(&self, ids: Arc<SeededIds>) -> Engine {
+    /// The engine of host `session`, running the design under test.
+    fn engine(&self, session: &str, ids: Arc<SeededIds>) -> Engine {
         let store = RemoteStore::new(
             format!("{}:{SERVICE_PORT}", host::STORE),
             self.store_timeout_ms,
@@ -189,6 +191,7 @@ impl EngineParts {
             self.contract.clone(),
             self.policy,
         )
+        .with_design(self.design, session)
     }
 }
 
@@ -268,7 +271,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
     for index in 1..=scenario.topology.api_replicas {
         let name = host::api(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
-        let engine = parts.engine(ids);
+        let engine = parts.engine(&name, ids);
         // The replica runs the attempts its backup button starts.
         let runner = Worker::new(
             engine.clone(),
@@ -292,7 +295,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
         let name = host::worker(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
         let worker = Worker::new(
-            parts.engine(ids),
+            parts.engine(&name, ids),
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
@@ -307,7 +310,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
     if scenario.topology.reconciler {
         let ids = Arc::new(SeededIds::new(child_seed(seed, "ids/reconciler")));
         let reconciler = Reconciler::new(
-            parts.engine(ids),
+            parts.engine(host::RECONCILER, ids),
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );
