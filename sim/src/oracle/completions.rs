@@ -151,8 +151,9 @@ fn ended_once(job: JobId, endings: &[Ending<'_>], findings: &mut Findings) {
         } else {
             format!("; it also {}", failed.join(", "))
         };
+        let all = if winners.len() == 2 { "both" } else { "all" };
         format!(
-            "job {job}: attempts {} all succeeded: the result was written {} times{also}",
+            "job {job}: attempts {} {all} succeeded: the result was written {} times{also}",
             winners.join(" and "),
             winners.len()
         )
@@ -333,12 +334,14 @@ fn row_names_its_winner(
         match &winner.output {
             None => report(
                 findings,
-                format!("the winning attempt {named} has no output in the store"),
+                format!("attempt {named}, which completed_by names, has no output in the store"),
                 win_seqs,
             ),
             Some(output) if fingerprint(output) != fingerprint(result) => report(
                 findings,
-                format!("the result is not the output of its winning attempt {named}"),
+                format!(
+                    "the result is not the output of attempt {named}, which completed_by names"
+                ),
                 win_seqs,
             ),
             Some(_) => {}
