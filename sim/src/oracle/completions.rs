@@ -467,14 +467,27 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
     if let Some(row) = row
         && row.state != AttemptState::Lost
     {
-        report(
+        let won = run
+            .jobs
+            .get(&row.job_id)
+            .is_some_and(|job| job.completed_by == Some(attempt));
+        let message = if won {
+            format!(
+                "a race event says attempt {attempt} lost ({}), but it won: job {}'s completed_by names it",
+                race_text(loser),
+                row.job_id
+            )
+        } else {
             format!(
                 "attempt {attempt} lost the race ({}) but is {} in the store",
                 race_text(loser),
                 row.state
-            ),
-            &[],
-        );
+            )
+        };
+        // Its output and the result follow from where it really stands;
+        // the false race is the one thing to report.
+        report(message, &[]);
+        return;
     }
     if loser.lost_seqs.is_empty() && loser.note_seqs.is_empty() && !loser.race_event_in_store {
         report(

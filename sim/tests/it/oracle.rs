@@ -1175,6 +1175,26 @@ fn losers_discarded_fires_when_a_lost_attempt_keeps_its_output() {
 }
 
 #[test]
+fn losers_discarded_fires_when_a_race_event_names_the_winner() {
+    let mut hedged = hedged_run();
+    let (job, hedge) = (hedged.job, hedged.hedge);
+    // lost-ack-means-lost: the engine calls its own win a loss.
+    let note = hedged.run.note(
+        job,
+        Some(hedge),
+        EventKind::RaceLost,
+        json!({"reason": "acknowledgement lost", "winner": null}),
+    );
+    let judgement = fires(&hedged.run, &[(Invariant::LosersDiscarded, &[note])]);
+    assert_eq!(judgement.violations.len(), 1, "{:#?}", judgement.violations);
+    assert!(
+        judgement.violations[0].message.contains("but it won"),
+        "{:#?}",
+        judgement.violations
+    );
+}
+
+#[test]
 fn certified_failover_fires_on_an_uncertified_hedge() {
     let mut hedged = hedged_run();
     hedged.run.facts.certified = [PRIMARY.to_owned()].into();
