@@ -9,6 +9,11 @@
 //! numbered in the order they were recorded. No wall clock, no randomness,
 //! no unordered iteration.
 //!
+//! Values go in the way PostgreSQL takes them (see [`pg_value`]): text and
+//! jsonb refuse NUL characters, jsonb numbers come back the way `numeric`
+//! prints them, timestamps keep whole microseconds, and a failed event insert
+//! still draws its sequence number.
+//!
 //! Faithfulness is not assumed: the conformance suite and the differential
 //! property test in `core/tests/it` run the same operations against both
 //! stores and compare every outcome.
@@ -19,6 +24,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use self::pg_value::{jsonb, text, timestamptz};
 
 use super::pg::{
     assert_transition_target, completion_allowed, lost_event, transition_event, won_events,
@@ -61,12 +68,47 @@ pub struct MemSnapshot {
     jobs: BTreeMap<JobId, Job>,
     /// (owner, key) -> jobs in insertion order; one entry per key while the
     /// unique constraint is in force.
+    #[serde(with = "entries")]
     jobs_by_key: BTreeMap<(OwnerId, IdempotencyKey), Vec<JobId>>,
     attempts: BTreeMap<AttemptId, Attempt>,
     /// job -> seq -> attempt: `unique (job_id, seq)`.
     attempts_by_job: BTreeMap<JobId, BTreeMap<i32, AttemptId>>,
     events: Vec<Event>,
+    /// The last value drawn from `job_events_seq_seq`. Like a PostgreSQL
+    /// sequence it is not given back when the insert that drew it fails, so
+    /// it can run ahead of the last event's seq.
+    #[serde(default)]
+    events_seq_last: i64,
+    #[serde(with = "entries")]
     certificates: BTreeMap<CertificateKey, Certificate>,
+}
+
+/// Maps whose keys are not strings are written as lists of entries, so that
+/// a snapshot round-trips through JSON.
+mod entries {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S, K, V>(map: &BTreeMap<K, V>, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        K: Serialize,
+        V: Serialize,
+    {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, D, K, V>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
 }
 
 /// The in-process store.
@@ -106,27 +148,32 @@ impl MemStore {
 }
 
 impl MemSnapshot {
+    /// `insert into job_events ...`: the values are bound (and may be
+    /// refused), then the sequence is drawn, then the foreign keys checked.
     fn push_event(&mut self, event: NewEvent) -> Result<(), StoreError> {
+        let detail = jsonb(&event.detail)?;
+        let at = timestamptz(event.at);
+        self.events_seq_last += 1;
+        let seq = self.events_seq_last;
         if !self.jobs.contains_key(&event.job_id) {
             return Err(StoreError::Constraint {
                 constraint: "job_events_job_id_fkey".to_owned(),
             });
         }
-        if let Some(attempt) = event.attempt_id {
-            if !self.attempts.contains_key(&attempt) {
-                return Err(StoreError::Constraint {
-                    constraint: "job_events_attempt_id_fkey".to_owned(),
-                });
-            }
+        if let Some(attempt) = event.attempt_id
+            && !self.attempts.contains_key(&attempt)
+        {
+            return Err(StoreError::Constraint {
+                constraint: "job_events_attempt_id_fkey".to_owned(),
+            });
         }
-        let seq = i64::try_from(self.events.len()).expect("event count fits i64") + 1;
         self.events.push(Event {
             seq,
             job_id: event.job_id,
             attempt_id: event.attempt_id,
-            at: event.at,
+            at,
             kind: event.kind,
-            detail: event.detail,
+            detail,
         });
         Ok(())
     }
@@ -168,14 +215,31 @@ impl MemSnapshot {
 #[async_trait]
 impl Store for MemStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        // The insert's parameters, in the order PostgreSQL binds them.
+        text(&new.owner_id.0)?;
+        text(&new.request_fingerprint)?;
+        let request = jsonb(&new.request)?;
+        text(&new.provider)?;
+        for fallback in &new.fallbacks {
+            text(fallback)?;
+        }
+        let at = timestamptz(new.at);
         let mut t = self.lock();
-        let taken = if self.constraints.owner_key_unique {
-            t.first_by_key(&new.owner_id, &new.idempotency_key).cloned()
-        } else {
-            // Without the constraint only the primary key stops an insert.
-            t.jobs.get(&new.id).cloned()
-        };
-        if let Some(existing) = taken {
+        // The insert fails on the primary key (checked first) or on the
+        // (owner, key) constraint; either way the job of the key is read
+        // back. Without the constraint only the primary key stops it.
+        let refused = t.jobs.contains_key(&new.id)
+            || (self.constraints.owner_key_unique
+                && t.first_by_key(&new.owner_id, &new.idempotency_key)
+                    .is_some());
+        if refused {
+            let Some(existing) = t.first_by_key(&new.owner_id, &new.idempotency_key).cloned()
+            else {
+                // The id is another key's job: nothing to replay.
+                return Err(StoreError::Constraint {
+                    constraint: constraint::JOBS_PKEY.to_owned(),
+                });
+            };
             let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
             {
                 (
@@ -198,7 +262,7 @@ impl Store for MemStore {
             t.push_event(NewEvent {
                 job_id: existing.id,
                 attempt_id: None,
-                at: new.at,
+                at,
                 kind,
                 detail,
             })?;
@@ -209,15 +273,15 @@ impl Store for MemStore {
             owner_id: new.owner_id.clone(),
             idempotency_key: new.idempotency_key.clone(),
             request_fingerprint: new.request_fingerprint.clone(),
-            request: new.request,
+            request,
             provider: new.provider,
             fallbacks: new.fallbacks,
             state: JobState::Pending,
             version: 0,
             completed_by: None,
             result: None,
-            created_at: new.at,
-            updated_at: new.at,
+            created_at: at,
+            updated_at: at,
         };
         t.jobs.insert(job.id, job.clone());
         t.jobs_by_key
@@ -227,7 +291,7 @@ impl Store for MemStore {
         t.push_event(NewEvent {
             job_id: job.id,
             attempt_id: None,
-            at: new.at,
+            at,
             kind: EventKind::Created,
             detail: json!({"fingerprint": new.request_fingerprint}),
         })?;
@@ -235,10 +299,11 @@ impl Store for MemStore {
     }
 
     async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
+        let at = timestamptz(new.at);
         let mut t = self.lock();
         // The same order of checks as the PostgreSQL transaction: the job row,
-        // its state, running attempts, then the insert's unique indexes in
-        // index order (primary key, then attempts_one_open).
+        // its state, running attempts, then the insert's parameters, then its
+        // unique indexes in index order (primary key, then attempts_one_open).
         let job = t
             .jobs
             .get(&new.job_id)
@@ -246,26 +311,28 @@ impl Store for MemStore {
         let (job_state, read_version) = (job.state, job.version);
         let refusal = if job_state.is_terminal() {
             Some(StartOutcome::Completed { state: job_state })
-        } else if let Some(running) = t
-            .job_attempts(new.job_id)
-            .find(|a| !new.allow_while_running && a.state == AttemptState::Running)
-        {
-            Some(StartOutcome::InFlight {
-                attempt: running.id,
-                state: AttemptState::Running,
-            })
-        } else if let Some(ours) = t.attempts.get(&new.id) {
-            return Ok(StartOutcome::Started(ours.clone()));
-        } else if let Some(open) = t
-            .open_attempt(new.job_id)
-            .filter(|_| self.constraints.one_open_attempt)
-        {
-            Some(StartOutcome::InFlight {
-                attempt: open.id,
-                state: open.state,
-            })
         } else {
-            None
+            t.job_attempts(new.job_id)
+                .find(|a| !new.allow_while_running && a.state == AttemptState::Running)
+                .map(|running| StartOutcome::InFlight {
+                    attempt: running.id,
+                    state: AttemptState::Running,
+                })
+        };
+        let refusal = match refusal {
+            Some(refusal) => Some(refusal),
+            None => {
+                text(&new.provider)?;
+                if let Some(ours) = t.attempts.get(&new.id) {
+                    return Ok(StartOutcome::Started(ours.clone()));
+                }
+                t.open_attempt(new.job_id)
+                    .filter(|_| self.constraints.one_open_attempt)
+                    .map(|open| StartOutcome::InFlight {
+                        attempt: open.id,
+                        state: open.state,
+                    })
+            }
         };
         if let Some(refusal) = refusal {
             let (attempt_id, detail) = match &refusal {
@@ -282,7 +349,7 @@ impl Store for MemStore {
             t.push_event(NewEvent {
                 job_id: new.job_id,
                 attempt_id,
-                at: new.at,
+                at,
                 kind: EventKind::AttemptRefused,
                 detail,
             })?;
@@ -301,7 +368,7 @@ impl Store for MemStore {
             provider: new.provider,
             state: AttemptState::Starting,
             read_version,
-            started_at: new.at,
+            started_at: at,
             ended_at: None,
             output: None,
             error: None,
@@ -314,7 +381,7 @@ impl Store for MemStore {
         t.push_event(NewEvent {
             job_id: attempt.job_id,
             attempt_id: Some(attempt.id),
-            at: new.at,
+            at,
             kind: EventKind::AttemptStarted,
             detail: json!({"seq": attempt.seq, "provider": attempt.provider}),
         })?;
@@ -329,6 +396,9 @@ impl Store for MemStore {
         at: Timestamp,
     ) -> Result<TransitionOutcome, StoreError> {
         assert_transition_target(to);
+        // The update's parameters are bound before any row is looked at.
+        let error = error.as_ref().map(jsonb).transpose()?;
+        let at = timestamptz(at);
         let mut t = self.lock();
         let current = t
             .attempts
@@ -365,6 +435,10 @@ impl Store for MemStore {
     }
 
     async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
+        let completion = Completion {
+            at: timestamptz(completion.at),
+            ..completion
+        };
         let mut t = self.lock();
         let attempt = t
             .attempts
@@ -380,6 +454,8 @@ impl Store for MemStore {
                 state: attempt.state,
             });
         }
+        // The compare-and-swap binds the output whether it wins or not.
+        let output = jsonb(&completion.output)?;
         let job = t
             .jobs
             .get(&completion.job_id)
@@ -387,7 +463,7 @@ impl Store for MemStore {
         // The compare-and-swap.
         if job.version == attempt.read_version && job.completed_by.is_none() {
             let job = t.job_mut(completion.job_id);
-            job.result = Some(completion.output.clone());
+            job.result = Some(output.clone());
             job.completed_by = Some(attempt.id);
             job.version += 1;
             job.state = JobState::Succeeded;
@@ -395,7 +471,7 @@ impl Store for MemStore {
             let job = job.clone();
             let row = t.attempt_mut(attempt.id);
             row.state = AttemptState::Succeeded;
-            row.output = Some(completion.output.clone());
+            row.output = Some(output);
             row.ended_at = Some(completion.at);
             for event in won_events(&attempt, &completion) {
                 t.push_event(event)?;
@@ -418,6 +494,7 @@ impl Store for MemStore {
         reason: Value,
         at: Timestamp,
     ) -> Result<FailJobOutcome, StoreError> {
+        let at = timestamptz(at);
         let mut t = self.lock();
         let job = t.jobs.get(&job_id).ok_or(StoreError::JobNotFound(job_id))?;
         let open = t
@@ -429,6 +506,8 @@ impl Store for MemStore {
                 version: job.version,
             });
         }
+        // The reason is bound by the event insert, in the same transaction.
+        jsonb(&reason)?;
         let job = t.job_mut(job_id);
         job.state = JobState::Failed;
         job.version += 1;
@@ -445,6 +524,12 @@ impl Store for MemStore {
     }
 
     async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
+        certificate_key(&certificate.key)?;
+        let certificate = Certificate {
+            evidence: jsonb(&certificate.evidence)?,
+            at: timestamptz(certificate.at),
+            ..certificate
+        };
         self.lock()
             .certificates
             .insert(certificate.key.clone(), certificate);
@@ -452,6 +537,7 @@ impl Store for MemStore {
     }
 
     async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
+        certificate_key(key)?;
         Ok(self.lock().certificates.get(key).cloned())
     }
 
@@ -468,6 +554,7 @@ impl Store for MemStore {
         owner: &OwnerId,
         key: &IdempotencyKey,
     ) -> Result<Option<Job>, StoreError> {
+        text(&owner.0)?;
         Ok(self.lock().first_by_key(owner, key).cloned())
     }
 
@@ -492,6 +579,7 @@ impl Store for MemStore {
         started_before: Timestamp,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
+        let started_before = timestamptz(started_before);
         let t = self.lock();
         let mut attempts: Vec<&Attempt> = t
             .attempts
@@ -544,6 +632,179 @@ impl Store for MemStore {
     }
 }
 
+fn certificate_key(key: &CertificateKey) -> Result<(), StoreError> {
+    text(&key.provider)?;
+    text(&key.model)?;
+    text(&key.prompt_version)?;
+    text(&key.schema_version)
+}
+
+/// Values as PostgreSQL takes them in and gives them back, so that a row
+/// read from the in-process store equals the row read from PostgreSQL.
+pub mod pg_value {
+    use chrono::{DateTime, TimeDelta, Utc};
+    use serde_json::{Number, Value};
+
+    use crate::model::Timestamp;
+    use crate::store::StoreError;
+
+    /// SQLSTATE character_not_in_repertoire: a NUL byte in `text`.
+    pub const SQLSTATE_NUL_IN_TEXT: &str = "22021";
+    /// SQLSTATE untranslatable_character: `\u0000` in `jsonb`.
+    pub const SQLSTATE_NUL_IN_JSONB: &str = "22P05";
+
+    /// A `text` parameter: PostgreSQL refuses a NUL character.
+    pub fn text(value: &str) -> Result<(), StoreError> {
+        if value.contains('\0') {
+            return Err(StoreError::Database {
+                sqlstate: SQLSTATE_NUL_IN_TEXT.to_owned(),
+                message: "invalid byte sequence for encoding \"UTF8\": 0x00".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A `jsonb` parameter as PostgreSQL stores and returns it: refused if a
+    /// string or key holds a NUL character; numbers as `numeric` keeps them.
+    pub fn jsonb(value: &Value) -> Result<Value, StoreError> {
+        Ok(match value {
+            Value::String(s) => {
+                nul_free(s)?;
+                value.clone()
+            }
+            Value::Number(n) => Value::Number(numeric(n)),
+            Value::Array(items) => Value::Array(items.iter().map(jsonb).collect::<Result<_, _>>()?),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        nul_free(k)?;
+                        Ok((k.clone(), jsonb(v)?))
+                    })
+                    .collect::<Result<_, StoreError>>()?,
+            ),
+            Value::Null | Value::Bool(_) => value.clone(),
+        })
+    }
+
+    fn nul_free(s: &str) -> Result<(), StoreError> {
+        if s.contains('\0') {
+            return Err(StoreError::Database {
+                sqlstate: SQLSTATE_NUL_IN_JSONB.to_owned(),
+                message: "unsupported Unicode escape sequence".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A number through `numeric`: serde_json writes it, PostgreSQL reads the
+    /// text as a decimal and prints it without an exponent (`1e+16` becomes
+    /// `10000000000000000`, `-0.0` becomes `0.0`), and serde_json parses that
+    /// back, so an integral float written with an exponent becomes an integer.
+    fn numeric(n: &Number) -> Number {
+        if !n.is_f64() {
+            // Integers are written as plain digits and read back as they were.
+            return n.clone();
+        }
+        serde_json::from_str(&numeric_text(&n.to_string())).unwrap_or_else(|_| n.clone())
+    }
+
+    /// How `numeric` prints the decimal `written`: the digits with the point
+    /// moved by the exponent, as many fraction digits as the input had less
+    /// the exponent (never fewer than none), and no sign on zero.
+    pub fn numeric_text(written: &str) -> String {
+        let (negative, unsigned) = match written.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, written),
+        };
+        let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+            Some((mantissa, exponent)) => (mantissa, exponent.parse::<i64>().unwrap_or(0)),
+            None => (unsigned, 0),
+        };
+        let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
+        let len = i64::try_from(digits.len()).unwrap_or(i64::MAX);
+        let point = i64::try_from(int_part.len()).unwrap_or(i64::MAX) + exponent;
+        let zeros = |count: i64| "0".repeat(usize::try_from(count.max(0)).unwrap_or(0));
+        let as_text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        let (int_digits, frac_digits) = if point <= 0 {
+            (String::new(), zeros(-point) + &as_text(&digits))
+        } else if point >= len {
+            (as_text(&digits) + &zeros(point - len), String::new())
+        } else {
+            let split = usize::try_from(point).unwrap_or(0);
+            (as_text(&digits[..split]), as_text(&digits[split..]))
+        };
+        let int_digits = match int_digits.trim_start_matches('0') {
+            "" => "0".to_owned(),
+            trimmed => trimmed.to_owned(),
+        };
+        let is_zero = digits.iter().all(|d| *d == b'0');
+        let mut out = String::new();
+        if negative && !is_zero {
+            out.push('-');
+        }
+        out.push_str(&int_digits);
+        if !frac_digits.is_empty() {
+            out.push('.');
+            out.push_str(&frac_digits);
+        }
+        out
+    }
+
+    /// A `timestamptz` parameter: sqlx sends whole microseconds since
+    /// 2000-01-01, cut toward that epoch.
+    pub fn timestamptz(at: Timestamp) -> Timestamp {
+        let epoch = DateTime::<Utc>::from_timestamp(POSTGRES_EPOCH_UNIX_S, 0)
+            .expect("2000-01-01 is a valid time");
+        match (at - epoch).num_microseconds() {
+            Some(micros) => epoch + TimeDelta::microseconds(micros),
+            None => at,
+        }
+    }
+
+    /// 2000-01-01T00:00:00Z in seconds since the Unix epoch.
+    const POSTGRES_EPOCH_UNIX_S: i64 = 946_684_800;
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn numeric_text_is_what_postgresql_prints() {
+            let cases = [
+                ("1e+16", "10000000000000000"),
+                ("1e16", "10000000000000000"),
+                ("1.152921504606847e+18", "1152921504606847000"),
+                ("-0.0", "0.0"),
+                ("1.5e-7", "0.00000015"),
+                ("-2.5e-3", "-0.0025"),
+                ("100.0", "100.0"),
+                ("0.30000000000000004", "0.30000000000000004"),
+                ("1.2345e2", "123.45"),
+                ("12", "12"),
+            ];
+            for (written, printed) in cases {
+                assert_eq!(numeric_text(written), printed, "{written}");
+            }
+        }
+
+        #[test]
+        fn timestamps_are_cut_toward_the_postgresql_epoch() {
+            let after = DateTime::<Utc>::from_timestamp(1_767_225_600, 1_999).expect("valid");
+            assert_eq!(
+                timestamptz(after),
+                DateTime::<Utc>::from_timestamp(1_767_225_600, 1_000).expect("valid")
+            );
+            // 1970 is before 2000: toward that epoch is up.
+            let before = DateTime::<Utc>::from_timestamp(0, 1_999).expect("valid");
+            assert_eq!(
+                timestamptz(before),
+                DateTime::<Utc>::from_timestamp(0, 2_000).expect("valid")
+            );
+        }
+    }
+}
+
 impl MemStore {
     /// Whether every job and every attempt has reached a terminal state:
     /// nothing is left for the worker or the reconciler to do. The
@@ -551,6 +812,53 @@ impl MemStore {
     pub fn settled(&self) -> bool {
         let t = self.lock();
         t.jobs.values().all(|j| j.state.is_terminal())
-            && t.attempts.values().all(|a| transition::is_terminal(a.state))
+            && t.attempts
+                .values()
+                .all(|a| transition::is_terminal(a.state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::micros_to_timestamp;
+    use uuid::Uuid;
+
+    #[tokio::test]
+    async fn a_snapshot_round_trips_through_json() {
+        let store = MemStore::new();
+        let request = json!({"prompt": "hello"});
+        let at = micros_to_timestamp(1_000_000);
+        store
+            .create_job(NewJob {
+                id: JobId(Uuid::from_u128(1)),
+                owner_id: OwnerId("alice".to_owned()),
+                idempotency_key: IdempotencyKey::parse("k").expect("valid key"),
+                request_fingerprint: fingerprint::fingerprint(&request),
+                request,
+                provider: "primary".to_owned(),
+                fallbacks: vec![],
+                at,
+            })
+            .await
+            .expect("created");
+        store
+            .put_certificate(Certificate {
+                key: CertificateKey {
+                    provider: "fallback".to_owned(),
+                    model: "m".to_owned(),
+                    prompt_version: "p".to_owned(),
+                    schema_version: "s".to_owned(),
+                },
+                passed: true,
+                evidence: json!({}),
+                at,
+            })
+            .await
+            .expect("stored");
+        let snapshot = store.snapshot();
+        let text = serde_json::to_string(&snapshot).expect("a snapshot is JSON");
+        let back: MemSnapshot = serde_json::from_str(&text).expect("and reads back");
+        assert_eq!(back, snapshot);
     }
 }
