@@ -69,7 +69,8 @@ impl PgStore {
         self.pool.begin().await.map_err(classify)
     }
 
-    async fn try_create(&self, new: &NewJob) -> Result<Option<Job>, StoreError> {
+    /// Inserts the job, or names the unique constraint that refused it.
+    async fn try_create(&self, new: &NewJob) -> Result<Result<Job, &'static str>, StoreError> {
         let mut tx = self.begin().await?;
         let inserted = sqlx::query(
             "insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
@@ -90,15 +91,13 @@ impl PgStore {
         let row = match inserted {
             Ok(row) => row,
             // The key is taken, or our own earlier try landed (same id).
-            Err(e)
-                if matches!(
-                    unique_violation(&e),
-                    Some(constraint::JOBS_OWNER_KEY | constraint::JOBS_PKEY)
-                ) =>
-            {
-                return Ok(None);
+            Err(e) => {
+                return match unique_violation(&e) {
+                    Some(constraint::JOBS_OWNER_KEY) => Ok(Err(constraint::JOBS_OWNER_KEY)),
+                    Some(constraint::JOBS_PKEY) => Ok(Err(constraint::JOBS_PKEY)),
+                    _ => Err(classify(e)),
+                };
             }
-            Err(e) => return Err(classify(e)),
         };
         let job = job_from_row(&row)?;
         insert_event(
@@ -113,7 +112,7 @@ impl PgStore {
         )
         .await?;
         tx.commit().await.map_err(classify)?;
-        Ok(Some(job))
+        Ok(Ok(job))
     }
 
     async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
@@ -256,14 +255,22 @@ impl PgStore {
 impl Store for PgStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
         for _ in 0..CONTENTION_TRIES_MAX {
-            if let Some(job) = self.try_create(&new).await? {
-                return Ok(CreateOutcome::Created(job));
-            }
+            let refused_by = match self.try_create(&new).await? {
+                Ok(job) => return Ok(CreateOutcome::Created(job)),
+                Err(refused_by) => refused_by,
+            };
             // The key is taken by a committed row: read it back (a new
             // statement, so a new snapshot that sees it).
             let Some(existing) =
                 Store::job_by_key(self, &new.owner_id, &new.idempotency_key).await?
             else {
+                if refused_by == constraint::JOBS_PKEY {
+                    // The id belongs to another key's job (rows are never
+                    // deleted): running again cannot help.
+                    return Err(StoreError::Constraint {
+                        constraint: refused_by.to_owned(),
+                    });
+                }
                 continue;
             };
             let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
@@ -326,6 +333,9 @@ impl Store for PgStore {
             .collect();
         let ended_at = transition::is_terminal(to).then_some(at);
         let mut tx = self.begin().await?;
+        if to == AttemptState::Running {
+            lock_job_for_dispatch(&mut tx, attempt_id).await?;
+        }
         let row = sqlx::query(
             "update attempts a
                 set state = $2, ended_at = coalesce($3, a.ended_at), error = coalesce($4, a.error)
@@ -678,6 +688,40 @@ impl Store for PgStore {
             events,
         })
     }
+}
+
+/// Locks the job of the attempt against starts before the attempt becomes
+/// running.
+///
+/// A start refuses a non-hedge attempt while another is running, but no
+/// index says so: it reads the running attempts under `FOR SHARE` of the job.
+/// Without a conflicting lock here, a start could read the attempt as
+/// starting, then wait on `attempts_one_open` for this transaction and find
+/// the slot free once the attempt was running, and so start a second attempt
+/// beside a running one, which neither serial order allows. `FOR NO KEY
+/// UPDATE` conflicts with the start's `FOR SHARE` (and not with the
+/// `FOR KEY SHARE` of foreign-key checks).
+///
+/// Lock order: the attempt first, then the job, as in `complete`. A missing
+/// attempt is left to the update, so errors come in the usual order.
+async fn lock_job_for_dispatch(
+    conn: &mut sqlx::PgConnection,
+    attempt_id: AttemptId,
+) -> Result<(), StoreError> {
+    let job_id: Option<uuid::Uuid> =
+        sqlx::query_scalar("select job_id from attempts where id = $1 for update")
+            .bind(attempt_id.0)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(classify)?;
+    if let Some(job_id) = job_id {
+        sqlx::query("select 1 from jobs where id = $1 for no key update")
+            .bind(job_id)
+            .execute(&mut *conn)
+            .await
+            .map_err(classify)?;
+    }
+    Ok(())
 }
 
 /// Only these moves go through `transition_attempt`; success and loss are
