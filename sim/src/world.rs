@@ -217,15 +217,15 @@ fn register_store(world: &mut World) {
     let (plan, recorder) = (world.store_plan.clone(), world.recorder.clone());
     let observer = StoreObserver::default();
     world.sim.host(host::STORE, move || {
-        serve_store(
+        let serving = serve_store(
             store.clone(),
             plan.clone(),
             observer.clone(),
             recorder.clone(),
             host::STORE.to_owned(),
             SERVICE_PORT,
-        )
-        .map_host()
+        );
+        async move { serving.await.map_err(Into::into) }
     });
 }
 
@@ -341,16 +341,5 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
         world
             .sim
             .client(host::client(&spec.name).as_str(), run_client(ctx));
-    }
-}
-
-/// Host futures return turmoil's result type.
-trait MapHost {
-    fn map_host(self) -> impl Future<Output = turmoil::Result>;
-}
-
-impl<F: Future<Output = std::io::Result<()>>> MapHost for F {
-    fn map_host(self) -> impl Future<Output = turmoil::Result> {
-        async move { self.await.map_err(Into::into) }
     }
 }
