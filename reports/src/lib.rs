@@ -1,1 +1,23 @@
-//! idem-reports
+//! idem-reports: renderings of simulation runs and sweeps for the people
+//! and machines that read them.
+//!
+//! The records here are the documented, stable output schema of the `idem`
+//! command line (`--format json`, `--json`, `--junit`). They are plain data,
+//! independent of the simulator's own types, so that the simulator can
+//! change how it works without changing what CI and reviewers parse: the
+//! command line converts the simulator's reports into these records, and
+//! every renderer (JSON, JUnit now; HTML and Markdown later) reads only them.
+//!
+//! Determinism: every collection is ordered, and nothing here reads a clock,
+//! so one sweep always renders to the same bytes whatever the number of
+//! threads that ran it.
+
+pub mod junit;
+pub mod run;
+pub mod sweep;
+
+pub use run::{RunRecord, RunVerdict, ViolationRecord};
+pub use sweep::{ScenarioCoverage, SweepSummary};
+
+/// The version of the JSON schema; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;

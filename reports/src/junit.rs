@@ -1,0 +1,137 @@
+//! JUnit XML for CI: one test suite per scenario, one test case per seed,
+//! and one more test case per scenario for its expected race windows.
+//! Failures carry the violations and the command that reproduces them.
+//! No timestamps or durations are written, so one sweep always renders to
+//! the same bytes.
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+use crate::run::RunVerdict;
+use crate::sweep::SweepSummary;
+
+/// Why JUnit could not be rendered.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot render JUnit XML: {0}")]
+pub struct JunitError(#[from] quick_junit::SerializeError);
+
+/// The name of the per-scenario test case for window coverage.
+pub const WINDOWS_CASE: &str = "expected windows";
+
+/// Renders `summary` as a JUnit XML document.
+pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
+    let mut report = Report::new(format!("idem sweep (design {})", summary.design));
+    for scenario in &summary.scenarios {
+        let mut suite = TestSuite::new(scenario.name.as_str());
+        for run in summary.runs.iter().filter(|r| r.scenario == scenario.name) {
+            let status = match run.verdict {
+                RunVerdict::Pass => TestCaseStatus::success(),
+                verdict => {
+                    let kind = if verdict == RunVerdict::Error {
+                        NonSuccessKind::Error
+                    } else {
+                        NonSuccessKind::Failure
+                    };
+                    let mut status = TestCaseStatus::non_success(kind);
+                    let failure = summary
+                        .failures
+                        .iter()
+                        .find(|f| f.scenario == run.scenario && f.seed == run.seed);
+                    if let Some(failure) = failure {
+                        let first = failure
+                            .violations
+                            .first()
+                            .map(|v| {
+                                format!("invariant {} ({}): {}", v.invariant, v.name, v.message)
+                            })
+                            .or_else(|| failure.error.clone())
+                            .unwrap_or_default();
+                        status.set_message(first);
+                        status.set_description(format!(
+                            "{}reproduce with: {}\n",
+                            failure.failure_text(),
+                            failure.reproduce
+                        ));
+                    }
+                    status
+                }
+            };
+            let mut case = TestCase::new(format!("seed {}", run.seed), status);
+            case.set_classname(scenario.name.as_str());
+            suite.add_test_case(case);
+        }
+        if !scenario.expect_windows.is_empty() && scenario.runs > 0 {
+            let status = if scenario.missing_windows.is_empty() {
+                TestCaseStatus::success()
+            } else {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                status.set_message(format!(
+                    "expected windows never reached over {} seeds: {}",
+                    scenario.runs,
+                    scenario.missing_windows.join(", ")
+                ));
+                status
+            };
+            let mut case = TestCase::new(WINDOWS_CASE, status);
+            case.set_classname(scenario.name.as_str());
+            suite.add_test_case(case);
+        }
+        report.add_test_suite(suite);
+    }
+    Ok(report.to_string()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{RunRecord, ViolationRecord};
+    use crate::sweep::{SeedRange, Shard, SweptScenario};
+
+    #[test]
+    fn failures_name_the_violation_and_the_repro() {
+        let failing = RunRecord {
+            schema: crate::SCHEMA_VERSION,
+            scenario: "double-click".to_owned(),
+            seed: 7,
+            design: "check-then-insert".to_owned(),
+            verdict: RunVerdict::Fail,
+            violations: vec![ViolationRecord {
+                invariant: 1,
+                name: "one_job_per_intent".to_owned(),
+                message: "two jobs for (alice, order-42)".to_owned(),
+                evidence: vec![4, 8],
+                evidence_events: Vec::new(),
+            }],
+            error: None,
+            windows: [("duplicate_create".to_owned(), 0)].into_iter().collect(),
+            expect_windows: vec!["duplicate_create".to_owned()],
+            trace_hash: "ab".to_owned(),
+            trace_events: 9,
+            steps: 9,
+            sim_ms: 9,
+            stop: "quiescent".to_owned(),
+            reproduce: "idem run double-click --seed 7 --design check-then-insert".to_owned(),
+        };
+        let summary = SweepSummary::new(
+            "check-then-insert",
+            SeedRange { start: 7, end: 8 },
+            Shard { index: 0, count: 1 },
+            &[SweptScenario {
+                name: "double-click".to_owned(),
+                expect_windows: vec!["duplicate_create".to_owned()],
+            }],
+            vec![failing],
+        );
+        let xml = render(&summary).expect("renders");
+        assert!(
+            xml.contains(r#"<testsuite name="double-click" tests="2""#),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(
+                "reproduce with: idem run double-click --seed 7 --design check-then-insert"
+            )
+        );
+        assert!(xml.contains("expected windows never reached over 1 seeds: duplicate_create"));
+        assert_eq!(render(&summary).expect("renders"), xml);
+    }
+}

@@ -1,0 +1,128 @@
+//! One run's record: what `idem run --format json` prints, and what a sweep
+//! collects per seed.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How one run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunVerdict {
+    /// Every invariant held.
+    Pass,
+    /// At least one invariant was violated.
+    Fail,
+    /// The simulation itself could not finish (a host failed or the bench
+    /// panicked): a bug in the bench or the world, reported as a failure.
+    Error,
+}
+
+impl RunVerdict {
+    /// Whether the run counts as passed.
+    pub fn passed(self) -> bool {
+        self == RunVerdict::Pass
+    }
+}
+
+/// One violated invariant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViolationRecord {
+    /// BRIEF §7's number, 1 to 11.
+    pub invariant: u8,
+    /// Its name, snake_case (`one_job_per_intent`).
+    pub name: String,
+    pub message: String,
+    /// `seq`s of the trace events that show it.
+    pub evidence: Vec<u64>,
+    /// Those trace events, as they appear in the trace's JSON lines. Only
+    /// `idem run` fills this; a sweep leaves it empty (the repro command
+    /// brings it back) so that its summary stays small.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence_events: Vec<serde_json::Value>,
+}
+
+/// One run of one scenario under one seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema: u32,
+    pub scenario: String,
+    pub seed: u64,
+    /// The design under test (`correct` or a mutant's name).
+    pub design: String,
+    pub verdict: RunVerdict,
+    /// Empty when the run passed; in invariant order.
+    pub violations: Vec<ViolationRecord>,
+    /// Why the simulation could not finish, when `verdict` is `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Every race window, with how often this run reached it (0 included).
+    pub windows: BTreeMap<String, u32>,
+    /// The windows the scenario exists to reach.
+    pub expect_windows: Vec<String>,
+    /// Hex SHA-256 of the trace's JSON lines: equal hashes, equal runs.
+    pub trace_hash: String,
+    pub trace_events: u64,
+    /// Simulation steps taken.
+    pub steps: u64,
+    /// Simulated milliseconds when the run stopped.
+    pub sim_ms: u64,
+    /// `quiescent` (everything settled) or `deadline` (settle_ms reached).
+    pub stop: String,
+    /// The command that runs exactly this again.
+    pub reproduce: String,
+}
+
+impl RunRecord {
+    /// A record for a run that could not finish.
+    pub fn error(
+        scenario: &str,
+        seed: u64,
+        design: &str,
+        expect_windows: Vec<String>,
+        error: String,
+        reproduce: String,
+    ) -> Self {
+        Self {
+            schema: crate::SCHEMA_VERSION,
+            scenario: scenario.to_owned(),
+            seed,
+            design: design.to_owned(),
+            verdict: RunVerdict::Error,
+            violations: Vec::new(),
+            error: Some(error),
+            windows: BTreeMap::new(),
+            expect_windows,
+            trace_hash: String::new(),
+            trace_events: 0,
+            steps: 0,
+            sim_ms: 0,
+            stop: "error".to_owned(),
+            reproduce,
+        }
+    }
+
+    /// The expected windows this run reached.
+    pub fn expected_reached(&self) -> impl Iterator<Item = &str> {
+        self.expect_windows
+            .iter()
+            .filter(|w| self.windows.get(*w).copied().unwrap_or(0) > 0)
+            .map(String::as_str)
+    }
+
+    /// One line per violation (or the error), for logs and JUnit.
+    pub fn failure_text(&self) -> String {
+        let mut text = String::new();
+        if let Some(error) = &self.error {
+            text.push_str(&format!("the simulation failed: {error}\n"));
+        }
+        for v in &self.violations {
+            text.push_str(&format!(
+                "invariant {} ({}): {}\n",
+                v.invariant, v.name, v.message
+            ));
+        }
+        text
+    }
+}

@@ -1,0 +1,400 @@
+//! A sweep's summary: many seeds of one or more scenarios, aggregated into
+//! pass/fail counts, window coverage and the failures with their repro
+//! commands. What `idem sweep --json` writes and the JUnit report renders.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::run::{RunRecord, RunVerdict};
+
+/// The seeds a sweep was asked for: `start..end`, end excluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Which share of the seeds this process ran: the seeds whose index in the
+/// range is congruent to `index` modulo `count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+/// A scenario as the sweep knows it before any run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweptScenario {
+    pub name: String,
+    pub expect_windows: Vec<String>,
+}
+
+/// How often one window was reached over a scenario's seeds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowCoverage {
+    /// Seeds that reached it at least once.
+    pub seeds: u64,
+    /// Times it was reached over all seeds.
+    pub total: u64,
+}
+
+/// One scenario's results over the swept seeds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScenarioCoverage {
+    pub name: String,
+    pub runs: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errors: u64,
+    /// The lowest failing seed, if any.
+    pub first_failing_seed: Option<u64>,
+    /// How many seeds, in order, it took to find the first failure (the
+    /// first failing seed's position in the swept seeds, from 1).
+    pub seeds_to_first_failure: Option<u64>,
+    /// Every window with its coverage.
+    pub windows: BTreeMap<String, WindowCoverage>,
+    pub expect_windows: Vec<String>,
+    /// Expected windows no seed reached: each fails the sweep.
+    pub missing_windows: Vec<String>,
+}
+
+impl ScenarioCoverage {
+    pub fn passed(&self) -> bool {
+        self.failed == 0 && self.errors == 0 && self.missing_windows.is_empty()
+    }
+}
+
+/// A run, reduced to what tells runs apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunDigest {
+    pub scenario: String,
+    pub seed: u64,
+    pub verdict: RunVerdict,
+    pub trace_hash: String,
+    pub sim_ms: u64,
+    pub stop: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub runs: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errors: u64,
+    /// Expected windows never reached, over all scenarios.
+    pub missing_windows: u64,
+}
+
+/// pass or fail, for the whole sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepVerdict {
+    Pass,
+    Fail,
+}
+
+/// The whole sweep. Runs are sorted by scenario, then seed, so the summary
+/// is the same whatever order the runs finished in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepSummary {
+    /// [`crate::SCHEMA_VERSION`].
+    pub schema: u32,
+    pub design: String,
+    pub seeds: SeedRange,
+    pub shard: Shard,
+    pub verdict: SweepVerdict,
+    pub totals: Totals,
+    /// One entry per scenario, by name.
+    pub scenarios: Vec<ScenarioCoverage>,
+    /// Every run that did not pass, in full (evidence events left out).
+    pub failures: Vec<RunRecord>,
+    /// Every run, in brief.
+    pub runs: Vec<RunDigest>,
+}
+
+impl SweepSummary {
+    /// Aggregates `runs` of `scenarios`. Runs of a scenario not listed are
+    /// still counted, under their own name.
+    pub fn new(
+        design: &str,
+        seeds: SeedRange,
+        shard: Shard,
+        scenarios: &[SweptScenario],
+        mut runs: Vec<RunRecord>,
+    ) -> Self {
+        runs.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
+        let mut expected: BTreeMap<&str, &[String]> = scenarios
+            .iter()
+            .map(|s| (s.name.as_str(), s.expect_windows.as_slice()))
+            .collect();
+        for run in &runs {
+            expected.entry(run.scenario.as_str()).or_insert(&[]);
+        }
+        let mut coverage = Vec::with_capacity(expected.len());
+        let mut totals = Totals::default();
+        for (name, expect_windows) in expected {
+            let mine: Vec<&RunRecord> = runs.iter().filter(|r| r.scenario == name).collect();
+            let entry = cover(name, expect_windows, &mine);
+            totals.runs += entry.runs;
+            totals.passed += entry.passed;
+            totals.failed += entry.failed;
+            totals.errors += entry.errors;
+            totals.missing_windows += entry.missing_windows.len() as u64;
+            coverage.push(entry);
+        }
+        let failures: Vec<RunRecord> = runs
+            .iter()
+            .filter(|r| !r.verdict.passed())
+            .cloned()
+            .map(|mut r| {
+                for v in &mut r.violations {
+                    v.evidence_events.clear();
+                }
+                r
+            })
+            .collect();
+        let digests = runs
+            .iter()
+            .map(|r| RunDigest {
+                scenario: r.scenario.clone(),
+                seed: r.seed,
+                verdict: r.verdict,
+                trace_hash: r.trace_hash.clone(),
+                sim_ms: r.sim_ms,
+                stop: r.stop.clone(),
+            })
+            .collect();
+        let verdict = if coverage.iter().all(ScenarioCoverage::passed) {
+            SweepVerdict::Pass
+        } else {
+            SweepVerdict::Fail
+        };
+        Self {
+            schema: crate::SCHEMA_VERSION,
+            design: design.to_owned(),
+            seeds,
+            shard,
+            verdict,
+            totals,
+            scenarios: coverage,
+            failures,
+            runs: digests,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.verdict == SweepVerdict::Pass
+    }
+
+    /// Pretty JSON, newline-terminated.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a summary serializes");
+        text.push('\n');
+        text
+    }
+
+    /// The human summary the command line prints.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let shard = if self.shard.count > 1 {
+            format!(", shard {}/{}", self.shard.index, self.shard.count)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "sweep: design {}, seeds {}..{}{shard}",
+            self.design, self.seeds.start, self.seeds.end
+        );
+        let width = self
+            .scenarios
+            .iter()
+            .map(|s| s.name.len())
+            .max()
+            .unwrap_or(0);
+        for s in &self.scenarios {
+            let status = if s.passed() { "ok  " } else { "FAIL" };
+            let mut line = format!(
+                "  {status} {:width$}  {} runs, {} passed, {} failed",
+                s.name, s.runs, s.passed, s.failed
+            );
+            if s.errors > 0 {
+                let _ = write!(line, ", {} errors", s.errors);
+            }
+            if let Some(n) = s.seeds_to_first_failure {
+                let _ = write!(line, " (first failure after {n} seeds)");
+            }
+            let _ = writeln!(out, "{line}");
+            if !s.expect_windows.is_empty() {
+                let listed: Vec<String> = s
+                    .expect_windows
+                    .iter()
+                    .map(|w| {
+                        let c = s.windows.get(w).copied().unwrap_or_default();
+                        format!("{w} {}/{} seeds", c.seeds, s.runs)
+                    })
+                    .collect();
+                let _ = writeln!(out, "       {:width$}  windows: {}", "", listed.join(", "));
+            }
+            for w in &s.missing_windows {
+                let _ = writeln!(
+                    out,
+                    "       {:width$}  expected window {w} was never reached",
+                    ""
+                );
+            }
+        }
+        if !self.failures.is_empty() {
+            let _ = writeln!(out, "failures:");
+            for f in &self.failures {
+                let _ = writeln!(out, "  {} seed {}:", f.scenario, f.seed);
+                for line in f.failure_text().lines() {
+                    let _ = writeln!(out, "    {line}");
+                }
+                let _ = writeln!(out, "    reproduce with: {}", f.reproduce);
+            }
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            out,
+            "{}: {} runs, {} passed, {} failed, {} errors, {} expected windows missed",
+            match self.verdict {
+                SweepVerdict::Pass => "PASS",
+                SweepVerdict::Fail => "FAIL",
+            },
+            t.runs,
+            t.passed,
+            t.failed,
+            t.errors,
+            t.missing_windows
+        );
+        out
+    }
+}
+
+fn cover(name: &str, expect_windows: &[String], runs: &[&RunRecord]) -> ScenarioCoverage {
+    let mut windows: BTreeMap<String, WindowCoverage> = BTreeMap::new();
+    let (mut passed, mut failed, mut errors) = (0, 0, 0);
+    let mut first_failure: Option<(u64, u64)> = None;
+    for (position, run) in runs.iter().enumerate() {
+        match run.verdict {
+            RunVerdict::Pass => passed += 1,
+            RunVerdict::Fail => failed += 1,
+            RunVerdict::Error => errors += 1,
+        }
+        if !run.verdict.passed() && first_failure.is_none() {
+            first_failure = Some((run.seed, position as u64 + 1));
+        }
+        for (window, count) in &run.windows {
+            let entry = windows.entry(window.clone()).or_default();
+            if *count > 0 {
+                entry.seeds += 1;
+                entry.total += u64::from(*count);
+            }
+        }
+    }
+    for window in expect_windows {
+        windows.entry(window.clone()).or_default();
+    }
+    // A scenario with no runs in this shard has no coverage to judge.
+    let missing_windows = if runs.is_empty() {
+        Vec::new()
+    } else {
+        let unique: BTreeSet<&String> = expect_windows.iter().collect();
+        unique
+            .into_iter()
+            .filter(|w| windows.get(*w).is_none_or(|c| c.seeds == 0))
+            .cloned()
+            .collect()
+    };
+    ScenarioCoverage {
+        name: name.to_owned(),
+        runs: runs.len() as u64,
+        passed,
+        failed,
+        errors,
+        first_failing_seed: first_failure.map(|(seed, _)| seed),
+        seeds_to_first_failure: first_failure.map(|(_, n)| n),
+        windows,
+        expect_windows: expect_windows.to_vec(),
+        missing_windows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::ViolationRecord;
+
+    fn record(scenario: &str, seed: u64, windows: &[(&str, u32)], fail: bool) -> RunRecord {
+        RunRecord {
+            schema: crate::SCHEMA_VERSION,
+            scenario: scenario.to_owned(),
+            seed,
+            design: "correct".to_owned(),
+            verdict: if fail {
+                RunVerdict::Fail
+            } else {
+                RunVerdict::Pass
+            },
+            violations: if fail {
+                vec![ViolationRecord {
+                    invariant: 1,
+                    name: "one_job_per_intent".to_owned(),
+                    message: "two jobs".to_owned(),
+                    evidence: vec![3, 9],
+                    evidence_events: vec![serde_json::json!({"seq": 3})],
+                }]
+            } else {
+                Vec::new()
+            },
+            error: None,
+            windows: windows.iter().map(|(w, c)| ((*w).to_owned(), *c)).collect(),
+            expect_windows: vec!["duplicate_create".to_owned(), "mismatch".to_owned()],
+            trace_hash: format!("h{seed}"),
+            trace_events: 10,
+            steps: 10,
+            sim_ms: 10,
+            stop: "quiescent".to_owned(),
+            reproduce: format!("idem run {scenario} --seed {seed}"),
+        }
+    }
+
+    #[test]
+    fn order_of_arrival_does_not_matter_and_coverage_is_judged() {
+        let scenarios = [SweptScenario {
+            name: "a".to_owned(),
+            expect_windows: vec!["duplicate_create".to_owned(), "mismatch".to_owned()],
+        }];
+        let runs = vec![
+            record("a", 2, &[("duplicate_create", 1), ("mismatch", 0)], true),
+            record("a", 1, &[("duplicate_create", 2), ("mismatch", 0)], false),
+        ];
+        let mut reversed = runs.clone();
+        reversed.reverse();
+        let seeds = SeedRange { start: 1, end: 3 };
+        let shard = Shard { index: 0, count: 1 };
+        let one = SweepSummary::new("correct", seeds, shard, &scenarios, runs);
+        let two = SweepSummary::new("correct", seeds, shard, &scenarios, reversed);
+        assert_eq!(one.to_json(), two.to_json());
+        assert_eq!(one.verdict, SweepVerdict::Fail);
+        let a = &one.scenarios[0];
+        assert_eq!((a.passed, a.failed), (1, 1));
+        assert_eq!(a.missing_windows, vec!["mismatch".to_owned()]);
+        assert_eq!(
+            a.windows["duplicate_create"],
+            WindowCoverage { seeds: 2, total: 3 }
+        );
+        assert_eq!(
+            (a.first_failing_seed, a.seeds_to_first_failure),
+            (Some(2), Some(2))
+        );
+        assert!(one.failures[0].violations[0].evidence_events.is_empty());
+        assert!(
+            one.to_text()
+                .contains("reproduce with: idem run a --seed 2")
+        );
+    }
+}
