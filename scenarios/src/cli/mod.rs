@@ -2,14 +2,23 @@
 //!
 //! Exit codes, for people and CI alike:
 //! - 0: pass (or the command did what it was asked);
-//! - 1: an invariant was violated (or a determinism check diverged);
-//! - 2: usage or input error (bad flags, malformed scenario file, unreachable database).
+//! - 1: an invariant was violated, a determinism check diverged, a run
+//!   could not finish, or a sweep missed an expected race window;
+//! - 2: usage or input error (bad flags, malformed scenario file, unknown
+//!   scenario, unreachable database).
 
+mod common;
+mod determinism;
+mod list;
+mod run;
 mod serve;
+mod sweep;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::load::LoadError;
 
 /// The documented exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,10 +41,27 @@ pub enum CliError {
     Usage(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// An unknown or malformed scenario: printed as `path:line:col: message`
+    /// lines, with nothing in front, so that editors and CI can jump to them.
+    #[error("{0}")]
+    Scenario(#[from] LoadError),
 }
 
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  pass: every invariant held (and, for a sweep, every expected window was reached)
+  1  a violated invariant, a determinism divergence, a run that could not finish,
+     or a sweep that missed an expected race window
+  2  usage or input error: bad flags, an unknown scenario, a malformed scenario file
+     (reported as path:line:col: message), an unreachable database";
+
 #[derive(Debug, Parser)]
-#[command(name = "idem", version, about = "One click, one job: the idem engine and its simulation bench")]
+#[command(
+    name = "idem",
+    version,
+    about = "One click, one job: the idem engine and its simulation bench",
+    after_help = EXIT_CODES
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -43,6 +69,21 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// List the catalogue's scenarios and what each one shows.
+    #[command(after_help = EXIT_CODES)]
+    List(list::ListArgs),
+    /// Print a catalogue scenario's file, to read or to copy and change.
+    #[command(after_help = EXIT_CODES)]
+    Show(list::ShowArgs),
+    /// Run one scenario under one seed and judge it.
+    #[command(after_help = EXIT_CODES)]
+    Run(run::RunArgs),
+    /// Run many seeds of one or more scenarios in parallel, for CI.
+    #[command(after_help = EXIT_CODES)]
+    Sweep(sweep::SweepArgs),
+    /// Run one seed twice and check that the traces are identical.
+    #[command(after_help = EXIT_CODES)]
+    CheckDeterminism(determinism::CheckDeterminismArgs),
     /// Apply the database migrations.
     Migrate(serve::MigrateArgs),
     /// Run the HTTP API, worker and reconciler.
@@ -56,12 +97,21 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::List(args) => list::list(args),
+        Command::Show(args) => list::show(args),
+        Command::Run(args) => run::run(args),
+        Command::Sweep(args) => sweep::sweep(args),
+        Command::CheckDeterminism(args) => determinism::check_determinism(args),
         Command::Migrate(args) => serve::migrate(args),
         Command::Serve(args) => serve::serve(args),
         Command::ProviderServer(args) => serve::provider_server(args),
     };
     match outcome {
         Ok(exit) => exit.into(),
+        Err(CliError::Scenario(LoadError::Invalid(errors))) => {
+            eprintln!("{errors}");
+            Exit::Usage.into()
+        }
         Err(e) => {
             eprintln!("idem: {e}");
             Exit::Usage.into()

@@ -253,7 +253,9 @@ pub fn serve(args: ServeArgs) -> Result<Exit, CliError> {
             }
             StoreKind::Postgres => {
                 let url = args.database_url.as_deref().ok_or_else(|| {
-                    CliError::Usage("--store postgres needs --database-url (or DATABASE_URL)".into())
+                    CliError::Usage(
+                        "--store postgres needs --database-url (or DATABASE_URL)".into(),
+                    )
                 })?;
                 let store = PgStore::connect(url, 16)
                     .await
@@ -335,7 +337,10 @@ mod tests {
 
     #[test]
     fn provider_urls_become_authorities() {
-        assert_eq!(authority("http://127.0.0.1:9001").ok(), Some("127.0.0.1:9001".into()));
+        assert_eq!(
+            authority("http://127.0.0.1:9001").ok(),
+            Some("127.0.0.1:9001".into())
+        );
         assert_eq!(authority("http://p:80/").ok(), Some("p:80".into()));
         assert!(authority("https://p:80").is_err());
         assert!(authority("http://p:80/v1").is_err());

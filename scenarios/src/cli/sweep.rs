@@ -1,0 +1,307 @@
+//! `idem sweep`: many seeds of one or more scenarios, over every core.
+//!
+//! Each seed runs wholly inside one worker thread (a simulation is
+//! single-threaded and not `Send` inside); workers take the next
+//! (scenario, seed) from a shared counter. Results are put back in
+//! (scenario, seed) order before anything is printed or written, so the
+//! summary, the JSON and the JUnit files are the same whatever `--jobs` is.
+
+use std::io::IsTerminal;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use idem_core::design::Design;
+use idem_reports::sweep::{SeedRange, Shard, SweptScenario};
+use idem_reports::{RunRecord, SweepSummary};
+
+use super::common::{emit, execute, record, window_name};
+use super::{CliError, Exit};
+use crate::load::{Loaded, load, load_catalog};
+
+/// The most seeds one sweep may name.
+pub const SEEDS_MAX: u64 = 1_000_000;
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Catalogue names or scenario files.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub scenarios: Vec<String>,
+    /// Sweep the whole catalogue.
+    #[arg(long)]
+    pub all: bool,
+    /// Seeds: `A..B` (B excluded), `A..=B`, or one seed `N`.
+    #[arg(long)]
+    pub seeds: Seeds,
+    /// Worker threads (default: the number of cores).
+    #[arg(long)]
+    pub jobs: Option<NonZeroUsize>,
+    /// Run only the seeds whose index in the range is congruent to `i`
+    /// modulo `n` (`--shard 0/4` ... `--shard 3/4`). Window coverage is
+    /// judged on this shard's seeds alone.
+    #[arg(long, value_name = "i/n")]
+    pub shard: Option<ShardArg>,
+    /// The design under test (see `idem run --help`).
+    #[arg(long, default_value = "correct")]
+    pub design: Design,
+    /// Write the summary as JSON here (schema in scenarios/README.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+}
+
+/// A seed range, end excluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seeds {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl FromStr for Seeds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let number = |t: &str| {
+            t.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{t:?} is not a seed (a whole number)"))
+        };
+        let (start, end) = if let Some((a, b)) = s.split_once("..=") {
+            let b = number(b)?;
+            (
+                number(a)?,
+                b.checked_add(1)
+                    .ok_or("the range ends past the last seed")?,
+            )
+        } else if let Some((a, b)) = s.split_once("..") {
+            (number(a)?, number(b)?)
+        } else {
+            let n = number(s)?;
+            (n, n.checked_add(1).ok_or("the seed is past the last seed")?)
+        };
+        if start >= end {
+            return Err(format!("the range {s} holds no seeds"));
+        }
+        if end - start > SEEDS_MAX {
+            return Err(format!("at most {SEEDS_MAX} seeds per sweep"));
+        }
+        Ok(Seeds { start, end })
+    }
+}
+
+/// `i/n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardArg {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl FromStr for ShardArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or("a shard is written i/n, like 0/4")?;
+        let index: u64 = i
+            .trim()
+            .parse()
+            .map_err(|_| format!("{i:?} is not a shard index"))?;
+        let count: u64 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("{n:?} is not a shard count"))?;
+        if count == 0 || index >= count {
+            return Err(format!(
+                "shard {s}: the index must be below the count (0/{n} to {}/{n})",
+                count.max(1) - 1
+            ));
+        }
+        Ok(ShardArg { index, count })
+    }
+}
+
+impl Seeds {
+    /// The seeds of shard `shard`, in order.
+    pub fn shard(self, shard: ShardArg) -> Vec<u64> {
+        (self.start..self.end)
+            .enumerate()
+            .filter(|(index, _)| *index as u64 % shard.count == shard.index)
+            .map(|(_, seed)| seed)
+            .collect()
+    }
+}
+
+pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
+    let mut scenarios: Vec<Loaded> = if args.all {
+        load_catalog()?
+    } else {
+        args.scenarios
+            .iter()
+            .map(|t| load(t))
+            .collect::<Result<_, _>>()?
+    };
+    scenarios.sort_by(|a, b| a.scenario.name.cmp(&b.scenario.name));
+    if let Some(pair) = scenarios
+        .windows(2)
+        .find(|p| p[0].scenario.name == p[1].scenario.name)
+    {
+        return Err(CliError::Usage(format!(
+            "two scenarios are named {:?}; a sweep needs distinct names",
+            pair[0].scenario.name
+        )));
+    }
+    let shard = args.shard.unwrap_or(ShardArg { index: 0, count: 1 });
+    let seeds = args.seeds.shard(shard);
+    if seeds.is_empty() {
+        return Err(CliError::Usage(format!(
+            "shard {}/{} of seeds {}..{} holds no seeds",
+            shard.index, shard.count, args.seeds.start, args.seeds.end
+        )));
+    }
+    let jobs = args
+        .jobs
+        .or_else(|| std::thread::available_parallelism().ok())
+        .map_or(1, NonZeroUsize::get);
+    let work: Vec<(usize, u64)> = (0..scenarios.len())
+        .flat_map(|s| seeds.iter().map(move |seed| (s, *seed)))
+        .collect();
+    // Wall time for the person watching; it never enters the summary.
+    #[allow(clippy::disallowed_methods)]
+    let started = Instant::now();
+    let records = run_all(&scenarios, &work, jobs, args.design);
+    let elapsed = started.elapsed();
+    let swept: Vec<SweptScenario> = scenarios
+        .iter()
+        .map(|l| SweptScenario {
+            name: l.scenario.name.clone(),
+            expect_windows: l
+                .scenario
+                .expect_windows
+                .iter()
+                .copied()
+                .map(window_name)
+                .collect(),
+        })
+        .collect();
+    let summary = SweepSummary::new(
+        args.design.name(),
+        SeedRange {
+            start: args.seeds.start,
+            end: args.seeds.end,
+        },
+        Shard {
+            index: shard.index,
+            count: shard.count,
+        },
+        &swept,
+        records,
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, summary.to_json())
+            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &args.junit {
+        let xml =
+            idem_reports::junit::render(&summary).map_err(|e| CliError::Usage(e.to_string()))?;
+        std::fs::write(path, xml)
+            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+    }
+    emit(&summary.to_text());
+    eprintln!(
+        "{} runs on {jobs} threads in {:.1} s",
+        work.len(),
+        elapsed.as_secs_f64()
+    );
+    Ok(if summary.passed() {
+        Exit::Pass
+    } else {
+        Exit::Violation
+    })
+}
+
+/// Runs every (scenario, seed) over `jobs` threads; the records come back
+/// in `work` order.
+fn run_all(
+    scenarios: &[Loaded],
+    work: &[(usize, u64)],
+    jobs: usize,
+    design: Design,
+) -> Vec<RunRecord> {
+    let progress = if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(work.len() as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    progress.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} runs, {msg} [{elapsed_precise}, eta {eta}]",
+        )
+        .expect("a valid template"),
+    );
+    let failed = AtomicUsize::new(0);
+    progress.set_message("0 failed");
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<RunRecord>>> = Mutex::new(vec![None; work.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(work.len()) {
+            scope.spawn(|| {
+                // Bounded: each pass claims one index below work.len().
+                loop {
+                    let index = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&(s, seed)) = work.get(index) else {
+                        break;
+                    };
+                    let loaded = &scenarios[s];
+                    let outcome = execute(&loaded.scenario, seed, design);
+                    let record = record(
+                        &loaded.scenario,
+                        &loaded.target,
+                        seed,
+                        design,
+                        &outcome,
+                        false,
+                    );
+                    drop(outcome);
+                    if !record.verdict.passed() {
+                        let n = failed.fetch_add(1, Ordering::SeqCst) + 1;
+                        progress.set_message(format!("{n} failed"));
+                    }
+                    slots.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(record);
+                    progress.inc(1);
+                }
+            });
+        }
+    });
+    progress.finish_and_clear();
+    slots
+        .into_inner()
+        .unwrap_or_else(PoisonError::into_inner)
+        .into_iter()
+        .map(|r| r.expect("every claimed index is filled before the scope ends"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_and_shards_parse() {
+        assert_eq!("3..6".parse(), Ok(Seeds { start: 3, end: 6 }));
+        assert_eq!("3..=6".parse(), Ok(Seeds { start: 3, end: 7 }));
+        assert_eq!("9".parse(), Ok(Seeds { start: 9, end: 10 }));
+        assert!("6..3".parse::<Seeds>().is_err());
+        assert!("a..3".parse::<Seeds>().is_err());
+        let seeds = Seeds { start: 10, end: 20 };
+        assert_eq!(seeds.shard("1/4".parse().expect("valid")), vec![11, 15, 19]);
+        assert!("4/4".parse::<ShardArg>().is_err());
+        assert!("0/0".parse::<ShardArg>().is_err());
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests of idem-scenarios: the catalogue, validation errors,
+//! and the command line.
+
+mod catalog;
+mod cli;
+mod validation;
