@@ -11,8 +11,9 @@
 use serde_json::{Number, Value};
 use sha2::{Digest, Sha256};
 
-/// The largest integer an f64 holds exactly (2^53).
-const F64_EXACT_INT_MAX: f64 = 9_007_199_254_740_992.0;
+/// 2^63 and 2^64: integral floats below these convert exactly to i64 / u64.
+const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
 
 /// Returns `value` with every number in canonical form. Object key order is
 /// left to the map; [`canonical_json`] sorts on output.
@@ -36,10 +37,16 @@ fn canonical_number(n: &Number) -> Number {
     let Some(f) = n.as_f64() else {
         return n.clone();
     };
-    if f.fract() == 0.0 && f.abs() <= F64_EXACT_INT_MAX {
-        // Exact: |f| <= 2^53, so the cast loses nothing; -0.0 becomes 0.
+    // An integral float is the integer it spells, as PostgreSQL's numeric
+    // (and so jsonb) reads it back: 1e16 is 10000000000000000. The casts
+    // are exact inside the ranges checked; -0.0 becomes 0.
+    if f.fract() == 0.0 && f.abs() < TWO_POW_63 {
         #[allow(clippy::cast_possible_truncation)]
         return Number::from(f as i64);
+    }
+    if f.fract() == 0.0 && f > 0.0 && f < TWO_POW_64 {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        return Number::from(f as u64);
     }
     Number::from_f64(f).unwrap_or_else(|| n.clone())
 }
@@ -158,6 +165,8 @@ mod tests {
         check(r#"{"a":1,"b":[1,2]}"#, r#"{ "b" : [1, 2], "a" : 1 }"#, true);
         check(r#"{"n":1}"#, r#"{"n":1.0}"#, true);
         check(r#"{"n":100}"#, r#"{"n":1e2}"#, true);
+        check(r#"{"n":10000000000000000}"#, r#"{"n":1e16}"#, true);
+        check(r#"{"n":10000000000000000000}"#, r#"{"n":1e19}"#, true);
         check(r#"{"n":-0.0}"#, r#"{"n":0}"#, true);
         check(r#"{"n":0.5}"#, r#"{"n":5e-1}"#, true);
         check(r#"{"s":"\u00e9"}"#, r#"{"s":"é"}"#, true);

@@ -24,7 +24,7 @@ use idem_core::provider::{Provider, ProviderSet};
 use idem_core::reconciler::Reconciler;
 use idem_core::store::Store;
 use idem_core::store::faults::FaultPlan;
-use idem_core::store::mem::MemStore;
+use idem_core::store::mem::{Constraints, MemStore};
 use idem_core::worker::Worker;
 use serde_json::json;
 
@@ -95,7 +95,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         .build();
     let mut world = World {
         sim,
-        store: Arc::new(MemStore::new()),
+        store: Arc::new(MemStore::with_constraints(Constraints::for_design(design))),
         store_plan: FaultPlan::default(),
         recorder: Recorder::new(),
         providers: BTreeMap::new(),

@@ -35,6 +35,7 @@ use super::{
     Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
+use crate::design::Design;
 use crate::fingerprint;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
@@ -51,6 +52,9 @@ pub struct Constraints {
     pub owner_key_unique: bool,
     /// The partial unique index `attempts_one_open`.
     pub one_open_attempt: bool,
+    /// The completion's `WHERE version = $2 AND completed_by IS NULL`.
+    /// Without it the last writer wins.
+    pub completion_cas: bool,
 }
 
 impl Default for Constraints {
@@ -58,6 +62,19 @@ impl Default for Constraints {
         Self {
             owner_key_unique: true,
             one_open_attempt: true,
+            completion_cas: true,
+        }
+    }
+}
+
+impl Constraints {
+    /// What the schema of `design` enforces: a naive design that does
+    /// without a constraint runs against a store that lacks it.
+    pub fn for_design(design: Design) -> Self {
+        Self {
+            owner_key_unique: design != Design::CheckThenInsert,
+            one_open_attempt: design != Design::UnguardedAttempts,
+            completion_cas: design != Design::LastWriterWins,
         }
     }
 }
@@ -460,8 +477,9 @@ impl Store for MemStore {
             .jobs
             .get(&completion.job_id)
             .ok_or(StoreError::JobNotFound(completion.job_id))?;
-        // The compare-and-swap.
-        if job.version == attempt.read_version && job.completed_by.is_none() {
+        // The compare-and-swap (unless a naive design dropped it).
+        let swap = job.version == attempt.read_version && job.completed_by.is_none();
+        if swap || !self.constraints.completion_cas {
             let job = t.job_mut(completion.job_id);
             job.result = Some(output.clone());
             job.completed_by = Some(attempt.id);
