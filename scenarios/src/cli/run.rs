@@ -1,6 +1,7 @@
 //! `idem run`: one scenario, one seed, the verdict and its evidence.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
@@ -10,6 +11,7 @@ use tracing_subscriber::fmt::time::FormatTime;
 use idem_core::design::Design;
 use idem_reports::{RunRecord, RunVerdict};
 use idem_sim::run::RunOutcome;
+use idem_sim::trace::Trace;
 
 use super::common::{emit, execute, record};
 use super::{CliError, Exit};
@@ -78,6 +80,7 @@ fn run_logged(
         .with_timer(SimTime)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .finish();
     tracing::subscriber::with_default(subscriber, || execute(scenario, seed, design))
 }
@@ -103,7 +106,11 @@ pub fn run(args: RunArgs) -> Result<Exit, CliError> {
             "{}\n",
             serde_json::to_string_pretty(&record).expect("a run record serializes")
         )),
-        Format::Text => emit(&text(&record, args.trace.as_deref())),
+        Format::Text => emit(&text(
+            &record,
+            outcome.as_ref().ok().map(|o| &o.trace),
+            args.trace.as_deref(),
+        )),
     }
     Ok(if record.verdict.passed() {
         Exit::Pass
@@ -112,8 +119,14 @@ pub fn run(args: RunArgs) -> Result<Exit, CliError> {
     })
 }
 
-/// The human rendering of one run.
-pub fn text(record: &RunRecord, trace_path: Option<&std::path::Path>) -> String {
+/// The human rendering of one run. Evidence events are printed exactly as
+/// the trace's JSON lines have them, so they can be searched for in a
+/// `--trace` file.
+pub fn text(
+    record: &RunRecord,
+    trace: Option<&Trace>,
+    trace_path: Option<&std::path::Path>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -125,7 +138,9 @@ pub fn text(record: &RunRecord, trace_path: Option<&std::path::Path>) -> String 
             let _ = writeln!(out, "verdict: PASS, every invariant held");
         }
         RunVerdict::Fail => {
-            let _ = writeln!(out, "verdict: FAIL, {} violations", record.violations.len());
+            let n = record.violations.len();
+            let plural = if n == 1 { "" } else { "s" };
+            let _ = writeln!(out, "verdict: FAIL, {n} violation{plural}");
         }
         RunVerdict::Error => {
             let _ = writeln!(
@@ -141,8 +156,13 @@ pub fn text(record: &RunRecord, trace_path: Option<&std::path::Path>) -> String 
             "  invariant {} ({}): {}",
             v.invariant, v.name, v.message
         );
-        for event in &v.evidence_events {
-            let _ = writeln!(out, "    {event}");
+        let events = v
+            .evidence
+            .iter()
+            .filter_map(|seq| trace?.events.get(usize::try_from(*seq).ok()?));
+        for event in events {
+            let line = serde_json::to_string(event).expect("trace events serialize");
+            let _ = writeln!(out, "    {line}");
         }
     }
     if record.verdict != RunVerdict::Error {
