@@ -35,9 +35,10 @@ pub struct ViolationRecord {
     pub message: String,
     /// `seq`s of the trace events that show it.
     pub evidence: Vec<u64>,
-    /// Those trace events, as they appear in the trace's JSON lines. Only
-    /// `idem run` fills this; a sweep leaves it empty (the repro command
-    /// brings it back) so that its summary stays small.
+    /// Those trace events, as JSON objects with the fields of their trace
+    /// lines (object keys sorted). Only `idem run` fills this; a sweep
+    /// leaves it empty (the repro command brings it back) so that its
+    /// summary stays small.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence_events: Vec<serde_json::Value>,
 }
