@@ -103,7 +103,13 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             .topology
             .providers
             .iter()
-            .map(|p| (p.name.clone(), p.behaviour.clone()))
+            .map(|p| {
+                // The run's seed reaches the provider's own draws (jitter,
+                // errors): the file's seed alone would repeat them on every run.
+                let mut behaviour = p.behaviour.clone();
+                behaviour.seed = child_seed(seed ^ behaviour.seed, &format!("provider/{}", p.name));
+                (p.name.clone(), behaviour)
+            })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
         facts: WorldFacts {
@@ -231,7 +237,8 @@ fn register_store(world: &mut World) {
 
 fn register_providers(world: &mut World, scenario: &Scenario) {
     for profile in &scenario.topology.providers {
-        let server = ProviderServer::named(&profile.name, profile.behaviour.clone());
+        let behaviour = world.provider_profiles[&profile.name].clone();
+        let server = ProviderServer::named(&profile.name, behaviour);
         let (recorder, name, host_name) = (
             world.recorder.clone(),
             profile.name.clone(),

@@ -9,7 +9,7 @@ use idem_core::model::JobId;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};
-use super::index::RunIndex;
+use super::index::{Created, RunIndex};
 use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
@@ -29,14 +29,73 @@ struct Sightings {
     responses: Vec<u64>,
 }
 
+/// The create requests each owner sent, in trace order:
+/// (seq, the key the client sent, the body's fingerprint).
+fn create_requests<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>> {
+    let mut requests: BTreeMap<&str, Vec<(u64, &str, &str)>> = BTreeMap::new();
+    for event in run.events() {
+        let TraceBody::HttpRequest {
+            client,
+            method,
+            path,
+            idempotency_key: Some(key),
+            body_fingerprint: Some(fingerprint),
+            ..
+        } = &event.body
+        else {
+            continue;
+        };
+        if method != "POST" || path.trim_end_matches('/') != "/v1/jobs" {
+            continue;
+        }
+        let Some(owner) = run.input.facts.client_owners.get(client.as_str()) else {
+            continue;
+        };
+        requests.entry(owner.as_str()).or_default().push((
+            event.seq,
+            key.as_str(),
+            fingerprint.as_str(),
+        ));
+    }
+    requests
+}
+
+/// The intent a created job belongs to: the key the user sent. Normally
+/// the stored key is that key; a design that rewrites keys (scoping them to
+/// a session, say) stores another, so the job is traced back to the latest
+/// earlier request of its owner with the same body.
+fn intent_key<'a>(
+    requests: &BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>>,
+    created: &Created<'a>,
+) -> &'a str {
+    let Some(sent) = requests.get(created.owner) else {
+        return created.key;
+    };
+    let earlier = || sent.iter().filter(|(seq, _, _)| *seq < created.seq);
+    if earlier().any(|(_, key, _)| *key == created.key) {
+        return created.key;
+    }
+    earlier()
+        .filter(|(_, _, fingerprint)| *fingerprint == created.fingerprint)
+        .last()
+        .map_or(created.key, |(_, key, _)| key)
+}
+
 /// Invariant 1. Every job the run associates with one intent (a row of the
 /// dump, a `job_created`, a 2xx create naming it) must be the same job, and
-/// the store must have created it once.
+/// the store must have created it once. Intents are what users sent: a row
+/// counts under the intent its creation is traced back to.
 fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
+    let requests = create_requests(run);
     let mut intents: BTreeMap<(&str, &str), BTreeMap<JobId, Sightings>> = BTreeMap::new();
     for job in run.jobs.values() {
+        let key = run
+            .created
+            .get(&job.id)
+            .and_then(|c| c.first())
+            .map_or(job.idempotency_key.as_str(), |c| intent_key(&requests, c));
         intents
-            .entry((job.owner_id.0.as_str(), job.idempotency_key.as_str()))
+            .entry((job.owner_id.0.as_str(), key))
             .or_default()
             .entry(job.id)
             .or_default()
@@ -44,7 +103,7 @@ fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
     }
     for created in run.created.values().flatten() {
         intents
-            .entry((created.owner, created.key))
+            .entry((created.owner, intent_key(&requests, created)))
             .or_default()
             .entry(created.job)
             .or_default()
