@@ -34,6 +34,11 @@ pub enum Design {
     SessionScopedKey,
     /// A completion whose acknowledgement is lost is called lost, unchecked.
     LostAckMeansLost,
+    /// Not a design anyone would choose: a bug planted on purpose (the
+    /// compare-and-swap's `completed_by IS NULL` swapped for `IS NOT NULL`)
+    /// so that a test can show the property test finding and shrinking a
+    /// real defect. Outside `ALL`: the mutants matrix does not list it.
+    PlantedSwappedCas,
 }
 
 impl Design {
@@ -65,6 +70,7 @@ impl Design {
             Design::BlindFailover => "blind-failover",
             Design::SessionScopedKey => "session-scoped-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
+            Design::PlantedSwappedCas => "planted-swapped-cas",
         }
     }
 }
@@ -88,6 +94,7 @@ impl FromStr for Design {
         Design::ALL
             .iter()
             .copied()
+            .chain([Design::PlantedSwappedCas])
             .find(|d| d.name() == s)
             .ok_or_else(|| UnknownDesign(s.to_owned()))
     }
@@ -107,6 +114,8 @@ mod tests {
             );
         }
         assert!("nope".parse::<Design>().is_err());
+        assert_eq!("planted-swapped-cas".parse(), Ok(Design::PlantedSwappedCas));
+        assert!(!Design::ALL.contains(&Design::PlantedSwappedCas));
         assert_eq!(Design::mutants().count(), 8);
     }
 }

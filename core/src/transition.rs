@@ -71,8 +71,8 @@ pub enum Guard {
 }
 
 /// The guard rule of the brief (§4) over a job's state and its attempts.
-/// `allow_while_running` is the hedging policy: only a hedge may start while
-/// another attempt is running.
+/// `allow_while_running` is the hedging policy: a hedge may start while one
+/// other attempt is running, never while two are.
 pub fn guard(
     job_state: JobState,
     attempts: &[(AttemptId, AttemptState)],
@@ -81,9 +81,16 @@ pub fn guard(
     if job_state.is_terminal() {
         return Guard::Completed { state: job_state };
     }
-    let blocking = attempts.iter().find(|(_, state)| {
-        blocks_new_attempts(*state) || (!allow_while_running && *state == Running)
-    });
+    let running_allowed = usize::from(allow_while_running);
+    let blocking = attempts
+        .iter()
+        .find(|(_, state)| blocks_new_attempts(*state))
+        .or_else(|| {
+            attempts
+                .iter()
+                .filter(|(_, state)| *state == Running)
+                .nth(running_allowed)
+        });
     match blocking {
         Some((attempt, state)) => Guard::InFlight {
             attempt: *attempt,

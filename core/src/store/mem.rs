@@ -55,6 +55,8 @@ pub struct Constraints {
     /// The completion's `WHERE version = $2 AND completed_by IS NULL`.
     /// Without it the last writer wins.
     pub completion_cas: bool,
+    /// The planted bug: `completed_by IS NOT NULL` instead of `IS NULL`.
+    pub completion_cas_swapped: bool,
 }
 
 impl Default for Constraints {
@@ -63,6 +65,7 @@ impl Default for Constraints {
             owner_key_unique: true,
             one_open_attempt: true,
             completion_cas: true,
+            completion_cas_swapped: false,
         }
     }
 }
@@ -75,6 +78,7 @@ impl Constraints {
             owner_key_unique: design != Design::CheckThenInsert,
             one_open_attempt: design != Design::UnguardedAttempts,
             completion_cas: design != Design::LastWriterWins,
+            completion_cas_swapped: design == Design::PlantedSwappedCas,
         }
     }
 }
@@ -329,8 +333,10 @@ impl Store for MemStore {
         let refusal = if job_state.is_terminal() {
             Some(StartOutcome::Completed { state: job_state })
         } else {
+            // Strict: no other attempt may be running; hedged: one may.
             t.job_attempts(new.job_id)
-                .find(|a| !new.allow_while_running && a.state == AttemptState::Running)
+                .filter(|a| a.state == AttemptState::Running)
+                .nth(usize::from(new.allow_while_running))
                 .map(|running| StartOutcome::InFlight {
                     attempt: running.id,
                     state: AttemptState::Running,
@@ -478,7 +484,8 @@ impl Store for MemStore {
             .get(&completion.job_id)
             .ok_or(StoreError::JobNotFound(completion.job_id))?;
         // The compare-and-swap (unless a naive design dropped it).
-        let swap = job.version == attempt.read_version && job.completed_by.is_none();
+        let unclaimed = job.completed_by.is_none() != self.constraints.completion_cas_swapped;
+        let swap = job.version == attempt.read_version && unclaimed;
         if swap || !self.constraints.completion_cas {
             let job = t.job_mut(completion.job_id);
             job.result = Some(output.clone());

@@ -70,8 +70,10 @@ pub struct NewAttempt {
     pub job_id: JobId,
     pub provider: String,
     pub at: Timestamp,
-    /// Hedging: whether the attempt may start while another one is running.
-    /// Starting and unknown attempts block regardless.
+    /// Hedging: whether the attempt may start while one other attempt is
+    /// running (the one it hedges). Two running attempts block regardless,
+    /// and so do starting and unknown ones: at most two executions of a job
+    /// can ever be under way, so at most two can be billed.
     pub allow_while_running: bool,
 }
 

@@ -132,21 +132,24 @@ impl PgStore {
             tx.rollback().await.map_err(classify)?;
             return Ok(Some(StartOutcome::Completed { state: job_state }));
         }
-        if !new.allow_while_running {
-            let running = sqlx::query(
-                "select id from attempts where job_id = $1 and state = 'running' order by seq limit 1",
-            )
-            .bind(new.job_id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-            if let Some(row) = running {
-                tx.rollback().await.map_err(classify)?;
-                return Ok(Some(StartOutcome::InFlight {
-                    attempt: AttemptId(row.try_get("id").map_err(classify)?),
-                    state: AttemptState::Running,
-                }));
-            }
+        // Strict: no other attempt may be running. Hedged: one may (the
+        // attempt being hedged), never two.
+        let running_allowed = i64::from(new.allow_while_running);
+        let running = sqlx::query(
+            "select id from attempts where job_id = $1 and state = 'running'
+              order by seq offset $2 limit 1",
+        )
+        .bind(new.job_id.0)
+        .bind(running_allowed)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if let Some(row) = running {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(Some(StartOutcome::InFlight {
+                attempt: AttemptId(row.try_get("id").map_err(classify)?),
+                state: AttemptState::Running,
+            }));
         }
         let inserted = sqlx::query(
             "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)

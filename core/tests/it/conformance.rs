@@ -650,6 +650,23 @@ async fn start_refused_while_running_unless_allowed(store: &dyn Store) -> TestRe
     };
     assert_eq!((attempt.seq, attempt.state), (2, Starting));
     assert_eq!(attempt.provider, FALLBACK);
+    // Two running attempts block even a hedge: at most two executions of
+    // a job are ever under way.
+    let moved = store
+        .transition_attempt(attempt.id, Running, None, at(9600))
+        .await?;
+    assert!(
+        matches!(moved, TransitionOutcome::Moved { .. }),
+        "{moved:?}"
+    );
+    let third = store.start_attempt(hedge(3, job, at(9700))).await?;
+    assert_eq!(
+        third,
+        StartOutcome::InFlight {
+            attempt: attempt.id,
+            state: Running
+        }
+    );
     Ok(())
 }
 

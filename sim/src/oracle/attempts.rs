@@ -33,27 +33,35 @@ fn is_legal_move(from: AttemptState, to: AttemptState) -> bool {
     )
 }
 
-/// Whether an attempt in `state` forbids a new attempt of its job. Starting
-/// and unknown always do (the provider may have the request and nobody
-/// knows the outcome); running does unless the policy hedges.
-fn blocks_new_attempt(state: AttemptState, policy: Policy) -> bool {
-    match state {
-        AttemptState::Starting | AttemptState::Unknown => true,
-        AttemptState::Running => !matches!(policy, Policy::Hedged { .. }),
-        _ => false,
+/// How many other attempts may be running when one starts: none under
+/// the strict policy; one (the attempt being hedged) when hedging.
+fn running_allowed(policy: Policy) -> usize {
+    match policy {
+        Policy::Strict => 0,
+        Policy::Hedged { .. } => 1,
     }
 }
 
 /// Invariant 4: at each start, the replayed states of the job's other
-/// attempts must allow it, and the job must not have ended.
+/// attempts must allow it, and the job must not have ended. Starting and
+/// unknown attempts always block (the provider may have the request and
+/// nobody knows the outcome); running ones block past the policy's bound.
 fn guard(run: &RunIndex<'_>, findings: &mut Findings) {
     let policy = run.input.facts.policy;
     for start in &run.replay.starts {
-        let blockers: Vec<&(AttemptId, AttemptState, u64)> = start
+        let running: Vec<&(AttemptId, AttemptState, u64)> = start
             .others
             .iter()
-            .filter(|(_, state, _)| blocks_new_attempt(*state, policy))
+            .filter(|(_, state, _)| *state == AttemptState::Running)
             .collect();
+        let mut blockers: Vec<&(AttemptId, AttemptState, u64)> = start
+            .others
+            .iter()
+            .filter(|(_, state, _)| matches!(state, AttemptState::Starting | AttemptState::Unknown))
+            .collect();
+        if running.len() > running_allowed(policy) {
+            blockers.extend(running);
+        }
         if !blockers.is_empty() {
             let described: Vec<String> = blockers
                 .iter()
