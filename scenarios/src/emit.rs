@@ -1,0 +1,417 @@
+//! Writing a runtime [`Scenario`] back as a scenario file, every field
+//! explicit. Used to save what the property test found (a shrunk schedule)
+//! under `scenarios/regressions/`, where `idem run` replays it. Reading the
+//! text back with [`crate::validate::scenario_from_str`] gives the same
+//! scenario; a test holds the two together.
+
+use serde::Serialize;
+use serde_json::Value as Json;
+use toml::{Table, Value};
+
+use idem_core::engine::Policy;
+use idem_sim::scenario::{Action, Fault, Scenario, When};
+
+/// Why a scenario cannot be written as a file.
+#[derive(Debug, thiserror::Error)]
+pub enum EmitError {
+    #[error("{what} = {value} does not fit a TOML integer")]
+    TooLarge { what: &'static str, value: u64 },
+    #[error("request params hold a JSON null, which TOML cannot express")]
+    NullParam,
+    #[error("cannot write TOML: {0}")]
+    Toml(#[from] toml::ser::Error),
+}
+
+/// The scenario as file text, headed by `comment` (one `#` line per line).
+pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> {
+    let mut root = Table::new();
+    root.insert(
+        "description".into(),
+        Value::String(scenario.description.clone()),
+    );
+    root.insert(
+        "expect_windows".into(),
+        Value::Array(
+            scenario
+                .expect_windows
+                .iter()
+                .map(|w| Value::String(name_of(w)))
+                .collect(),
+        ),
+    );
+    root.insert("policy".into(), Value::Table(policy(scenario.policy)?));
+    let timing = scenario.timing;
+    root.insert(
+        "timing".into(),
+        table([
+            ("tick_ms", int("tick_ms", timing.tick_ms)?),
+            ("settle_ms", int("settle_ms", timing.settle_ms)?),
+            (
+                "latency_ms_min",
+                int("latency_ms_min", timing.latency_ms_min)?,
+            ),
+            (
+                "latency_ms_max",
+                int("latency_ms_max", timing.latency_ms_max)?,
+            ),
+        ]),
+    );
+    let topology = &scenario.topology;
+    root.insert(
+        "topology".into(),
+        table([
+            (
+                "api_replicas",
+                Value::Integer(i64::from(topology.api_replicas)),
+            ),
+            ("workers", Value::Integer(i64::from(topology.workers))),
+            ("reconciler", Value::Boolean(topology.reconciler)),
+            (
+                "store_timeout_ms",
+                int("store_timeout_ms", topology.store_timeout_ms)?,
+            ),
+        ]),
+    );
+    let worker = &topology.worker;
+    root.insert(
+        "worker".into(),
+        table([
+            (
+                "poll_interval_ms",
+                int("poll_interval_ms", worker.poll_interval_ms)?,
+            ),
+            (
+                "connect_timeout_ms",
+                int("connect_timeout_ms", worker.connect_timeout_ms)?,
+            ),
+            (
+                "attempt_deadline_ms",
+                int("attempt_deadline_ms", worker.attempt_deadline_ms)?,
+            ),
+            (
+                "attempts_max",
+                Value::Integer(i64::from(worker.attempts_max)),
+            ),
+            (
+                "jobs_per_tick_max",
+                Value::Integer(i64::from(worker.jobs_per_tick_max)),
+            ),
+        ]),
+    );
+    let reconciler = &topology.reconciler_config;
+    root.insert(
+        "reconciler".into(),
+        table([
+            (
+                "poll_interval_ms",
+                int("poll_interval_ms", reconciler.poll_interval_ms)?,
+            ),
+            (
+                "starting_stale_ms",
+                int("starting_stale_ms", reconciler.starting_stale_ms)?,
+            ),
+            (
+                "running_stale_ms",
+                int("running_stale_ms", reconciler.running_stale_ms)?,
+            ),
+            (
+                "unknown_max_ms",
+                int("unknown_max_ms", reconciler.unknown_max_ms)?,
+            ),
+            (
+                "attempts_per_pass_max",
+                Value::Integer(i64::from(reconciler.attempts_per_pass_max)),
+            ),
+        ]),
+    );
+    let mut providers = Vec::with_capacity(topology.providers.len());
+    for p in &topology.providers {
+        let b = &p.behaviour;
+        providers.push(table([
+            ("name", Value::String(p.name.clone())),
+            ("model", Value::String(p.model.clone())),
+            ("certified", Value::Boolean(p.certified)),
+            ("latency_ms", int("latency_ms", b.latency_ms)?),
+            (
+                "latency_jitter_ms",
+                int("latency_jitter_ms", b.latency_jitter_ms)?,
+            ),
+            (
+                "error_per_mille",
+                Value::Integer(i64::from(b.error_per_mille)),
+            ),
+            ("hang", Value::Boolean(b.hang)),
+            ("stall", Value::Boolean(b.stall)),
+            (
+                "honour_idempotency_keys",
+                Value::Boolean(b.honour_idempotency_keys),
+            ),
+            ("supports_status", Value::Boolean(b.supports_status)),
+            ("supports_cancel", Value::Boolean(b.supports_cancel)),
+            ("contract", Value::String(name_of(&b.contract))),
+            ("seed", int("seed", b.seed)?),
+        ]));
+    }
+    root.insert("providers".into(), Value::Array(providers));
+    let mut clients = Vec::with_capacity(scenario.clients.len());
+    for c in &scenario.clients {
+        let mut actions = Vec::with_capacity(c.actions.len());
+        for a in &c.actions {
+            actions.push(action(a)?);
+        }
+        clients.push(table([
+            ("name", Value::String(c.name.clone())),
+            ("owner", Value::String(c.owner.clone())),
+            (
+                "request_timeout_ms",
+                int("request_timeout_ms", c.request_timeout_ms)?,
+            ),
+            ("await_outcome", Value::Boolean(c.await_outcome)),
+            ("actions", Value::Array(actions)),
+        ]));
+    }
+    root.insert("clients".into(), Value::Array(clients));
+    let mut faults = Vec::with_capacity(scenario.faults.len());
+    for f in &scenario.faults {
+        let mut entry = fault(&f.fault)?;
+        match f.when {
+            When::At { at_ms } => {
+                entry.insert("at_ms".into(), int("at_ms", at_ms)?);
+            }
+            When::After { kind, nth } => {
+                entry.insert(
+                    "after".into(),
+                    table([
+                        ("kind", Value::String(name_of(&kind))),
+                        ("nth", Value::Integer(i64::from(nth))),
+                    ]),
+                );
+            }
+        }
+        faults.push(Value::Table(entry));
+    }
+    root.insert("faults".into(), Value::Array(faults));
+    let mut text = String::new();
+    for line in comment.lines() {
+        text.push_str("# ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str(&toml::to_string(&root)?);
+    Ok(text)
+}
+
+fn policy(policy: Policy) -> Result<Table, EmitError> {
+    Ok(match policy {
+        Policy::Strict => [("kind".to_owned(), Value::String("strict".into()))]
+            .into_iter()
+            .collect(),
+        Policy::Hedged { hedge_after_ms } => [
+            ("kind".to_owned(), Value::String("hedged".into())),
+            (
+                "hedge_after_ms".to_owned(),
+                int("hedge_after_ms", hedge_after_ms)?,
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    })
+}
+
+fn action(action: &Action) -> Result<Value, EmitError> {
+    let mut t = Table::new();
+    match action {
+        Action::Create {
+            at_ms,
+            jitter_ms,
+            key,
+            request,
+            retries,
+            retry_after_ms,
+        } => {
+            t.insert("action".into(), Value::String("click".into()));
+            t.insert("key".into(), Value::String(key.clone()));
+            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
+            t.insert("jitter_ms".into(), int("jitter_ms", *jitter_ms)?);
+            t.insert("provider".into(), Value::String(request.provider.clone()));
+            t.insert(
+                "fallbacks".into(),
+                Value::Array(
+                    request
+                        .fallbacks
+                        .iter()
+                        .cloned()
+                        .map(Value::String)
+                        .collect(),
+                ),
+            );
+            t.insert("params".into(), json_to_toml(&request.params)?);
+            t.insert("retries".into(), Value::Integer(i64::from(*retries)));
+            t.insert(
+                "retry_after_ms".into(),
+                int("retry_after_ms", *retry_after_ms)?,
+            );
+        }
+        Action::Backup {
+            at_ms,
+            jitter_ms,
+            key,
+            provider,
+        } => {
+            t.insert("action".into(), Value::String("backup".into()));
+            t.insert("key".into(), Value::String(key.clone()));
+            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
+            t.insert("jitter_ms".into(), int("jitter_ms", *jitter_ms)?);
+            if let Some(provider) = provider {
+                t.insert("provider".into(), Value::String(provider.clone()));
+            }
+        }
+        Action::Get { at_ms, key } => {
+            t.insert("action".into(), Value::String("get".into()));
+            t.insert("key".into(), Value::String(key.clone()));
+            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
+        }
+        Action::Probe {
+            at_ms,
+            other_client,
+            key,
+        } => {
+            t.insert("action".into(), Value::String("probe".into()));
+            t.insert("key".into(), Value::String(key.clone()));
+            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
+            t.insert("of".into(), Value::String(other_client.clone()));
+        }
+    }
+    Ok(Value::Table(t))
+}
+
+fn fault(fault: &Fault) -> Result<Table, EmitError> {
+    let mut t = Table::new();
+    let name = idem_sim::run::fault_name(fault);
+    t.insert("fault".into(), Value::String(name.to_owned()));
+    let s = |v: &String| Value::String(v.clone());
+    match fault {
+        Fault::LinkLatency {
+            a,
+            b,
+            latency_ms_max,
+            duration_ms,
+        } => {
+            t.insert("a".into(), s(a));
+            t.insert("b".into(), s(b));
+            t.insert(
+                "latency_ms_max".into(),
+                int("latency_ms_max", *latency_ms_max)?,
+            );
+            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::Hold { a, b, duration_ms } => {
+            t.insert("a".into(), s(a));
+            t.insert("b".into(), s(b));
+            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::Partition {
+            a,
+            b,
+            oneway,
+            duration_ms,
+        } => {
+            t.insert("a".into(), s(a));
+            t.insert("b".into(), s(b));
+            t.insert("oneway".into(), Value::Boolean(*oneway));
+            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::Crash {
+            host,
+            restart_after_ms,
+        } => {
+            t.insert("host".into(), s(host));
+            if let Some(after) = restart_after_ms {
+                t.insert("restart_after_ms".into(), int("restart_after_ms", *after)?);
+            }
+        }
+        Fault::ProviderHang {
+            provider,
+            duration_ms,
+        }
+        | Fault::ProviderStall {
+            provider,
+            duration_ms,
+        } => {
+            t.insert("provider".into(), s(provider));
+            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::ProviderError {
+            provider,
+            error_per_mille,
+            duration_ms,
+        } => {
+            t.insert("provider".into(), s(provider));
+            t.insert(
+                "error_per_mille".into(),
+                Value::Integer(i64::from(*error_per_mille)),
+            );
+            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::StoreLoseAck { op, nth, count } | Fault::StoreFailBeforeApply { op, nth, count } => {
+            t.insert("op".into(), Value::String(name_of(op)));
+            t.insert("nth".into(), Value::Integer(i64::from(*nth)));
+            t.insert("count".into(), Value::Integer(i64::from(*count)));
+        }
+        Fault::StoreLatency {
+            op,
+            nth,
+            count,
+            latency_ms,
+        } => {
+            t.insert("op".into(), Value::String(name_of(op)));
+            t.insert("nth".into(), Value::Integer(i64::from(*nth)));
+            t.insert("count".into(), Value::Integer(i64::from(*count)));
+            t.insert("latency_ms".into(), int("latency_ms", *latency_ms)?);
+        }
+    }
+    Ok(t)
+}
+
+fn table<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    Value::Table(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    )
+}
+
+fn int(what: &'static str, value: u64) -> Result<Value, EmitError> {
+    i64::try_from(value)
+        .map(Value::Integer)
+        .map_err(|_| EmitError::TooLarge { what, value })
+}
+
+/// The name serde gives a unit enum value (snake_case throughout).
+fn name_of<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Json::String(name)) => name,
+        other => panic!("a unit enum serializes to a string, not {other:?}"),
+    }
+}
+
+fn json_to_toml(value: &Json) -> Result<Value, EmitError> {
+    Ok(match value {
+        Json::Null => return Err(EmitError::NullParam),
+        Json::Bool(b) => Value::Boolean(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Float(n.as_f64().unwrap_or_default()),
+        },
+        Json::String(s) => Value::String(s.clone()),
+        Json::Array(items) => {
+            Value::Array(items.iter().map(json_to_toml).collect::<Result<_, _>>()?)
+        }
+        Json::Object(map) => Value::Table(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), json_to_toml(v)?)))
+                .collect::<Result<_, EmitError>>()?,
+        ),
+    })
+}
