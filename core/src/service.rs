@@ -95,6 +95,20 @@ impl Service {
         L: axum::serve::Listener,
         L::Addr: std::fmt::Debug,
     {
+        let mut loops = self.spawn_loops(&shutdown);
+        let served = api::serve(listener, api::router(self.state), shutdown.wait()).await;
+        while loops.join_next().await.is_some() {}
+        served
+    }
+
+    /// Runs only the enabled loops (a worker or reconciler process without
+    /// an API) until `shutdown` fires.
+    pub async fn run_loops(self, shutdown: Shutdown) {
+        let mut loops = self.spawn_loops(&shutdown);
+        while loops.join_next().await.is_some() {}
+    }
+
+    fn spawn_loops(&self, shutdown: &Shutdown) -> tokio::task::JoinSet<()> {
         let mut loops = tokio::task::JoinSet::new();
         if self.config.run_worker {
             let (worker, stop) = (self.worker.clone(), shutdown.clone());
@@ -104,9 +118,7 @@ impl Service {
             let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
             loops.spawn(async move { reconciler.run(stop.wait()).await });
         }
-        let served = api::serve(listener, api::router(self.state), shutdown.wait()).await;
-        while loops.join_next().await.is_some() {}
-        served
+        loops
     }
 }
 

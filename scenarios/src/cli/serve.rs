@@ -63,7 +63,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: String,
     /// A bearer token and the owner it stands for: TOKEN=OWNER. Repeatable.
-    #[arg(long = "token", value_name = "TOKEN=OWNER", required = true)]
+    #[arg(
+        long = "token",
+        value_name = "TOKEN=OWNER",
+        required_unless_present = "no_api"
+    )]
     tokens: Vec<String>,
     /// The bearer token that may post out-of-band resolutions.
     #[arg(long)]
@@ -103,6 +107,10 @@ pub struct ServeArgs {
     /// Do not run the reconciler in this process.
     #[arg(long)]
     no_reconciler: bool,
+    /// Do not serve the API: run only the loops (with --no-worker, the
+    /// reconciler alone).
+    #[arg(long)]
+    no_api: bool,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -283,19 +291,23 @@ pub fn serve(args: ServeArgs) -> Result<Exit, CliError> {
                 .map_err(|e| CliError::Usage(format!("cannot store the certificate: {e}")))?;
         }
         let engine = Engine::new(store, clock, Arc::new(UuidV7Ids), providers, policy);
-        let listener = tokio::net::TcpListener::bind(&args.listen)
-            .await
-            .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
-        tracing::info!(listen = %args.listen, "idem serving");
         let (trigger, shutdown) = shutdown_pair();
         tokio::spawn(async move {
             os_signal().await;
             tracing::info!("shutting down");
             trigger.trigger();
         });
-        Service::new(engine, auth, clients, config)
-            .run(listener, shutdown)
-            .await?;
+        let service = Service::new(engine, auth, clients, config);
+        if args.no_api {
+            tracing::info!("running without the API");
+            service.run_loops(shutdown).await;
+            return Ok(Exit::Pass);
+        }
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
+        tracing::info!(listen = %args.listen, "idem serving");
+        service.run(listener, shutdown).await?;
         Ok(Exit::Pass)
     })
 }
