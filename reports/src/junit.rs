@@ -1,5 +1,7 @@
 //! JUnit XML for CI: one test suite per scenario, one test case per seed,
-//! and one more test case per scenario for its expected race windows.
+//! and one more test case per scenario for its expected race windows;
+//! when the sweep's window coverage is gated, a suite with one test case per
+//! race window.
 //! Failures carry the violations and the command that reproduces them.
 //! No timestamps or durations are written, so one sweep always renders to
 //! the same bytes.
@@ -16,6 +18,9 @@ pub struct JunitError(#[from] quick_junit::SerializeError);
 
 /// The name of the per-scenario test case for window coverage.
 pub const WINDOWS_CASE: &str = "expected windows";
+
+/// The name of the suite of sweep-wide race-window coverage.
+pub const COVERAGE_SUITE: &str = "race windows";
 
 /// Renders `summary` as a JUnit XML document.
 pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
@@ -73,6 +78,25 @@ pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
             };
             let mut case = TestCase::new(WINDOWS_CASE, status);
             case.set_classname(scenario.name.as_str());
+            suite.add_test_case(case);
+        }
+        report.add_test_suite(suite);
+    }
+    if summary.coverage.gated {
+        let mut suite = TestSuite::new(COVERAGE_SUITE);
+        for tally in &summary.coverage.windows {
+            let status = if tally.runs > 0 {
+                TestCaseStatus::success()
+            } else {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                status.set_message(format!(
+                    "race window {} was never reached by any scenario under any seed of the sweep",
+                    tally.window
+                ));
+                status
+            };
+            let mut case = TestCase::new(tally.window.as_str(), status);
+            case.set_classname(COVERAGE_SUITE);
             suite.add_test_case(case);
         }
         report.add_test_suite(suite);

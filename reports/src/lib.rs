@@ -13,11 +13,13 @@
 //! threads that ran it.
 
 pub mod junit;
+pub mod mutants;
 pub mod run;
 pub mod sweep;
 
+pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
-pub use sweep::{ScenarioCoverage, SweepSummary};
+pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
 
 /// The version of the JSON schema; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -87,6 +87,84 @@ pub struct Totals {
     pub missing_windows: u64,
 }
 
+/// How often one race window was reached over the whole sweep.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowTally {
+    /// snake_case (`duplicate_create`).
+    pub window: String,
+    /// Distinct seeds under which some scenario reached it.
+    pub seeds: u64,
+    /// Runs that reached it.
+    pub runs: u64,
+    /// Times it was reached, over every run.
+    pub total: u64,
+}
+
+/// Race-window coverage over every run of the sweep. BRIEF §7 asks a suite
+/// to say how often each window was reached and to fail when one never is:
+/// a window nobody reaches is a race the bench claims to test and does not.
+/// Only a sweep of the whole catalogue can be held to every window, so the
+/// command line gates only that one; smaller sweeps report without judging.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepCoverage {
+    /// Whether a window never reached fails the sweep.
+    pub gated: bool,
+    /// Every window: in the order given to [`SweepSummary::gate_windows`]
+    /// (the brief's order), then any other a run reported, by name.
+    pub windows: Vec<WindowTally>,
+    /// Windows no run reached, in the same order.
+    pub never_reached: Vec<String>,
+}
+
+impl SweepCoverage {
+    /// Whether the gate, if any, holds.
+    pub fn passed(&self) -> bool {
+        !self.gated || self.never_reached.is_empty()
+    }
+
+    /// Tallies every window any run reported (reached or not), by name.
+    fn tally(runs: &[RunRecord]) -> Self {
+        let mut seeds: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+        let mut tallies: BTreeMap<&str, WindowTally> = BTreeMap::new();
+        for run in runs {
+            for (window, count) in &run.windows {
+                let tally = tallies.entry(window).or_insert_with(|| WindowTally {
+                    window: window.clone(),
+                    ..WindowTally::default()
+                });
+                if *count > 0 {
+                    tally.runs += 1;
+                    tally.total += u64::from(*count);
+                    seeds.entry(window).or_default().insert(run.seed);
+                }
+            }
+        }
+        let windows = tallies
+            .into_values()
+            .map(|mut t| {
+                t.seeds = seeds.get(t.window.as_str()).map_or(0, |s| s.len() as u64);
+                t
+            })
+            .collect();
+        let mut coverage = Self {
+            gated: false,
+            windows,
+            never_reached: Vec::new(),
+        };
+        coverage.find_never_reached();
+        coverage
+    }
+
+    fn find_never_reached(&mut self) {
+        self.never_reached = self
+            .windows
+            .iter()
+            .filter(|t| t.runs == 0)
+            .map(|t| t.window.clone())
+            .collect();
+    }
+}
+
 /// pass or fail, for the whole sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -108,6 +186,10 @@ pub struct SweepSummary {
     pub totals: Totals,
     /// One entry per scenario, by name.
     pub scenarios: Vec<ScenarioCoverage>,
+    /// Race windows over the whole sweep. Added within schema 1: a summary
+    /// written before it reads back with an empty, ungated coverage.
+    #[serde(default)]
+    pub coverage: SweepCoverage,
     /// Every run that did not pass, in full (evidence events left out).
     pub failures: Vec<RunRecord>,
     /// Every run, in brief.
@@ -166,22 +248,55 @@ impl SweepSummary {
                 stop: r.stop.clone(),
             })
             .collect();
-        let verdict = if coverage.iter().all(ScenarioCoverage::passed) {
-            SweepVerdict::Pass
-        } else {
-            SweepVerdict::Fail
-        };
-        Self {
+        let mut summary = Self {
             schema: crate::SCHEMA_VERSION,
             design: design.to_owned(),
             seeds,
             shard,
-            verdict,
+            verdict: SweepVerdict::Pass,
             totals,
             scenarios: coverage,
+            coverage: SweepCoverage::tally(&runs),
             failures,
             runs: digests,
-        }
+        };
+        summary.judge();
+        summary
+    }
+
+    /// Lists the race windows in `windows`' order (with those no run
+    /// reported, at zero) and, with `gated`, fails the sweep if any was
+    /// never reached. The command line passes every window of the brief,
+    /// gated when the sweep covers the whole catalogue.
+    pub fn gate_windows(mut self, windows: &[String], gated: bool) -> Self {
+        let mut known: BTreeMap<String, WindowTally> = std::mem::take(&mut self.coverage.windows)
+            .into_iter()
+            .map(|t| (t.window.clone(), t))
+            .collect();
+        let mut ordered: Vec<WindowTally> = windows
+            .iter()
+            .map(|w| {
+                known.remove(w).unwrap_or_else(|| WindowTally {
+                    window: w.clone(),
+                    ..WindowTally::default()
+                })
+            })
+            .collect();
+        ordered.extend(known.into_values());
+        self.coverage.windows = ordered;
+        self.coverage.gated = gated;
+        self.coverage.find_never_reached();
+        self.judge();
+        self
+    }
+
+    fn judge(&mut self) {
+        self.verdict =
+            if self.scenarios.iter().all(ScenarioCoverage::passed) && self.coverage.passed() {
+                SweepVerdict::Pass
+            } else {
+                SweepVerdict::Fail
+            };
     }
 
     pub fn passed(&self) -> bool {
@@ -246,6 +361,7 @@ impl SweepSummary {
                 );
             }
         }
+        self.coverage_text(&mut out);
         if !self.failures.is_empty() {
             let _ = writeln!(out, "failures:");
             for f in &self.failures {
@@ -257,9 +373,17 @@ impl SweepSummary {
             }
         }
         let t = &self.totals;
+        let never = if self.coverage.gated {
+            format!(
+                ", {} race windows never reached",
+                self.coverage.never_reached.len()
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "{}: {} runs, {} passed, {} failed, {} errors, {} expected windows missed",
+            "{}: {} runs, {} passed, {} failed, {} errors, {} expected windows missed{never}",
             match self.verdict {
                 SweepVerdict::Pass => "PASS",
                 SweepVerdict::Fail => "FAIL",
@@ -271,6 +395,59 @@ impl SweepSummary {
             t.missing_windows
         );
         out
+    }
+
+    /// The race-window table: window, seeds reaching it, runs, total.
+    fn coverage_text(&self, out: &mut String) {
+        let c = &self.coverage;
+        if c.windows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "race windows over the sweep{}:",
+            if c.gated {
+                " (each must be reached: the sweep covers the whole catalogue)"
+            } else {
+                ""
+            }
+        );
+        let width = c
+            .windows
+            .iter()
+            .map(|t| t.window.len())
+            .chain(["window".len()])
+            .max()
+            .unwrap_or(0);
+        // Each number column as wide as its widest number or its heading.
+        let column = |heading: &str, field: fn(&WindowTally) -> u64| {
+            c.windows
+                .iter()
+                .map(|t| field(t).to_string().len())
+                .chain([heading.len()])
+                .max()
+                .unwrap_or(0)
+        };
+        let ws = column("seeds", |t| t.seeds);
+        let wr = column("runs", |t| t.runs);
+        let wt = column("total", |t| t.total);
+        let _ = writeln!(
+            out,
+            "  {:width$}  {:>ws$}  {:>wr$}  {:>wt$}",
+            "window", "seeds", "runs", "total"
+        );
+        for t in &c.windows {
+            let flag = match (t.runs, c.gated) {
+                (0, true) => "  NEVER REACHED",
+                (0, false) => "  never reached",
+                _ => "",
+            };
+            let _ = writeln!(
+                out,
+                "  {:width$}  {:>ws$}  {:>wr$}  {:>wt$}{flag}",
+                t.window, t.seeds, t.runs, t.total
+            );
+        }
     }
 }
 
