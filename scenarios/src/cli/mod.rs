@@ -4,12 +4,14 @@
 //! - 0: pass (or the command did what it was asked);
 //! - 1: an invariant was violated, a determinism check diverged, a run
 //!   could not finish, or a sweep missed an expected race window;
+//!   (`mutants`) the correct design failed a run or a mutant was not caught;
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
 //!   scenario, unreachable database).
 
 mod common;
 mod determinism;
 mod list;
+mod mutants;
 mod run;
 mod serve;
 mod sweep;
@@ -52,6 +54,7 @@ Exit codes:
   0  pass: every invariant held (and, for a sweep, every expected window was reached)
   1  a violated invariant, a determinism divergence, a run that could not finish,
      or a sweep that missed an expected race window
+     (mutants: the correct design failed a run, or a mutant was not caught)
   2  usage or input error: bad flags, an unknown scenario, a malformed scenario file
      (reported as path:line:col: message), an unreachable database";
 
@@ -84,6 +87,10 @@ enum Command {
     /// Run one seed twice and check that the traces are identical.
     #[command(after_help = EXIT_CODES)]
     CheckDeterminism(determinism::CheckDeterminismArgs),
+    /// The correct design against every scenario and seed, and each naive
+    /// design searched seed by seed until the bench catches it.
+    #[command(after_help = EXIT_CODES)]
+    Mutants(mutants::MutantsArgs),
     /// Apply the database migrations.
     Migrate(serve::MigrateArgs),
     /// Run the HTTP API, worker and reconciler.
@@ -102,6 +109,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::CheckDeterminism(args) => determinism::check_determinism(args),
+        Command::Mutants(args) => mutants::mutants(args),
         Command::Migrate(args) => serve::migrate(args),
         Command::Serve(args) => serve::serve(args),
         Command::ProviderServer(args) => serve::provider_server(args),

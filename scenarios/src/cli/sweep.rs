@@ -5,6 +5,11 @@
 //! (scenario, seed) from a shared counter. Results are put back in
 //! (scenario, seed) order before anything is printed or written, so the
 //! summary, the JSON and the JUnit files are the same whatever `--jobs` is.
+//!
+//! Two coverage gates: each scenario must reach its own `expect_windows`
+//! under some seed, and a sweep of the whole catalogue (`--all`) must reach
+//! every race window of the brief (`Window::ALL`) in some run. A window no
+//! scenario reaches is a race the bench claims to test and does not.
 
 use std::io::IsTerminal;
 use std::num::NonZeroUsize;
@@ -20,6 +25,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use idem_core::design::Design;
 use idem_reports::sweep::{SeedRange, Shard, SweptScenario};
 use idem_reports::{RunRecord, SweepSummary};
+use idem_sim::scenario::Window;
 
 use super::common::{emit, execute, record, window_name};
 use super::{CliError, Exit};
@@ -33,7 +39,8 @@ pub struct SweepArgs {
     /// Catalogue names or scenario files.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub scenarios: Vec<String>,
-    /// Sweep the whole catalogue.
+    /// Sweep the whole catalogue; the sweep then also fails if any race
+    /// window of the brief is reached by no run.
     #[arg(long)]
     pub all: bool,
     /// Seeds: `A..B` (B excluded), `A..=B`, or one seed `N`.
@@ -202,7 +209,8 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
         },
         &swept,
         records,
-    );
+    )
+    .gate_windows(&all_windows(), args.all);
     if let Some(path) = &args.json {
         std::fs::write(path, summary.to_json())
             .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
@@ -226,6 +234,28 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
     })
 }
 
+/// Every race window's name, in the brief's order.
+pub(super) fn all_windows() -> Vec<String> {
+    Window::ALL.iter().copied().map(window_name).collect()
+}
+
+/// A progress bar on stderr when a person is watching, hidden otherwise
+/// (so CI logs and piped output stay clean).
+pub(super) fn progress_bar(len: usize, unit: &str) -> ProgressBar {
+    let progress = if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    progress.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{bar:40}} {{pos}}/{{len}} {unit}, {{msg}} [{{elapsed_precise}}, eta {{eta}}]"
+        ))
+        .expect("a valid template"),
+    );
+    progress
+}
+
 /// Runs every (scenario, seed) over `jobs` threads; the records come back
 /// in `work` order.
 fn run_all(
@@ -234,17 +264,7 @@ fn run_all(
     jobs: usize,
     design: Design,
 ) -> Vec<RunRecord> {
-    let progress = if std::io::stderr().is_terminal() {
-        ProgressBar::with_draw_target(Some(work.len() as u64), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    progress.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} runs, {msg} [{elapsed_precise}, eta {eta}]",
-        )
-        .expect("a valid template"),
-    );
+    let progress = progress_bar(work.len(), "runs");
     let failed = AtomicUsize::new(0);
     progress.set_message("0 failed");
     let next = AtomicUsize::new(0);
