@@ -3,4 +3,5 @@
 
 mod catalog;
 mod cli;
+mod mutants;
 mod validation;
