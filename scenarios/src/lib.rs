@@ -12,9 +12,11 @@
 
 pub mod catalog;
 pub mod cli;
+pub mod emit;
 pub mod error;
 pub mod format;
 pub mod load;
+pub mod strategies;
 pub mod validate;
 
 pub use catalog::catalog;

@@ -4,6 +4,7 @@
 //! run is recorded as a trace and judged by an oracle kept apart from the
 //! engine. One seed gives one byte-identical trace.
 
+pub mod bench;
 pub mod client;
 pub mod determinism;
 pub mod net;

@@ -8,10 +8,13 @@
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
 //!   scenario, unreachable database).
 
+mod bench;
 mod common;
 mod determinism;
+pub mod explore;
 mod list;
 mod mutants;
+mod regress;
 mod run;
 mod serve;
 mod sweep;
@@ -91,6 +94,15 @@ enum Command {
     /// design searched seed by seed until the bench catches it.
     #[command(after_help = EXIT_CODES)]
     Mutants(mutants::MutantsArgs),
+    /// The property test: generate schedules, run them, shrink a failure to
+    /// a minimal one and save it under scenarios/regressions/.
+    #[command(after_help = EXIT_CODES)]
+    Explore(explore::ExploreArgs),
+    /// Replay every saved regression under the correct design.
+    #[command(after_help = EXIT_CODES)]
+    Regress(regress::RegressArgs),
+    /// Measure the simulator against an idle world of the same size.
+    Bench(bench::BenchArgs),
     /// Apply the database migrations.
     Migrate(serve::MigrateArgs),
     /// Run the HTTP API, worker and reconciler.
@@ -110,6 +122,9 @@ pub fn main() -> ExitCode {
         Command::Sweep(args) => sweep::sweep(args),
         Command::CheckDeterminism(args) => determinism::check_determinism(args),
         Command::Mutants(args) => mutants::mutants(args),
+        Command::Explore(args) => explore::explore(args),
+        Command::Regress(args) => regress::regress(args),
+        Command::Bench(args) => bench::bench(args),
         Command::Migrate(args) => serve::migrate(args),
         Command::Serve(args) => serve::serve(args),
         Command::ProviderServer(args) => serve::provider_server(args),

@@ -3,5 +3,6 @@
 
 mod catalog;
 mod cli;
+mod explore;
 mod mutants;
 mod validation;
