@@ -18,6 +18,7 @@ pub mod design;
 pub mod engine;
 pub mod fingerprint;
 pub mod model;
+pub mod periodic;
 pub mod provider;
 pub mod reconciler;
 pub mod service;

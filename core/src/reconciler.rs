@@ -11,7 +11,6 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use chrono::TimeDelta;
 use serde::{Deserialize, Serialize};
@@ -115,23 +114,11 @@ impl Reconciler {
 
     /// Runs passes until `shutdown` resolves.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                report = self.pass() => {
-                    for error in &report.errors {
-                        tracing::warn!(%error, "reconciler step failed");
-                    }
-                }
-            }
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                () = tokio::time::sleep(Duration::from_millis(self.config.poll_interval_ms)) => {}
-            }
-        }
+        let interval_ms = self.config.poll_interval_ms;
+        crate::periodic::every("reconciler", interval_ms, shutdown, || async {
+            self.pass().await.errors
+        })
+        .await;
     }
 
     fn ago(&self, ms: u64) -> crate::model::Timestamp {

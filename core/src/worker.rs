@@ -123,23 +123,11 @@ impl Worker {
 
     /// Polls until `shutdown` resolves.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                report = self.tick() => {
-                    for error in &report.errors {
-                        tracing::warn!(%error, "worker step failed");
-                    }
-                }
-            }
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                () = tokio::time::sleep(Duration::from_millis(self.config().poll_interval_ms)) => {}
-            }
-        }
+        let interval_ms = self.config().poll_interval_ms;
+        crate::periodic::every("worker", interval_ms, shutdown, || async {
+            self.tick().await.errors
+        })
+        .await;
     }
 
     /// One poll: advance every job that needs an attempt, concurrently.

@@ -175,6 +175,13 @@ fn parse_id<T: std::str::FromStr>(raw: &str) -> Result<T, ApiError> {
     raw.parse().map_err(|_| ApiError::NotFound)
 }
 
+/// The caller's job named by the path, or 404 (also for another owner's
+/// job, and for an id that is not one).
+async fn callers_job(state: &AppState, headers: &HeaderMap, id: &str) -> Result<Job, ApiError> {
+    let owner = owner(state, headers)?;
+    Ok(state.engine.job_for(owner, parse_id(id)?).await?)
+}
+
 /// Reads a JSON body: 415 unless it is declared JSON, 413 past the limit,
 /// 400 unless it parses into `T`. An empty body is `None`.
 async fn json_body<T: serde::de::DeserializeOwned>(
@@ -273,8 +280,7 @@ async fn get_job(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let owner = owner(&state, &headers)?;
-    let job = state.engine.job_for(owner, parse_id(&id)?).await?;
+    let job = callers_job(&state, &headers, &id).await?;
     Ok(axum::Json(JobView::from(&job)).into_response())
 }
 
@@ -283,8 +289,7 @@ async fn list_attempts(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let owner = owner(&state, &headers)?;
-    let job = state.engine.job_for(owner, parse_id(&id)?).await?;
+    let job = callers_job(&state, &headers, &id).await?;
     let attempts = state
         .engine
         .store()
@@ -299,8 +304,7 @@ async fn list_events(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let owner = owner(&state, &headers)?;
-    let job = state.engine.job_for(owner, parse_id(&id)?).await?;
+    let job = callers_job(&state, &headers, &id).await?;
     let events = state
         .engine
         .store()
@@ -316,9 +320,9 @@ async fn start_attempt(
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let owner = owner(&state, &headers)?;
+    owner(&state, &headers)?;
     let request: AttemptRequest = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let job = state.engine.job_for(owner, parse_id(&id)?).await?;
+    let job = callers_job(&state, &headers, &id).await?;
     let attempt = state
         .engine
         .start_attempt(&job, request.provider.as_deref(), Trigger::Manual)

@@ -27,8 +27,9 @@ use serde_json::{Value, json};
 
 use self::pg_value::{jsonb, text, timestamptz};
 
-use super::pg::{
-    assert_transition_target, completion_allowed, lost_event, transition_event, won_events,
+use super::shared::{
+    assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
+    won_events,
 };
 use super::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
@@ -36,7 +37,6 @@ use super::{
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::design::Design;
-use crate::fingerprint;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -261,32 +261,8 @@ impl Store for MemStore {
                     constraint: constraint::JOBS_PKEY.to_owned(),
                 });
             };
-            let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
-            {
-                (
-                    CreateOutcome::Existing(existing.clone()),
-                    EventKind::Replayed,
-                    json!({}),
-                )
-            } else {
-                let differing_pointers = fingerprint::diff(&existing.request, &new.request);
-                (
-                    CreateOutcome::KeyReused {
-                        existing: existing.id,
-                        differing_pointers: differing_pointers.clone(),
-                    },
-                    EventKind::KeyReused,
-                    json!({"differing_pointers": differing_pointers,
-                           "offered_fingerprint": new.request_fingerprint}),
-                )
-            };
-            t.push_event(NewEvent {
-                job_id: existing.id,
-                attempt_id: None,
-                at,
-                kind,
-                detail,
-            })?;
+            let (outcome, event) = found_key(&existing, &new, at);
+            t.push_event(event)?;
             return Ok(outcome);
         }
         let job = Job {
@@ -847,6 +823,7 @@ impl MemStore {
 mod tests {
     use super::*;
     use crate::clock::micros_to_timestamp;
+    use crate::fingerprint;
     use uuid::Uuid;
 
     #[tokio::test]

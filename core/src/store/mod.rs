@@ -9,6 +9,7 @@
 pub mod faults;
 pub mod mem;
 pub mod pg;
+mod shared;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

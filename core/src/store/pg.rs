@@ -11,12 +11,15 @@ use serde_json::{Value, json};
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row, Transaction};
 
+use super::shared::{
+    assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
+    won_events,
+};
 use super::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
     Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
-use crate::fingerprint;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -276,33 +279,8 @@ impl Store for PgStore {
                 }
                 continue;
             };
-            let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint
-            {
-                (
-                    CreateOutcome::Existing(existing.clone()),
-                    EventKind::Replayed,
-                    json!({}),
-                )
-            } else {
-                let differing_pointers = fingerprint::diff(&existing.request, &new.request);
-                (
-                    CreateOutcome::KeyReused {
-                        existing: existing.id,
-                        differing_pointers: differing_pointers.clone(),
-                    },
-                    EventKind::KeyReused,
-                    json!({"differing_pointers": differing_pointers,
-                               "offered_fingerprint": new.request_fingerprint}),
-                )
-            };
-            self.record_event(NewEvent {
-                job_id: existing.id,
-                attempt_id: None,
-                at: new.at,
-                kind,
-                detail,
-            })
-            .await?;
+            let (outcome, event) = found_key(&existing, &new, new.at);
+            self.record_event(event).await?;
             return Ok(outcome);
         }
         Err(StoreError::Contended {
@@ -725,85 +703,6 @@ async fn lock_job_for_dispatch(
             .map_err(classify)?;
     }
     Ok(())
-}
-
-/// Only these moves go through `transition_attempt`; success and loss are
-/// decided by the compare-and-swap alone.
-pub(crate) fn assert_transition_target(to: AttemptState) {
-    assert!(
-        matches!(
-            to,
-            AttemptState::Running
-                | AttemptState::Unknown
-                | AttemptState::Failed
-                | AttemptState::Cancelled
-        ),
-        "transition_attempt cannot move an attempt to {to}; use complete"
-    );
-}
-
-/// Whether an attempt in `state` may offer a result.
-pub(crate) fn completion_allowed(state: AttemptState, out_of_band: bool) -> bool {
-    if out_of_band {
-        state == AttemptState::Unknown
-    } else {
-        transition::may_complete(state)
-    }
-}
-
-pub(crate) fn transition_event(
-    attempt: &Attempt,
-    from: AttemptState,
-    error: Option<&Value>,
-    at: Timestamp,
-) -> NewEvent {
-    NewEvent {
-        job_id: attempt.job_id,
-        attempt_id: Some(attempt.id),
-        at,
-        kind: EventKind::AttemptTransition,
-        detail: json!({"from": from, "to": attempt.state, "error": error}),
-    }
-}
-
-pub(crate) fn won_events(attempt: &Attempt, completion: &Completion) -> Vec<NewEvent> {
-    let mut events = Vec::with_capacity(2);
-    if completion.out_of_band {
-        events.push(NewEvent {
-            job_id: completion.job_id,
-            attempt_id: Some(attempt.id),
-            at: completion.at,
-            kind: EventKind::Resolved,
-            detail: json!({"outcome": "succeeded", "from": attempt.state}),
-        });
-    }
-    events.push(NewEvent {
-        job_id: completion.job_id,
-        attempt_id: Some(attempt.id),
-        at: completion.at,
-        kind: EventKind::Won,
-        detail: json!({"from": attempt.state, "read_version": attempt.read_version}),
-    });
-    events
-}
-
-pub(crate) fn lost_event(
-    attempt: &Attempt,
-    completion: &Completion,
-    winner: Option<AttemptId>,
-) -> NewEvent {
-    NewEvent {
-        job_id: completion.job_id,
-        attempt_id: Some(attempt.id),
-        at: completion.at,
-        kind: EventKind::RaceLost,
-        detail: json!({
-            "from": attempt.state,
-            "winner": winner,
-            "read_version": attempt.read_version,
-            "discarded_output_sha256": fingerprint::fingerprint(&completion.output),
-        }),
-    }
 }
 
 async fn insert_event(conn: &mut sqlx::PgConnection, event: &NewEvent) -> Result<(), StoreError> {

@@ -76,8 +76,8 @@ fn intent_key<'a>(
         return created.key;
     }
     earlier()
-        .filter(|(_, _, fingerprint)| *fingerprint == created.fingerprint)
-        .last()
+        .rev()
+        .find(|(_, _, fingerprint)| *fingerprint == created.fingerprint)
         .map_or(created.key, |(_, key, _)| key)
 }
 

@@ -1,0 +1,120 @@
+//! What both stores decide the same way, written once: the outcome and the
+//! decision-trace event of each kind of operation. The stores differ in how
+//! they find and change rows, never in what an outcome means.
+
+use serde_json::{Value, json};
+
+use super::{Completion, CreateOutcome, NewJob};
+use crate::fingerprint;
+use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent, Timestamp};
+use crate::transition;
+
+/// A create found its key taken by `existing`: the same intent is replayed,
+/// another body is refused with the pointers that differ.
+pub(crate) fn found_key(existing: &Job, new: &NewJob, at: Timestamp) -> (CreateOutcome, NewEvent) {
+    let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint {
+        (
+            CreateOutcome::Existing(existing.clone()),
+            EventKind::Replayed,
+            json!({}),
+        )
+    } else {
+        let differing_pointers = fingerprint::diff(&existing.request, &new.request);
+        (
+            CreateOutcome::KeyReused {
+                existing: existing.id,
+                differing_pointers: differing_pointers.clone(),
+            },
+            EventKind::KeyReused,
+            json!({"differing_pointers": differing_pointers,
+                   "offered_fingerprint": new.request_fingerprint}),
+        )
+    };
+    let event = NewEvent {
+        job_id: existing.id,
+        attempt_id: None,
+        at,
+        kind,
+        detail,
+    };
+    (outcome, event)
+}
+
+/// Only these moves go through `transition_attempt`; success and loss are
+/// decided by the compare-and-swap alone.
+pub(crate) fn assert_transition_target(to: AttemptState) {
+    assert!(
+        matches!(
+            to,
+            AttemptState::Running
+                | AttemptState::Unknown
+                | AttemptState::Failed
+                | AttemptState::Cancelled
+        ),
+        "transition_attempt cannot move an attempt to {to}; use complete"
+    );
+}
+
+/// Whether an attempt in `state` may offer a result.
+pub(crate) fn completion_allowed(state: AttemptState, out_of_band: bool) -> bool {
+    if out_of_band {
+        state == AttemptState::Unknown
+    } else {
+        transition::may_complete(state)
+    }
+}
+
+pub(crate) fn transition_event(
+    attempt: &Attempt,
+    from: AttemptState,
+    error: Option<&Value>,
+    at: Timestamp,
+) -> NewEvent {
+    NewEvent {
+        job_id: attempt.job_id,
+        attempt_id: Some(attempt.id),
+        at,
+        kind: EventKind::AttemptTransition,
+        detail: json!({"from": from, "to": attempt.state, "error": error}),
+    }
+}
+
+pub(crate) fn won_events(attempt: &Attempt, completion: &Completion) -> Vec<NewEvent> {
+    let mut events = Vec::with_capacity(2);
+    if completion.out_of_band {
+        events.push(NewEvent {
+            job_id: completion.job_id,
+            attempt_id: Some(attempt.id),
+            at: completion.at,
+            kind: EventKind::Resolved,
+            detail: json!({"outcome": "succeeded", "from": attempt.state}),
+        });
+    }
+    events.push(NewEvent {
+        job_id: completion.job_id,
+        attempt_id: Some(attempt.id),
+        at: completion.at,
+        kind: EventKind::Won,
+        detail: json!({"from": attempt.state, "read_version": attempt.read_version}),
+    });
+    events
+}
+
+pub(crate) fn lost_event(
+    attempt: &Attempt,
+    completion: &Completion,
+    winner: Option<AttemptId>,
+) -> NewEvent {
+    NewEvent {
+        job_id: completion.job_id,
+        attempt_id: Some(attempt.id),
+        at: completion.at,
+        kind: EventKind::RaceLost,
+        detail: json!({
+            "from": attempt.state,
+            "winner": winner,
+            "read_version": attempt.read_version,
+            "discarded_output_sha256": fingerprint::fingerprint(&completion.output),
+        }),
+    }
+}
