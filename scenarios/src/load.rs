@@ -34,6 +34,10 @@ pub enum LoadError {
     Unknown(String),
     #[error("{0}")]
     Invalid(#[from] ScenarioErrors),
+    /// Runs and reports are keyed by scenario name, so a set of scenarios
+    /// must not hold one name twice.
+    #[error("two scenarios are named {0:?}; runs are keyed by name, so names must be distinct")]
+    NamedTwice(String),
 }
 
 /// Whether `target` names a file rather than a catalogue entry.
@@ -79,4 +83,23 @@ pub fn load(target: &str) -> Result<Loaded, LoadError> {
 /// Every catalogue scenario, loaded, by name.
 pub fn load_catalog() -> Result<Vec<Loaded>, LoadError> {
     catalog::catalog().into_keys().map(load).collect()
+}
+
+/// The scenarios a sweep or a matrix runs: the whole catalogue when
+/// `targets` is empty, otherwise each target loaded; sorted by name, so
+/// every report lists them in one order, and each name at most once.
+pub fn load_set(targets: &[String]) -> Result<Vec<Loaded>, LoadError> {
+    let mut scenarios: Vec<Loaded> = if targets.is_empty() {
+        load_catalog()?
+    } else {
+        targets.iter().map(|t| load(t)).collect::<Result<_, _>>()?
+    };
+    scenarios.sort_by(|a, b| a.scenario.name.cmp(&b.scenario.name));
+    if let Some(pair) = scenarios
+        .windows(2)
+        .find(|p| p[0].scenario.name == p[1].scenario.name)
+    {
+        return Err(LoadError::NamedTwice(pair[0].scenario.name.clone()));
+    }
+    Ok(scenarios)
 }

@@ -560,22 +560,21 @@ impl Store for PgStore {
     }
 
     async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        sqlx::query(
-            "select * from jobs j
+        fetch_decoded(
+            sqlx::query(
+                "select * from jobs j
               where j.state = 'pending'
                 and not exists (select 1 from attempts a
                                  where a.job_id = j.id
                                    and a.state in ('starting', 'running', 'unknown'))
               order by j.created_at, j.id
               limit $1",
+            )
+            .bind(i64::from(limit)),
+            &self.pool,
+            job_from_row,
         )
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
         .await
-        .map_err(classify)?
-        .iter()
-        .map(job_from_row)
-        .collect()
     }
 
     async fn attempts_in_states(
@@ -585,21 +584,20 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
         let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
-        sqlx::query(
-            "select * from attempts
+        fetch_decoded(
+            sqlx::query(
+                "select * from attempts
               where state = any($1) and started_at <= $2
               order by started_at, id
               limit $3",
+            )
+            .bind(&states)
+            .bind(started_before)
+            .bind(i64::from(limit)),
+            &self.pool,
+            attempt_from_row,
         )
-        .bind(&states)
-        .bind(started_before)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
         .await
-        .map_err(classify)?
-        .iter()
-        .map(attempt_from_row)
-        .collect()
     }
 
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
@@ -612,25 +610,21 @@ impl Store for PgStore {
     }
 
     async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
-        sqlx::query("select * from attempts where job_id = $1 order by seq")
-            .bind(job_id.0)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(attempt_from_row)
-            .collect()
+        fetch_decoded(
+            sqlx::query("select * from attempts where job_id = $1 order by seq").bind(job_id.0),
+            &self.pool,
+            attempt_from_row,
+        )
+        .await
     }
 
     async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
-        sqlx::query("select * from job_events where job_id = $1 order by seq")
-            .bind(job_id.0)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(event_from_row)
-            .collect()
+        fetch_decoded(
+            sqlx::query("select * from job_events where job_id = $1 order by seq").bind(job_id.0),
+            &self.pool,
+            event_from_row,
+        )
+        .await
     }
 
     async fn dump(&self) -> Result<StoreDump, StoreError> {
@@ -639,29 +633,27 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(classify)?;
-        let jobs = sqlx::query(
-            "select * from jobs order by owner_id collate \"C\", idempotency_key collate \"C\", created_at, id",
+        let jobs = fetch_decoded(
+            sqlx::query(
+                "select * from jobs
+                  order by owner_id collate \"C\", idempotency_key collate \"C\", created_at, id",
+            ),
+            &mut *tx,
+            job_from_row,
         )
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(job_from_row)
-            .collect::<Result<_, _>>()?;
-        let attempts = sqlx::query("select * from attempts order by job_id, seq")
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(attempt_from_row)
-            .collect::<Result<_, _>>()?;
-        let events = sqlx::query("select * from job_events order by seq")
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(event_from_row)
-            .collect::<Result<_, _>>()?;
+        .await?;
+        let attempts = fetch_decoded(
+            sqlx::query("select * from attempts order by job_id, seq"),
+            &mut *tx,
+            attempt_from_row,
+        )
+        .await?;
+        let events = fetch_decoded(
+            sqlx::query("select * from job_events order by seq"),
+            &mut *tx,
+            event_from_row,
+        )
+        .await?;
         tx.commit().await.map_err(classify)?;
         Ok(StoreDump {
             jobs,
@@ -685,6 +677,17 @@ impl Store for PgStore {
 ///
 /// Lock order: the attempt first, then the job, as in `complete`. A missing
 /// attempt is left to the update, so errors come in the usual order.
+/// Runs `query` and decodes every row it returns: each read of many rows
+/// classifies errors and decodes the same way.
+async fn fetch_decoded<T>(
+    query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    executor: impl sqlx::PgExecutor<'_>,
+    decode: fn(&PgRow) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = query.fetch_all(executor).await.map_err(classify)?;
+    rows.iter().map(decode).collect()
+}
+
 async fn lock_job_for_dispatch(
     conn: &mut sqlx::PgConnection,
     attempt_id: AttemptId,

@@ -30,7 +30,7 @@ use super::common::{emit, execute, record};
 use super::run::Format;
 use super::sweep::progress_bar;
 use super::{CliError, Exit};
-use crate::load::{Loaded, load, load_catalog};
+use crate::load::{Loaded, load_set};
 
 /// The most seeds one matrix may name. The correct design's run records
 /// are all kept for the report, so the bound keeps memory small; CI needs
@@ -59,24 +59,7 @@ pub struct MutantsArgs {
 }
 
 pub fn mutants(args: MutantsArgs) -> Result<Exit, CliError> {
-    let mut scenarios: Vec<Loaded> = if args.scenarios.is_empty() {
-        load_catalog()?
-    } else {
-        args.scenarios
-            .iter()
-            .map(|t| load(t))
-            .collect::<Result<_, _>>()?
-    };
-    scenarios.sort_by(|a, b| a.scenario.name.cmp(&b.scenario.name));
-    if let Some(pair) = scenarios
-        .windows(2)
-        .find(|p| p[0].scenario.name == p[1].scenario.name)
-    {
-        return Err(CliError::Usage(format!(
-            "scenario {:?} is named twice; the matrix needs distinct names",
-            pair[0].scenario.name
-        )));
-    }
+    let scenarios = load_set(&args.scenarios)?;
     let designs: Vec<Design> = Design::ALL.to_vec();
     let jobs = args
         .jobs

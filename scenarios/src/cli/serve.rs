@@ -189,15 +189,22 @@ fn authority(url: &str) -> Result<String, CliError> {
     Ok(authority.to_owned())
 }
 
+/// Opens a pool and brings the schema up to date: a server never runs
+/// against a schema older than its code.
+async fn connect_and_migrate(url: &str, connections_max: u32) -> Result<PgStore, CliError> {
+    let store = PgStore::connect(url, connections_max)
+        .await
+        .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
+    store
+        .migrate()
+        .await
+        .map_err(|e| CliError::Usage(format!("migration failed: {e}")))?;
+    Ok(store)
+}
+
 pub fn migrate(args: MigrateArgs) -> Result<Exit, CliError> {
     runtime()?.block_on(async {
-        let store = PgStore::connect(&args.database_url, 2)
-            .await
-            .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
-        store
-            .migrate()
-            .await
-            .map_err(|e| CliError::Usage(format!("migration failed: {e}")))?;
+        connect_and_migrate(&args.database_url, 2).await?;
         println!("migrations applied");
         Ok(Exit::Pass)
     })
@@ -265,14 +272,7 @@ pub fn serve(args: ServeArgs) -> Result<Exit, CliError> {
                         "--store postgres needs --database-url (or DATABASE_URL)".into(),
                     )
                 })?;
-                let store = PgStore::connect(url, 16)
-                    .await
-                    .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
-                store
-                    .migrate()
-                    .await
-                    .map_err(|e| CliError::Usage(format!("migration failed: {e}")))?;
-                Arc::new(store)
+                Arc::new(connect_and_migrate(url, 16).await?)
             }
         };
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);

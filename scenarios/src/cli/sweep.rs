@@ -29,7 +29,7 @@ use idem_sim::scenario::Window;
 
 use super::common::{emit, execute, record, window_name};
 use super::{CliError, Exit};
-use crate::load::{Loaded, load, load_catalog};
+use crate::load::{Loaded, load_set};
 
 /// The most seeds one sweep may name.
 pub const SEEDS_MAX: u64 = 1_000_000;
@@ -146,24 +146,7 @@ impl Seeds {
 }
 
 pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
-    let mut scenarios: Vec<Loaded> = if args.all {
-        load_catalog()?
-    } else {
-        args.scenarios
-            .iter()
-            .map(|t| load(t))
-            .collect::<Result<_, _>>()?
-    };
-    scenarios.sort_by(|a, b| a.scenario.name.cmp(&b.scenario.name));
-    if let Some(pair) = scenarios
-        .windows(2)
-        .find(|p| p[0].scenario.name == p[1].scenario.name)
-    {
-        return Err(CliError::Usage(format!(
-            "two scenarios are named {:?}; a sweep needs distinct names",
-            pair[0].scenario.name
-        )));
-    }
+    let scenarios = load_set(&args.scenarios)?;
     let shard = args.shard.unwrap_or(ShardArg { index: 0, count: 1 });
     let seeds = args.seeds.shard(shard);
     if seeds.is_empty() {

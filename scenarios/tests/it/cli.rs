@@ -109,6 +109,26 @@ fn a_malformed_file_exits_2_with_its_position() -> Result<(), Box<dyn std::error
         Some(2),
         "a missing --seed is a usage error"
     );
+
+    // Sweeps and matrices key their runs by scenario name.
+    for args in [
+        &["sweep", "double-click", "double-click", "--seeds", "0..1"][..],
+        &[
+            "mutants",
+            "--scenarios",
+            "double-click,double-click",
+            "--seeds",
+            "1",
+        ],
+    ] {
+        let output = idem(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&output).contains("two scenarios are named \"double-click\""),
+            "{}",
+            stderr(&output)
+        );
+    }
     Ok(())
 }
 
