@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,7 +23,8 @@ use idem_core::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
     Timestamp,
 };
-use idem_core::store::faults::{FaultPlan, StoreFault, StoreOp};
+use idem_core::store::call::{StoreCall, StoreReply, apply};
+use idem_core::store::faults::{FaultPlan, StoreFault};
 use idem_core::store::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
     Store, StoreDump, StoreError, TransitionOutcome,
@@ -37,64 +38,6 @@ pub const FRAME_LEN_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// How long a store client waits for a connection before it concludes the
 /// store is unreachable (and nothing was applied).
 const CONNECT_TIMEOUT_MS: u64 = 1_000;
-
-/// One store operation.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum Request {
-    CreateJob(NewJob),
-    StartAttempt(NewAttempt),
-    TransitionAttempt {
-        attempt_id: AttemptId,
-        to: AttemptState,
-        error: Option<Value>,
-        at: Timestamp,
-    },
-    Complete(Completion),
-    FailJob {
-        job_id: JobId,
-        read_version: i64,
-        reason: Value,
-        at: Timestamp,
-    },
-    PutCertificate(Certificate),
-    Certificate(CertificateKey),
-    RecordEvent(NewEvent),
-    Job(JobId),
-    JobByKey {
-        owner: OwnerId,
-        key: IdempotencyKey,
-    },
-    JobsNeedingAttempt {
-        limit: u32,
-    },
-    AttemptsInStates {
-        states: Vec<AttemptState>,
-        started_before: Timestamp,
-        limit: u32,
-    },
-    Attempt(AttemptId),
-    Attempts(JobId),
-    Events(JobId),
-    Dump,
-}
-
-/// One store answer.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum Response {
-    Create(CreateOutcome),
-    Start(StartOutcome),
-    Transition(TransitionOutcome),
-    Complete(CompleteOutcome),
-    FailJob(FailJobOutcome),
-    Done,
-    Certificate(Option<Certificate>),
-    Job(Option<Job>),
-    Jobs(Vec<Job>),
-    Attempt(Option<Attempt>),
-    Attempts(Vec<Attempt>),
-    Events(Vec<Event>),
-    Dump(StoreDump),
-}
 
 async fn write_frame<W: AsyncWriteExt + Unpin>(
     out: &mut W,
@@ -152,7 +95,7 @@ impl RemoteStore {
         }
     }
 
-    async fn call(&self, request: Request) -> Result<Response, StoreError> {
+    async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
             match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
@@ -162,7 +105,7 @@ impl RemoteStore {
             };
         let exchange = async {
             write_frame(&mut stream, &request).await?;
-            read_frame::<_, Result<Response, StoreError>>(&mut stream).await
+            read_frame::<_, Result<StoreReply, StoreError>>(&mut stream).await
         };
         match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
             Ok(Ok(Some(answer))) => answer,
@@ -177,22 +120,22 @@ impl RemoteStore {
     }
 }
 
-fn unexpected(response: Response) -> StoreError {
+fn unexpected(response: StoreReply) -> StoreError {
     StoreError::Corrupt(format!("unexpected store response {response:?}"))
 }
 
 #[async_trait]
 impl Store for RemoteStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
-        match self.call(Request::CreateJob(new)).await? {
-            Response::Create(outcome) => Ok(outcome),
+        match self.call(StoreCall::CreateJob(new)).await? {
+            StoreReply::Create(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
         }
     }
 
     async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
-        match self.call(Request::StartAttempt(new)).await? {
-            Response::Start(outcome) => Ok(outcome),
+        match self.call(StoreCall::StartAttempt(new)).await? {
+            StoreReply::Start(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
         }
     }
@@ -205,7 +148,7 @@ impl Store for RemoteStore {
         at: Timestamp,
     ) -> Result<TransitionOutcome, StoreError> {
         match self
-            .call(Request::TransitionAttempt {
+            .call(StoreCall::TransitionAttempt {
                 attempt_id,
                 to,
                 error,
@@ -213,14 +156,14 @@ impl Store for RemoteStore {
             })
             .await?
         {
-            Response::Transition(outcome) => Ok(outcome),
+            StoreReply::Transition(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
         }
     }
 
     async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
-        match self.call(Request::Complete(completion)).await? {
-            Response::Complete(outcome) => Ok(outcome),
+        match self.call(StoreCall::Complete(completion)).await? {
+            StoreReply::Complete(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
         }
     }
@@ -233,7 +176,7 @@ impl Store for RemoteStore {
         at: Timestamp,
     ) -> Result<FailJobOutcome, StoreError> {
         match self
-            .call(Request::FailJob {
+            .call(StoreCall::FailJob {
                 job_id,
                 read_version,
                 reason,
@@ -241,35 +184,35 @@ impl Store for RemoteStore {
             })
             .await?
         {
-            Response::FailJob(outcome) => Ok(outcome),
+            StoreReply::FailJob(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
         }
     }
 
     async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
-        match self.call(Request::PutCertificate(certificate)).await? {
-            Response::Done => Ok(()),
+        match self.call(StoreCall::PutCertificate(certificate)).await? {
+            StoreReply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
     }
 
     async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
-        match self.call(Request::Certificate(key.clone())).await? {
-            Response::Certificate(found) => Ok(found),
+        match self.call(StoreCall::Certificate(key.clone())).await? {
+            StoreReply::Certificate(found) => Ok(found),
             other => Err(unexpected(other)),
         }
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
-        match self.call(Request::RecordEvent(event)).await? {
-            Response::Done => Ok(()),
+        match self.call(StoreCall::RecordEvent(event)).await? {
+            StoreReply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
     }
 
     async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        match self.call(Request::Job(id)).await? {
-            Response::Job(job) => Ok(job),
+        match self.call(StoreCall::Job(id)).await? {
+            StoreReply::Job(job) => Ok(job),
             other => Err(unexpected(other)),
         }
     }
@@ -280,20 +223,20 @@ impl Store for RemoteStore {
         key: &IdempotencyKey,
     ) -> Result<Option<Job>, StoreError> {
         match self
-            .call(Request::JobByKey {
+            .call(StoreCall::JobByKey {
                 owner: owner.clone(),
                 key: key.clone(),
             })
             .await?
         {
-            Response::Job(job) => Ok(job),
+            StoreReply::Job(job) => Ok(job),
             other => Err(unexpected(other)),
         }
     }
 
     async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        match self.call(Request::JobsNeedingAttempt { limit }).await? {
-            Response::Jobs(jobs) => Ok(jobs),
+        match self.call(StoreCall::JobsNeedingAttempt { limit }).await? {
+            StoreReply::Jobs(jobs) => Ok(jobs),
             other => Err(unexpected(other)),
         }
     }
@@ -304,108 +247,44 @@ impl Store for RemoteStore {
         started_before: Timestamp,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
-        let request = Request::AttemptsInStates {
+        let request = StoreCall::AttemptsInStates {
             states: states.to_vec(),
             started_before,
             limit,
         };
         match self.call(request).await? {
-            Response::Attempts(attempts) => Ok(attempts),
+            StoreReply::Attempts(attempts) => Ok(attempts),
             other => Err(unexpected(other)),
         }
     }
 
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
-        match self.call(Request::Attempt(id)).await? {
-            Response::Attempt(attempt) => Ok(attempt),
+        match self.call(StoreCall::Attempt(id)).await? {
+            StoreReply::Attempt(attempt) => Ok(attempt),
             other => Err(unexpected(other)),
         }
     }
 
     async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
-        match self.call(Request::Attempts(job_id)).await? {
-            Response::Attempts(attempts) => Ok(attempts),
+        match self.call(StoreCall::Attempts(job_id)).await? {
+            StoreReply::Attempts(attempts) => Ok(attempts),
             other => Err(unexpected(other)),
         }
     }
 
     async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
-        match self.call(Request::Events(job_id)).await? {
-            Response::Events(events) => Ok(events),
+        match self.call(StoreCall::Events(job_id)).await? {
+            StoreReply::Events(events) => Ok(events),
             other => Err(unexpected(other)),
         }
     }
 
     async fn dump(&self) -> Result<StoreDump, StoreError> {
-        match self.call(Request::Dump).await? {
-            Response::Dump(dump) => Ok(dump),
+        match self.call(StoreCall::Dump).await? {
+            StoreReply::Dump(dump) => Ok(dump),
             other => Err(unexpected(other)),
         }
     }
-}
-
-impl Request {
-    /// The operation a fault rule targets.
-    fn op(&self) -> StoreOp {
-        match self {
-            Request::CreateJob(_) => StoreOp::CreateJob,
-            Request::StartAttempt(_) => StoreOp::StartAttempt,
-            Request::TransitionAttempt { .. } => StoreOp::TransitionAttempt,
-            Request::Complete(_) => StoreOp::Complete,
-            Request::FailJob { .. } => StoreOp::FailJob,
-            Request::RecordEvent(_) => StoreOp::RecordEvent,
-            Request::PutCertificate(_) => StoreOp::PutCertificate,
-            _ => StoreOp::Read,
-        }
-    }
-}
-
-/// Applies one request to the store.
-async fn apply(store: &dyn Store, request: Request) -> Result<Response, StoreError> {
-    Ok(match request {
-        Request::CreateJob(new) => Response::Create(store.create_job(new).await?),
-        Request::StartAttempt(new) => Response::Start(store.start_attempt(new).await?),
-        Request::TransitionAttempt {
-            attempt_id,
-            to,
-            error,
-            at,
-        } => Response::Transition(store.transition_attempt(attempt_id, to, error, at).await?),
-        Request::Complete(completion) => Response::Complete(store.complete(completion).await?),
-        Request::FailJob {
-            job_id,
-            read_version,
-            reason,
-            at,
-        } => Response::FailJob(store.fail_job(job_id, read_version, reason, at).await?),
-        Request::PutCertificate(certificate) => {
-            store.put_certificate(certificate).await?;
-            Response::Done
-        }
-        Request::Certificate(key) => Response::Certificate(store.certificate(&key).await?),
-        Request::RecordEvent(event) => {
-            store.record_event(event).await?;
-            Response::Done
-        }
-        Request::Job(id) => Response::Job(store.job(id).await?),
-        Request::JobByKey { owner, key } => Response::Job(store.job_by_key(&owner, &key).await?),
-        Request::JobsNeedingAttempt { limit } => {
-            Response::Jobs(store.jobs_needing_attempt(limit).await?)
-        }
-        Request::AttemptsInStates {
-            states,
-            started_before,
-            limit,
-        } => Response::Attempts(
-            store
-                .attempts_in_states(&states, started_before, limit)
-                .await?,
-        ),
-        Request::Attempt(id) => Response::Attempt(store.attempt(id).await?),
-        Request::Attempts(job_id) => Response::Attempts(store.attempts(job_id).await?),
-        Request::Events(job_id) => Response::Events(store.events(job_id).await?),
-        Request::Dump => Response::Dump(store.dump().await?),
-    })
 }
 
 /// What the store host remembers to describe outcomes in the trace:
@@ -418,14 +297,18 @@ pub struct StoreObserver {
 
 impl StoreObserver {
     /// The trace events one applied operation produced.
-    fn describe(&self, request: &Request, result: &Result<Response, StoreError>) -> Vec<TraceBody> {
+    fn describe(
+        &self,
+        request: &StoreCall,
+        result: &Result<StoreReply, StoreError>,
+    ) -> Vec<TraceBody> {
         let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
         let Ok(response) = result else {
             return Vec::new();
         };
         let mut out = Vec::new();
         match (request, response) {
-            (Request::CreateJob(new), Response::Create(outcome)) => out.push(match outcome {
+            (StoreCall::CreateJob(new), StoreReply::Create(outcome)) => out.push(match outcome {
                 CreateOutcome::Created(job) => TraceBody::JobCreated {
                     job_id: job.id,
                     owner: job.owner_id.0.clone(),
@@ -445,7 +328,7 @@ impl StoreObserver {
                     differing_pointers: differing_pointers.clone(),
                 },
             }),
-            (Request::StartAttempt(new), Response::Start(outcome)) => match outcome {
+            (StoreCall::StartAttempt(new), StoreReply::Start(outcome)) => match outcome {
                 StartOutcome::Started(attempt) => {
                     // A re-run after a lost acknowledgement returns the same
                     // attempt; it started once.
@@ -473,8 +356,8 @@ impl StoreObserver {
                 }),
             },
             (
-                Request::TransitionAttempt { error, .. },
-                Response::Transition(TransitionOutcome::Moved { attempt, from }),
+                StoreCall::TransitionAttempt { error, .. },
+                StoreReply::Transition(TransitionOutcome::Moved { attempt, from }),
             ) => {
                 attempts.insert(attempt.id, attempt.state);
                 out.push(TraceBody::AttemptTransition {
@@ -489,7 +372,7 @@ impl StoreObserver {
                         .map(str::to_owned),
                 });
             }
-            (Request::Complete(completion), Response::Complete(outcome)) => {
+            (StoreCall::Complete(completion), StoreReply::Complete(outcome)) => {
                 let from = attempts
                     .get(&completion.attempt_id)
                     .copied()
@@ -523,18 +406,20 @@ impl StoreObserver {
                     }),
                 }
             }
-            (Request::FailJob { .. }, Response::FailJob(FailJobOutcome::Failed(job))) => {
+            (StoreCall::FailJob { .. }, StoreReply::FailJob(FailJobOutcome::Failed(job))) => {
                 out.push(TraceBody::JobFailed {
                     job_id: job.id,
                     version: job.version,
                 });
             }
-            (Request::RecordEvent(event), Response::Done) => out.push(TraceBody::NoteRecorded {
-                job_id: event.job_id,
-                attempt_id: event.attempt_id,
-                event: event.kind,
-                detail: event.detail.clone(),
-            }),
+            (StoreCall::RecordEvent(event), StoreReply::Done) => {
+                out.push(TraceBody::NoteRecorded {
+                    job_id: event.job_id,
+                    attempt_id: event.attempt_id,
+                    event: event.kind,
+                    detail: event.detail.clone(),
+                })
+            }
             _ => {}
         }
         out
@@ -568,7 +453,7 @@ pub async fn serve_store(
         tokio::spawn(async move {
             // A malformed or cut-short request ends the connection; the
             // client sees no answer, as with a broken database connection.
-            let Ok(Some(request)) = read_frame::<_, Request>(&mut stream).await else {
+            let Ok(Some(request)) = read_frame::<_, StoreCall>(&mut stream).await else {
                 return;
             };
             let injected_before = plan.injected().len();

@@ -6,6 +6,7 @@
 //! and "one open attempt per job" are constraints of the store, never
 //! application checks.
 
+pub mod call;
 pub mod faults;
 pub mod mem;
 pub mod pg;

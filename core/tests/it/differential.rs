@@ -29,9 +29,10 @@ use idem_core::clock::micros_to_timestamp;
 use idem_core::contract::{Certificate, CertificateKey};
 use idem_core::fingerprint;
 use idem_core::model::{
-    Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
-    NewEvent, OwnerId, Timestamp,
+    AttemptId, AttemptState, Event, EventKind, IdempotencyKey, JobId, JobState, NewEvent, OwnerId,
+    Timestamp,
 };
+use idem_core::store::call::{self, StoreCall, StoreReply};
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
 use idem_core::store::{
@@ -441,37 +442,6 @@ fn steps(len_max: usize) -> impl Strategy<Value = Vec<Step>> {
     })
 }
 
-/// A store call with every id and value in place.
-#[derive(Clone, Debug)]
-enum Call {
-    Create(NewJob),
-    Start(NewAttempt),
-    Transition {
-        attempt: AttemptId,
-        to: AttemptState,
-        error: Option<Value>,
-        at: Timestamp,
-    },
-    Complete(Completion),
-    FailJob {
-        job: JobId,
-        read_version: i64,
-        reason: Value,
-        at: Timestamp,
-    },
-    RecordEvent(NewEvent),
-    PutCertificate(Certificate),
-    Certificate(CertificateKey),
-    Job(JobId),
-    JobByKey(OwnerId, IdempotencyKey),
-    JobsNeedingAttempt(u32),
-    AttemptsInStates(Vec<AttemptState>, Timestamp, u32),
-    Attempt(AttemptId),
-    Attempts(JobId),
-    Events(JobId),
-    Dump,
-}
-
 /// Ids that are never created.
 const MISSING_JOB: u8 = 0xf0;
 const MISSING_ATTEMPT: u8 = 0xf0;
@@ -570,7 +540,7 @@ fn key(i: u8) -> IdempotencyKey {
     IdempotencyKey::parse(KEYS[usize::from(i)]).expect("test keys are valid")
 }
 
-fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
+fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
     match op {
         Op::Create {
             owner: o,
@@ -579,7 +549,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             id,
         } => {
             let request = body(k, variant);
-            Call::Create(NewJob {
+            StoreCall::CreateJob(NewJob {
                 id: job_id(id.unwrap_or(o * 3 + k)),
                 owner_id: owner(o),
                 idempotency_key: key(k),
@@ -595,15 +565,15 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             attempt,
             provider,
             allow_while_running,
-        } => Call::Start(NewAttempt {
+        } => StoreCall::StartAttempt(NewAttempt {
             id: attempt_id(attempt),
             job_id: rows.job(job),
             provider: PROVIDERS[usize::from(provider)].to_owned(),
             at,
             allow_while_running,
         }),
-        Op::Transition { attempt, to, error } => Call::Transition {
-            attempt: rows.attempt(attempt).0,
+        Op::Transition { attempt, to, error } => StoreCall::TransitionAttempt {
+            attempt_id: rows.attempt(attempt).0,
             to,
             error: error.map(value),
             at,
@@ -614,7 +584,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             out_of_band,
         } => {
             let (attempt_id, job_id) = rows.attempt(attempt);
-            Call::Complete(Completion {
+            StoreCall::Complete(Completion {
                 job_id,
                 attempt_id,
                 output: value(output),
@@ -626,8 +596,8 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             job,
             read_version,
             reason,
-        } => Call::FailJob {
-            job: rows.job(job),
+        } => StoreCall::FailJob {
+            job_id: rows.job(job),
             read_version,
             reason: value(reason),
             at,
@@ -636,7 +606,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             job,
             attempt,
             detail,
-        } => Call::RecordEvent(NewEvent {
+        } => StoreCall::RecordEvent(NewEvent {
             job_id: rows.job(job),
             attempt_id: attempt.map(|a| rows.attempt(a).0),
             at,
@@ -648,56 +618,43 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> Call {
             model,
             passed,
             evidence,
-        } => Call::PutCertificate(Certificate {
+        } => StoreCall::PutCertificate(Certificate {
             key: certificate_key(provider, model),
             passed,
             evidence: value(evidence),
             at,
         }),
-        Op::Certificate { provider, model } => Call::Certificate(certificate_key(provider, model)),
+        Op::Certificate { provider, model } => {
+            StoreCall::Certificate(certificate_key(provider, model))
+        }
         Op::Read(read) => match read {
-            Read::Job(job) => Call::Job(rows.job(job)),
-            Read::JobByKey { owner: o, key: k } => Call::JobByKey(owner(o), key(k)),
-            Read::JobsNeedingAttempt { limit } => Call::JobsNeedingAttempt(limit),
+            Read::Job(job) => StoreCall::Job(rows.job(job)),
+            Read::JobByKey { owner: o, key: k } => StoreCall::JobByKey {
+                owner: owner(o),
+                key: key(k),
+            },
+            Read::JobsNeedingAttempt { limit } => StoreCall::JobsNeedingAttempt { limit },
             Read::AttemptsInStates {
                 states,
                 before_ms,
                 limit,
-            } => Call::AttemptsInStates(
-                states_of(states),
-                at - chrono::TimeDelta::milliseconds(i64::from(before_ms)),
+            } => StoreCall::AttemptsInStates {
+                states: states_of(states),
+                started_before: at - chrono::TimeDelta::milliseconds(i64::from(before_ms)),
                 limit,
-            ),
-            Read::Attempt(attempt) => Call::Attempt(rows.attempt(attempt).0),
-            Read::Attempts(job) => Call::Attempts(rows.job(job)),
-            Read::Events(job) => Call::Events(rows.job(job)),
-            Read::Dump => Call::Dump,
+            },
+            Read::Attempt(attempt) => StoreCall::Attempt(rows.attempt(attempt).0),
+            Read::Attempts(job) => StoreCall::Attempts(rows.job(job)),
+            Read::Events(job) => StoreCall::Events(rows.job(job)),
+            Read::Dump => StoreCall::Dump,
         },
     }
 }
 
-/// What an operation returned, comparable across stores.
-#[derive(Clone, Debug, PartialEq)]
-enum Out {
-    Create(CreateOutcome),
-    Start(StartOutcome),
-    Transition(TransitionOutcome),
-    Complete(CompleteOutcome),
-    FailJob(FailJobOutcome),
-    Unit,
-    Certificate(Option<Certificate>),
-    Job(Option<Job>),
-    Jobs(Vec<Job>),
-    Attempt(Option<Attempt>),
-    Attempts(Vec<Attempt>),
-    Events(Vec<Event>),
-    Dump(StoreDump),
-}
-
-type Res = Result<Out, StoreError>;
+type Res = Result<StoreReply, StoreError>;
 
 /// Database errors compare by SQLSTATE: the message is PostgreSQL's prose.
-fn comparable(res: Result<Out, StoreError>) -> Res {
+fn comparable(res: Result<StoreReply, StoreError>) -> Res {
     res.map_err(|e| match e {
         StoreError::Database { sqlstate, .. } => StoreError::Database {
             sqlstate,
@@ -705,46 +662,6 @@ fn comparable(res: Result<Out, StoreError>) -> Res {
         },
         other => other,
     })
-}
-
-async fn apply(store: &dyn Store, call: Call) -> Res {
-    let out = match call {
-        Call::Create(new) => Out::Create(store.create_job(new).await?),
-        Call::Start(new) => Out::Start(store.start_attempt(new).await?),
-        Call::Transition {
-            attempt,
-            to,
-            error,
-            at,
-        } => Out::Transition(store.transition_attempt(attempt, to, error, at).await?),
-        Call::Complete(completion) => Out::Complete(store.complete(completion).await?),
-        Call::FailJob {
-            job,
-            read_version,
-            reason,
-            at,
-        } => Out::FailJob(store.fail_job(job, read_version, reason, at).await?),
-        Call::RecordEvent(event) => {
-            store.record_event(event).await?;
-            Out::Unit
-        }
-        Call::PutCertificate(certificate) => {
-            store.put_certificate(certificate).await?;
-            Out::Unit
-        }
-        Call::Certificate(key) => Out::Certificate(store.certificate(&key).await?),
-        Call::Job(id) => Out::Job(store.job(id).await?),
-        Call::JobByKey(owner, key) => Out::Job(store.job_by_key(&owner, &key).await?),
-        Call::JobsNeedingAttempt(limit) => Out::Jobs(store.jobs_needing_attempt(limit).await?),
-        Call::AttemptsInStates(states, before, limit) => {
-            Out::Attempts(store.attempts_in_states(&states, before, limit).await?)
-        }
-        Call::Attempt(id) => Out::Attempt(store.attempt(id).await?),
-        Call::Attempts(job) => Out::Attempts(store.attempts(job).await?),
-        Call::Events(job) => Out::Events(store.events(job).await?),
-        Call::Dump => Out::Dump(store.dump().await?),
-    };
-    Ok(out)
 }
 
 // ---------------------------------------------------------------------------
@@ -759,19 +676,19 @@ struct Coverage {
 impl Coverage {
     fn note(&self, res: &Res) {
         let label = match res {
-            Ok(Out::Create(CreateOutcome::Created(_))) => "created",
-            Ok(Out::Create(CreateOutcome::Existing(_))) => "replayed",
-            Ok(Out::Create(CreateOutcome::KeyReused { .. })) => "key_reused",
-            Ok(Out::Start(StartOutcome::Started(_))) => "started",
-            Ok(Out::Start(StartOutcome::InFlight { .. })) => "in_flight",
-            Ok(Out::Start(StartOutcome::Completed { .. })) => "start_on_completed",
-            Ok(Out::Transition(TransitionOutcome::Moved { .. })) => "moved",
-            Ok(Out::Transition(TransitionOutcome::Refused { .. })) => "transition_refused",
-            Ok(Out::Complete(CompleteOutcome::Won(_))) => "won",
-            Ok(Out::Complete(CompleteOutcome::Lost { .. })) => "lost",
-            Ok(Out::Complete(CompleteOutcome::NotOpen { .. })) => "not_open",
-            Ok(Out::FailJob(FailJobOutcome::Failed(_))) => "job_failed",
-            Ok(Out::FailJob(FailJobOutcome::Stale { .. })) => "fail_stale",
+            Ok(StoreReply::Create(CreateOutcome::Created(_))) => "created",
+            Ok(StoreReply::Create(CreateOutcome::Existing(_))) => "replayed",
+            Ok(StoreReply::Create(CreateOutcome::KeyReused { .. })) => "key_reused",
+            Ok(StoreReply::Start(StartOutcome::Started(_))) => "started",
+            Ok(StoreReply::Start(StartOutcome::InFlight { .. })) => "in_flight",
+            Ok(StoreReply::Start(StartOutcome::Completed { .. })) => "start_on_completed",
+            Ok(StoreReply::Transition(TransitionOutcome::Moved { .. })) => "moved",
+            Ok(StoreReply::Transition(TransitionOutcome::Refused { .. })) => "transition_refused",
+            Ok(StoreReply::Complete(CompleteOutcome::Won(_))) => "won",
+            Ok(StoreReply::Complete(CompleteOutcome::Lost { .. })) => "lost",
+            Ok(StoreReply::Complete(CompleteOutcome::NotOpen { .. })) => "not_open",
+            Ok(StoreReply::FailJob(FailJobOutcome::Failed(_))) => "job_failed",
+            Ok(StoreReply::FailJob(FailJobOutcome::Stale { .. })) => "fail_stale",
             Ok(_) => "read_or_unit",
             Err(StoreError::Constraint { constraint }) if constraint == "attempts_one_open" => {
                 "one_open_violation"
@@ -874,8 +791,8 @@ async fn apply_both(
     for (i, step) in steps.iter().enumerate() {
         now_ms += i64::from(step.dt_ms);
         let call = resolve(step.op, step.at(now_ms), &Rows::of(mem).await?);
-        let from_mem = comparable(apply(mem, call.clone()).await);
-        let from_pg = comparable(apply(pg, call.clone()).await);
+        let from_mem = comparable(call::apply(mem, call.clone()).await);
+        let from_pg = comparable(call::apply(pg, call.clone()).await);
         coverage.note(&from_pg);
         check_eq(
             &format!("step {i} {:?} as {call:?}: the results", step.op),
@@ -963,8 +880,8 @@ fn normalize_events(events: &mut [Event], prefix_end: Timestamp) {
 
 fn normalize(res: &mut Res, prefix_end: Timestamp) {
     match res {
-        Ok(Out::Events(events)) => normalize_events(events, prefix_end),
-        Ok(Out::Dump(dump)) => normalize_events(&mut dump.events, prefix_end),
+        Ok(StoreReply::Events(events)) => normalize_events(events, prefix_end),
+        Ok(StoreReply::Dump(dump)) => normalize_events(&mut dump.events, prefix_end),
         _ => {}
     }
 }
@@ -977,22 +894,22 @@ struct Outcome {
 }
 
 /// Replays `prefix` on a new MemStore, then the pair in one order.
-async fn serial(prefix: &[Step], pair: [&Call; 2], a_first: bool) -> Result<Outcome, String> {
+async fn serial(prefix: &[Step], pair: [&StoreCall; 2], a_first: bool) -> Result<Outcome, String> {
     let mem = MemStore::new();
     let mut now_ms = 0;
     for step in prefix {
         now_ms += i64::from(step.dt_ms);
         let call = resolve(step.op, step.at(now_ms), &Rows::of(&mem).await?);
         // The results were compared when the prefix ran on both stores.
-        let _ = apply(&mem, call).await;
+        let _ = call::apply(&mem, call).await;
     }
     let (x, y) = if a_first {
         (pair[0], pair[1])
     } else {
         (pair[1], pair[0])
     };
-    let rx = comparable(apply(&mem, x.clone()).await);
-    let ry = comparable(apply(&mem, y.clone()).await);
+    let rx = comparable(call::apply(&mem, x.clone()).await);
+    let ry = comparable(call::apply(&mem, y.clone()).await);
     let (first, second) = if a_first { (rx, ry) } else { (ry, rx) };
     Ok(Outcome {
         first,
@@ -1022,8 +939,8 @@ async fn concurrent_case(
     let (pa, pb) = (pg.clone(), pg.clone());
     let (ca, cb) = (a.clone(), b.clone());
     let (ra, rb) = tokio::join!(
-        tokio::spawn(async move { apply(&pa, ca).await }),
-        tokio::spawn(async move { apply(&pb, cb).await }),
+        tokio::spawn(async move { call::apply(&pa, ca).await }),
+        tokio::spawn(async move { call::apply(&pb, cb).await }),
     );
     let mut first = comparable(ra.map_err(|e| format!("task: {e}"))?);
     let mut second = comparable(rb.map_err(|e| format!("task: {e}"))?);
