@@ -663,6 +663,17 @@ impl Store for PgStore {
     }
 }
 
+/// Runs `query` and decodes every row it returns: each read of many rows
+/// classifies errors and decodes the same way.
+async fn fetch_decoded<T>(
+    query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    executor: impl sqlx::PgExecutor<'_>,
+    decode: fn(&PgRow) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = query.fetch_all(executor).await.map_err(classify)?;
+    rows.iter().map(decode).collect()
+}
+
 /// Locks the job of the attempt against starts before the attempt becomes
 /// running.
 ///
@@ -677,17 +688,6 @@ impl Store for PgStore {
 ///
 /// Lock order: the attempt first, then the job, as in `complete`. A missing
 /// attempt is left to the update, so errors come in the usual order.
-/// Runs `query` and decodes every row it returns: each read of many rows
-/// classifies errors and decodes the same way.
-async fn fetch_decoded<T>(
-    query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
-    executor: impl sqlx::PgExecutor<'_>,
-    decode: fn(&PgRow) -> Result<T, StoreError>,
-) -> Result<Vec<T>, StoreError> {
-    let rows = query.fetch_all(executor).await.map_err(classify)?;
-    rows.iter().map(decode).collect()
-}
-
 async fn lock_job_for_dispatch(
     conn: &mut sqlx::PgConnection,
     attempt_id: AttemptId,

@@ -654,7 +654,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
 type Res = Result<StoreReply, StoreError>;
 
 /// Database errors compare by SQLSTATE: the message is PostgreSQL's prose.
-fn comparable(res: Result<StoreReply, StoreError>) -> Res {
+fn comparable(res: Res) -> Res {
     res.map_err(|e| match e {
         StoreError::Database { sqlstate, .. } => StoreError::Database {
             sqlstate,
