@@ -395,10 +395,10 @@ impl Store for MemStore {
         at: Timestamp,
     ) -> Result<TransitionOutcome, StoreError> {
         assert_transition_target(to);
-        // The update's parameters are bound before any row is looked at.
-        let error = error.as_ref().map(jsonb).transpose()?;
         let at = timestamptz(at);
         let mut t = self.lock();
+        // As PostgreSQL does it: the row is locked and its state read first;
+        // the update that binds the error value runs only for a legal move.
         let current = t
             .attempts
             .get(&attempt_id)
@@ -407,6 +407,7 @@ impl Store for MemStore {
         if !transition::is_legal(from, to) {
             return Ok(TransitionOutcome::Refused { current: from });
         }
+        let error = error.as_ref().map(jsonb).transpose()?;
         // Entering a blocking state takes the job's slot in the partial
         // unique index, which another attempt may hold.
         if self.constraints.one_open_attempt

@@ -9,7 +9,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Acquire, Postgres, Row, Transaction};
 
 use super::shared::{
     assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
@@ -154,6 +154,11 @@ impl PgStore {
                 state: AttemptState::Running,
             }));
         }
+        // A savepoint, so that a refusal by the index leaves the transaction,
+        // and its share lock on the job, alive for the read that names the
+        // blocker: the job cannot complete in between, and the blocker is
+        // read as it is at one moment while the job is still pending.
+        let mut insert = Acquire::begin(&mut tx).await.map_err(classify)?;
         let inserted = sqlx::query(
             "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)
              select $1, $2, coalesce(max(seq), 0) + 1, $3, 'starting', $4, $5
@@ -165,11 +170,15 @@ impl PgStore {
         .bind(&new.provider)
         .bind(read_version)
         .bind(new.at)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *insert)
         .await;
         let row = match inserted {
-            Ok(row) => row,
+            Ok(row) => {
+                insert.commit().await.map_err(classify)?;
+                row
+            }
             Err(e) => {
+                insert.rollback().await.map_err(classify)?;
                 return match unique_violation(&e) {
                     // Another insert took our seq; run again with a fresh max.
                     Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
@@ -181,10 +190,9 @@ impl PgStore {
                     // The guard refused us. Name the blocker; if it was resolved
                     // in the meantime, run again.
                     Some(constraint::ATTEMPTS_ONE_OPEN) => {
-                        drop(tx);
-                        Ok(self
-                            .blocking_attempt(new.job_id)
-                            .await?
+                        let blocker = blocking_attempt(&mut tx, new.job_id).await?;
+                        tx.rollback().await.map_err(classify)?;
+                        Ok(blocker
                             .map(|(attempt, state)| StartOutcome::InFlight { attempt, state }))
                     }
                     _ => Err(classify(e)),
@@ -205,27 +213,6 @@ impl PgStore {
         .await?;
         tx.commit().await.map_err(classify)?;
         Ok(Some(StartOutcome::Started(attempt)))
-    }
-
-    async fn blocking_attempt(
-        &self,
-        job_id: JobId,
-    ) -> Result<Option<(AttemptId, AttemptState)>, StoreError> {
-        let row = sqlx::query(
-            "select id, state from attempts
-              where job_id = $1 and state in ('starting', 'unknown') order by seq limit 1",
-        )
-        .bind(job_id.0)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(classify)?;
-        match row {
-            None => Ok(None),
-            Some(row) => Ok(Some((
-                AttemptId(row.try_get("id").map_err(classify)?),
-                parse_state(row.try_get("state").map_err(classify)?)?,
-            ))),
-        }
     }
 
     /// Records why a start was refused, on its own: the refused transaction
@@ -308,43 +295,39 @@ impl Store for PgStore {
         at: Timestamp,
     ) -> Result<TransitionOutcome, StoreError> {
         assert_transition_target(to);
-        let sources: Vec<&str> = transition::sources(to)
-            .into_iter()
-            .map(AttemptState::as_str)
-            .collect();
         let ended_at = transition::is_terminal(to).then_some(at);
         let mut tx = self.begin().await?;
+        // Lock the row and read the state it is in now. Under READ COMMITTED
+        // a locking read that waited for another transaction returns the row
+        // as that one committed it, so the decision below and the refusal's
+        // `current` are the same fact, taken under the lock that orders this
+        // move after every earlier one. (A conditional UPDATE whose miss is
+        // explained by a second read is two facts: the update can miss a
+        // version that the read then sees.)
+        let Some((job_id, from)) = lock_attempt(&mut tx, attempt_id).await? else {
+            return Err(StoreError::AttemptNotFound(attempt_id));
+        };
+        if !transition::is_legal(from, to) {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(TransitionOutcome::Refused { current: from });
+        }
         if to == AttemptState::Running {
-            lock_job_for_dispatch(&mut tx, attempt_id).await?;
+            lock_job_for_dispatch(&mut tx, job_id).await?;
         }
         let row = sqlx::query(
-            "update attempts a
-                set state = $2, ended_at = coalesce($3, a.ended_at), error = coalesce($4, a.error)
-               from (select id, state as from_state from attempts where id = $1 for update) old
-              where a.id = old.id and old.from_state = any($5)
-              returning a.*, old.from_state",
+            "update attempts
+                set state = $2, ended_at = coalesce($3, ended_at), error = coalesce($4, error)
+              where id = $1
+              returning *",
         )
         .bind(attempt_id.0)
         .bind(to.as_str())
         .bind(ended_at)
         .bind(&error)
-        .bind(&sources)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(classify)?;
-        let Some(row) = row else {
-            let current = sqlx::query("select state from attempts where id = $1")
-                .bind(attempt_id.0)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(classify)?
-                .ok_or(StoreError::AttemptNotFound(attempt_id))?;
-            return Ok(TransitionOutcome::Refused {
-                current: parse_state(current.try_get("state").map_err(classify)?)?,
-            });
-        };
         let attempt = attempt_from_row(&row)?;
-        let from: AttemptState = parse_state(row.try_get("from_state").map_err(classify)?)?;
         insert_event(
             &mut tx,
             &transition_event(&attempt, from, error.as_ref(), at),
@@ -674,7 +657,49 @@ async fn fetch_decoded<T>(
     rows.iter().map(decode).collect()
 }
 
-/// Locks the job of the attempt against starts before the attempt becomes
+/// The starting or unknown attempt that holds the job's slot in
+/// `attempts_one_open`, if any.
+async fn blocking_attempt(
+    conn: &mut sqlx::PgConnection,
+    job_id: JobId,
+) -> Result<Option<(AttemptId, AttemptState)>, StoreError> {
+    let row = sqlx::query(
+        "select id, state from attempts
+          where job_id = $1 and state in ('starting', 'unknown') order by seq limit 1",
+    )
+    .bind(job_id.0)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(classify)?;
+    row.map(|row| {
+        Ok((
+            AttemptId(row.try_get("id").map_err(classify)?),
+            parse_state(row.try_get("state").map_err(classify)?)?,
+        ))
+    })
+    .transpose()
+}
+
+/// Locks an attempt's row and returns its job and its state as of the lock.
+async fn lock_attempt(
+    conn: &mut sqlx::PgConnection,
+    attempt_id: AttemptId,
+) -> Result<Option<(JobId, AttemptState)>, StoreError> {
+    let row = sqlx::query("select job_id, state from attempts where id = $1 for update")
+        .bind(attempt_id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(classify)?;
+    row.map(|row| {
+        Ok((
+            JobId(row.try_get("job_id").map_err(classify)?),
+            parse_state(row.try_get("state").map_err(classify)?)?,
+        ))
+    })
+    .transpose()
+}
+
+/// Locks the job of an attempt against starts before the attempt becomes
 /// running.
 ///
 /// A start refuses a non-hedge attempt while another is running, but no
@@ -686,25 +711,17 @@ async fn fetch_decoded<T>(
 /// UPDATE` conflicts with the start's `FOR SHARE` (and not with the
 /// `FOR KEY SHARE` of foreign-key checks).
 ///
-/// Lock order: the attempt first, then the job, as in `complete`. A missing
-/// attempt is left to the update, so errors come in the usual order.
+/// Lock order: the attempt first (see [`lock_attempt`]), then the job, as in
+/// `complete`.
 async fn lock_job_for_dispatch(
     conn: &mut sqlx::PgConnection,
-    attempt_id: AttemptId,
+    job_id: JobId,
 ) -> Result<(), StoreError> {
-    let job_id: Option<uuid::Uuid> =
-        sqlx::query_scalar("select job_id from attempts where id = $1 for update")
-            .bind(attempt_id.0)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(classify)?;
-    if let Some(job_id) = job_id {
-        sqlx::query("select 1 from jobs where id = $1 for no key update")
-            .bind(job_id)
-            .execute(&mut *conn)
-            .await
-            .map_err(classify)?;
-    }
+    sqlx::query("select 1 from jobs where id = $1 for no key update")
+        .bind(job_id.0)
+        .execute(&mut *conn)
+        .await
+        .map_err(classify)?;
     Ok(())
 }
 

@@ -9,17 +9,18 @@
 //! * `differential_concurrent_pairs_match`: a generated prefix applied to
 //!   both, then two operations run at the same time on PostgreSQL; its
 //!   results and rows must equal one of the two serial orders on MemStore.
-//! * `differential_concurrent_start_and_dispatch_serialize`: one race, a
-//!   start against the dispatch of the job's only attempt, run many times
-//!   on purpose. It was a real bug in `PgStore`, which the pair test finds
-//!   only in some runs (one run in three, when measured).
+//! * `differential_forced_interleavings_serialize`: races the pair test
+//!   found (or could reach only by chance), each forced in both orders on
+//!   every run by queueing both operations on one locked row (see
+//!   [`run_in_order`]); each must give exactly that serial order's outcome.
 //!
 //! Operations name rows by reference ("the latest live attempt"), resolved
 //! against MemStore, the model, so both stores get the same ids
 //! (`Uuid::from_u128` of small numbers) and outcomes compare directly.
 //! PostgreSQL gets one database per test, emptied before each case (see
-//! [`reset`]). Failures are not persisted: proptest prints the shrunk case,
-//! which belongs in the conformance suite once understood.
+//! [`reset`]). A failing case's seed is kept under `tests/it/regressions/`
+//! (commit it) and replayed first on every later run; once understood, the
+//! race becomes a forced interleaving.
 //! `PROPTEST_RNG_SEED=<n>` replays a run.
 
 use std::fmt::Debug;
@@ -41,7 +42,9 @@ use idem_core::store::{
 };
 use idem_core::testing::pg::fresh_store;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use proptest::test_runner::{
+    Config as ProptestConfig, FileFailurePersistence, TestCaseError, TestRunner,
+};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -58,7 +61,14 @@ const ORIGIN_US: i64 = 1_767_225_600_000_000;
 const RANDOM_STEPS_MAX: usize = 35;
 /// Random steps of a concurrent pair's prefix.
 const PREFIX_RANDOM_STEPS_MAX: usize = 20;
-const CASES: u32 = 256;
+/// Cases of the sequential test.
+const SEQUENTIAL_CASES: u32 = 256;
+/// Cases of the concurrent-pairs test.
+const PAIRS_CASES: u32 = 1024;
+/// Where each test keeps the seeds of the cases it failed on (relative to
+/// the package, where cargo runs tests).
+const SEQUENTIAL_REGRESSIONS: &str = "tests/it/regressions/differential_sequential.txt";
+const PAIRS_REGRESSIONS: &str = "tests/it/regressions/differential_concurrent_pairs.txt";
 /// Shrinking runs PostgreSQL for every candidate; bound it.
 const SHRINK_ITERS_MAX: u32 = 2000;
 
@@ -733,10 +743,12 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime builds")
 }
 
-fn config() -> ProptestConfig {
+/// A runner's configuration. Failing cases are kept in `regressions` (a
+/// path under the package) and run first on every later run.
+fn config(cases: u32, regressions: &'static str) -> ProptestConfig {
     ProptestConfig {
-        cases: CASES,
-        failure_persistence: None,
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
         max_shrink_iters: SHRINK_ITERS_MAX,
         ..ProptestConfig::default()
     }
@@ -825,7 +837,7 @@ fn differential_sequential_ops_match() -> Result<(), String> {
     let rt = runtime();
     let pg = rt.block_on(fresh_store());
     let coverage = Coverage::default();
-    let mut runner = TestRunner::new(config());
+    let mut runner = TestRunner::new(config(SEQUENTIAL_CASES, SEQUENTIAL_REGRESSIONS));
     runner
         .run(&steps(RANDOM_STEPS_MAX), |steps| {
             rt.block_on(sequential_case(&pg, &steps, &coverage))
@@ -918,10 +930,32 @@ async fn serial(prefix: &[Step], pair: [&StoreCall; 2], a_first: bool) -> Result
     })
 }
 
+/// How the pair runs on PostgreSQL, and which serial orders may explain it.
+#[derive(Clone, Copy, Debug)]
+enum Schedule {
+    /// At the same time, each on its own connection: either order.
+    Concurrent,
+    /// `A` forced to take the gate's row lock first, `B` queued behind it
+    /// with its statement already under way: only A then B.
+    AFirst(Gate),
+    /// The same, with `B` first: only B then A.
+    BFirst(Gate),
+}
+
+/// The row a forced schedule holds locked while both operations queue on it.
+#[derive(Clone, Copy, Debug)]
+enum Gate {
+    /// The job's row (`Ref` resolved against the rows after the prefix).
+    Job(Ref),
+    /// The attempt's row.
+    Attempt(Ref),
+}
+
 async fn concurrent_case(
     pg: &PgStore,
     prefix: &[Step],
     pair: [Op; 2],
+    schedule: Schedule,
     coverage: &Coverage,
 ) -> Result<(), String> {
     reset(pg).await?;
@@ -935,15 +969,22 @@ async fn concurrent_case(
     let rows = Rows::of(&mem).await?;
     let a = resolve(pair[0], at_ms(prefix_ms + 1), &rows);
     let b = resolve(pair[1], at_ms(prefix_ms + 2), &rows);
-    // Each on its own task, and so on its own pool connection.
-    let (pa, pb) = (pg.clone(), pg.clone());
-    let (ca, cb) = (a.clone(), b.clone());
-    let (ra, rb) = tokio::join!(
-        tokio::spawn(async move { call::apply(&pa, ca).await }),
-        tokio::spawn(async move { call::apply(&pb, cb).await }),
-    );
-    let mut first = comparable(ra.map_err(|e| format!("task: {e}"))?);
-    let mut second = comparable(rb.map_err(|e| format!("task: {e}"))?);
+    let (ra, rb, orders) = match schedule {
+        Schedule::Concurrent => {
+            let (ra, rb) = run_concurrently(pg, &a, &b).await?;
+            (ra, rb, vec![true, false])
+        }
+        Schedule::AFirst(gate) => {
+            let (ra, rb) = run_in_order(pg, gate_row(gate, &rows), &a, &b).await?;
+            (ra, rb, vec![true])
+        }
+        Schedule::BFirst(gate) => {
+            let (rb, ra) = run_in_order(pg, gate_row(gate, &rows), &b, &a).await?;
+            (ra, rb, vec![false])
+        }
+    };
+    let mut first = comparable(ra);
+    let mut second = comparable(rb);
     coverage.note(&first);
     coverage.note(&second);
     let mut dump = pg.dump().await.map_err(|e| e.to_string())?;
@@ -963,7 +1004,7 @@ async fn concurrent_case(
         dump,
     };
     let mut candidates = Vec::new();
-    for a_first in [true, false] {
+    for a_first in orders {
         let mut expected = serial(prefix, [&a, &b], a_first).await?;
         normalize(&mut expected.first, prefix_end);
         normalize(&mut expected.second, prefix_end);
@@ -971,12 +1012,127 @@ async fn concurrent_case(
         if expected == observed {
             return Ok(());
         }
-        candidates.push(expected);
+        candidates.push((if a_first { "A then B" } else { "B then A" }, expected));
+    }
+    let mut message = format!(
+        "PostgreSQL ran A = {a:?} and B = {b:?} ({schedule:?}) into a state no allowed \
+         serial order gives\n  pg:        {observed:?}"
+    );
+    for (order, expected) in candidates {
+        message.push_str(&format!("\n  {order}:  {expected:?}"));
+    }
+    Err(message)
+}
+
+/// Runs the two calls at the same time, each on its own task and so on its
+/// own pool connection.
+async fn run_concurrently(
+    pg: &PgStore,
+    a: &StoreCall,
+    b: &StoreCall,
+) -> Result<(Res, Res), String> {
+    let (pa, pb) = (pg.clone(), pg.clone());
+    let (ca, cb) = (a.clone(), b.clone());
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(async move { call::apply(&pa, ca).await }),
+        tokio::spawn(async move { call::apply(&pb, cb).await }),
+    );
+    Ok((
+        ra.map_err(|e| format!("task: {e}"))?,
+        rb.map_err(|e| format!("task: {e}"))?,
+    ))
+}
+
+/// A row to hold locked: the table and the id.
+type GateRow = (&'static str, Uuid);
+
+fn gate_row(gate: Gate, rows: &Rows) -> GateRow {
+    match gate {
+        Gate::Job(r) => ("jobs", rows.job(r).0),
+        Gate::Attempt(r) => ("attempts", rows.attempt(r).0.0),
+    }
+}
+
+/// How long a forced schedule waits for a call to queue on the gate, in
+/// polls of [`GATE_POLL_MS`].
+const GATE_POLLS_MAX: u32 = 2000;
+const GATE_POLL_MS: u64 = 5;
+
+/// Forces an interleaving on PostgreSQL: `first` takes the row lock before
+/// `second`, and `second`'s statement is already under way (its snapshot
+/// taken) when `first` commits.
+///
+/// A third transaction holds `FOR UPDATE` on the gate row. `first` is started
+/// and seen waiting for a lock (`pg_stat_activity`), then `second`, then the
+/// gate commits. PostgreSQL queues waiters for a row lock in arrival order:
+/// the first waiter holds the tuple's lock while it waits for the locker,
+/// and the next one waits for that tuple lock, so `first` gets the row
+/// first and `second` gets it only once `first` has finished with it. Both
+/// calls must lock the gate row (or a row locked after it) in their first
+/// locking statement; a call that never waits fails the schedule.
+async fn run_in_order(
+    pg: &PgStore,
+    (table, id): GateRow,
+    first: &StoreCall,
+    second: &StoreCall,
+) -> Result<(Res, Res), String> {
+    let mut gate = pg.pool().begin().await.map_err(|e| format!("gate: {e}"))?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "select 1 from {table} where id = $1 for update"
+    )))
+    .bind(id)
+    .fetch_one(&mut *gate)
+    .await
+    .map_err(|e| format!("gate: lock {table} {id}: {e}"))?;
+    let (p1, c1) = (pg.clone(), first.clone());
+    let first_task = tokio::spawn(async move { call::apply(&p1, c1).await });
+    wait_for_lock_waiters(pg, 1, &first_task).await?;
+    let (p2, c2) = (pg.clone(), second.clone());
+    let second_task = tokio::spawn(async move { call::apply(&p2, c2).await });
+    wait_for_lock_waiters(pg, 2, &second_task).await?;
+    gate.commit()
+        .await
+        .map_err(|e| format!("gate: commit: {e}"))?;
+    Ok((
+        first_task.await.map_err(|e| format!("task: {e}"))?,
+        second_task.await.map_err(|e| format!("task: {e}"))?,
+    ))
+}
+
+/// Waits until `count` sessions of this database wait for a lock, the last
+/// of them `task`'s.
+///
+/// A task that finishes without waiting fails the schedule: it decided its
+/// outcome without the row lock, so nothing orders that decision after a
+/// concurrent change of the row, and a snapshot the change has already
+/// made stale can decide it.
+async fn wait_for_lock_waiters(
+    pg: &PgStore,
+    count: i64,
+    task: &tokio::task::JoinHandle<Res>,
+) -> Result<(), String> {
+    for _ in 0..GATE_POLLS_MAX {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(pg.pool())
+        .await
+        .map_err(|e| format!("pg_stat_activity: {e}"))?;
+        if waiting >= count {
+            return Ok(());
+        }
+        if task.is_finished() {
+            return Err(format!(
+                "operation {count} of the schedule finished without queuing on the gate row: \
+                 it decided its outcome without the row lock"
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(GATE_POLL_MS)).await;
     }
     Err(format!(
-        "PostgreSQL ran {a:?} and {b:?} concurrently into a state no serial order gives\n  \
-         pg:        {observed:?}\n  A then B:  {:?}\n  B then A:  {:?}",
-        candidates[0], candidates[1]
+        "a forced schedule waited {} ms for {count} sessions to queue on the gate",
+        u64::from(GATE_POLLS_MAX) * GATE_POLL_MS
     ))
 }
 
@@ -985,13 +1141,19 @@ fn differential_concurrent_pairs_match() -> Result<(), String> {
     let rt = runtime();
     let pg = rt.block_on(fresh_store());
     let coverage = Coverage::default();
-    let mut runner = TestRunner::new(config());
+    let mut runner = TestRunner::new(config(PAIRS_CASES, PAIRS_REGRESSIONS));
     runner
         .run(
             &(steps(PREFIX_RANDOM_STEPS_MAX), pair_op(), pair_op()),
             |(prefix, a, b)| {
-                rt.block_on(concurrent_case(&pg, &prefix, [a, b], &coverage))
-                    .map_err(fail)
+                rt.block_on(concurrent_case(
+                    &pg,
+                    &prefix,
+                    [a, b],
+                    Schedule::Concurrent,
+                    &coverage,
+                ))
+                .map_err(fail)
             },
         )
         .map_err(|e| e.to_string())?;
@@ -1011,38 +1173,136 @@ fn differential_concurrent_pairs_match() -> Result<(), String> {
     )
 }
 
-/// Rounds of the start-against-dispatch race.
-const DISPATCH_RACE_ROUNDS: u32 = 64;
+// ---------------------------------------------------------------------------
+// Forced interleavings: races the pair test found (or could only find by
+// chance), each run in both orders on every run.
 
-/// The race `differential_concurrent_pairs_match` found in `PgStore`: a
-/// non-hedge start concurrent with the move of the job's only attempt from
-/// starting to running. Serially the start is refused, naming the attempt
-/// as starting or as running; before the fix PostgreSQL often started a
-/// second attempt next to the running one.
-#[test]
-fn differential_concurrent_start_and_dispatch_serialize() -> Result<(), String> {
-    let rt = runtime();
-    rt.block_on(async {
-        let pg = fresh_store().await;
-        for round in 0..DISPATCH_RACE_ROUNDS {
-            reset(&pg).await?;
-            let prefix = [Step::plain(create(0, 0)), Step::plain(start(0, false))];
-            let pair = [
-                Op::Transition {
-                    attempt: Ref::Live(0),
-                    to: AttemptState::Running,
-                    error: None,
+/// Two operations after a prefix, and the row both queue on.
+#[derive(Debug)]
+struct Forced {
+    name: &'static str,
+    prefix: Vec<Op>,
+    a: Op,
+    b: Op,
+    gate: Gate,
+}
+
+/// Runs `case` in both forced orders; each must give exactly the outcome of
+/// the same serial order on MemStore.
+async fn check(pg: &PgStore, case: &Forced) -> Result<(), String> {
+    let prefix: Vec<Step> = case.prefix.iter().copied().map(Step::plain).collect();
+    for schedule in [Schedule::AFirst(case.gate), Schedule::BFirst(case.gate)] {
+        concurrent_case(
+            pg,
+            &prefix,
+            [case.a, case.b],
+            schedule,
+            &Coverage::default(),
+        )
+        .await
+        .map_err(|e| format!("{}: {e}", case.name))?;
+    }
+    Ok(())
+}
+
+fn forced_cases() -> Vec<Forced> {
+    use AttemptState::{Cancelled, Running, Unknown};
+    let on_latest_attempt = Gate::Attempt(Ref::Live(0));
+    let on_job = Gate::Job(Ref::Live(0));
+    let complete = |attempt, output, out_of_band| Op::Complete {
+        attempt: Ref::Live(attempt),
+        output,
+        out_of_band,
+    };
+    let second_start = |allow_while_running| Op::Start {
+        job: Ref::Live(0),
+        attempt: 1,
+        provider: 1,
+        allow_while_running,
+    };
+    vec![
+        // The shrunk case of the pair test: before the fix, PostgreSQL
+        // refused the cancel naming `unknown` as the current state, from
+        // which a cancel is legal.
+        Forced {
+            name: "cancel against timeout of a starting attempt",
+            prefix: vec![
+                create(0, 0),
+                Op::RecordEvent {
+                    job: Ref::Live(0),
+                    attempt: None,
+                    detail: 0,
                 },
                 Op::Start {
                     job: Ref::Live(0),
-                    attempt: 1,
+                    attempt: 0,
                     provider: 1,
-                    allow_while_running: round % 2 == 1,
+                    allow_while_running: false,
                 },
-            ];
-            concurrent_case(&pg, &prefix, pair, &Coverage::default())
-                .await
-                .map_err(|e| format!("round {round}: {e}"))?;
+            ],
+            a: move_latest(Cancelled),
+            b: move_latest(Unknown),
+            gate: on_latest_attempt,
+        },
+        // Found by the pair test one run in three: a start beside the
+        // dispatch of the job's only attempt started a second attempt next
+        // to the running one.
+        Forced {
+            name: "dispatch against a start",
+            prefix: vec![create(0, 0), start(0, false)],
+            a: move_latest(Running),
+            b: second_start(false),
+            gate: on_job,
+        },
+        Forced {
+            name: "dispatch against a hedge start",
+            prefix: vec![create(0, 0), start(0, false)],
+            a: move_latest(Running),
+            b: second_start(true),
+            gate: on_job,
+        },
+        Forced {
+            name: "two completions of two running attempts",
+            prefix: opening(4),
+            a: complete(0, 0, false),
+            b: complete(1, 3, false),
+            gate: on_job,
+        },
+        Forced {
+            name: "completion against timeout of the same attempt",
+            prefix: opening(2),
+            a: complete(0, 0, false),
+            b: move_latest(Unknown),
+            gate: on_latest_attempt,
+        },
+        Forced {
+            name: "resolution as succeeded against cancel of an unknown attempt",
+            prefix: opening(5),
+            a: complete(0, 2, true),
+            b: move_latest(Cancelled),
+            gate: on_latest_attempt,
+        },
+        Forced {
+            name: "giving up on a job against a start",
+            prefix: vec![create(0, 0)],
+            a: Op::FailJob {
+                job: Ref::Live(0),
+                read_version: 0,
+                reason: 0,
+            },
+            b: second_start(false),
+            gate: on_job,
+        },
+    ]
+}
+
+#[test]
+fn differential_forced_interleavings_serialize() -> Result<(), String> {
+    let rt = runtime();
+    rt.block_on(async {
+        let pg = fresh_store().await;
+        for case in forced_cases() {
+            check(&pg, &case).await?;
         }
         Ok(())
     })
