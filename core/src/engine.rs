@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::clock::{Clock, IdSource};
 use crate::contract::Providers;
+#[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::fingerprint;
 use crate::model::{
@@ -166,10 +167,13 @@ pub struct Engine {
     ids: Arc<dyn IdSource>,
     providers: Providers,
     policy: Policy,
-    /// The design under test; always `Correct` outside the simulator.
+    /// The design under test. Only the bench has naive designs: without
+    /// the `bench` feature the engine is idem's design and nothing else.
+    #[cfg(feature = "bench")]
     design: Design,
     /// Names this engine instance (an API replica). Only the
     /// session-scoped-key design uses it.
+    #[cfg(feature = "bench")]
     session: String,
 }
 
@@ -187,21 +191,11 @@ impl Engine {
             ids,
             providers,
             policy,
+            #[cfg(feature = "bench")]
             design: Design::Correct,
+            #[cfg(feature = "bench")]
             session: String::new(),
         }
-    }
-
-    /// Runs one of the naive designs of BRIEF §8 instead of idem's. For the
-    /// simulator's mutation tests only. `session` names this instance.
-    pub fn with_design(mut self, design: Design, session: &str) -> Self {
-        self.design = design;
-        session.clone_into(&mut self.session);
-        self
-    }
-
-    pub fn design(&self) -> Design {
-        self.design
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -229,12 +223,8 @@ impl Engine {
         request: JobRequest,
     ) -> Result<Created, EngineError> {
         let key = IdempotencyKey::parse(key)?;
-        // Naive: the key is remembered per session (replica), not per owner.
-        let key = if self.design == Design::SessionScopedKey {
-            IdempotencyKey::parse(&format!("{}:{key}", self.session)).unwrap_or(key)
-        } else {
-            key
-        };
+        #[cfg(feature = "bench")]
+        let key = self.naive_session_scoped(key);
         for provider in std::iter::once(&request.provider).chain(&request.fallbacks) {
             if !self.providers.contains(provider) {
                 return Err(EngineError::UnknownProvider {
@@ -255,15 +245,9 @@ impl Engine {
             fallbacks: request.fallbacks,
             at: self.clock.now(),
         };
-        // Naive: look the key up first, insert if absent. Without the
-        // unique constraint, two lookups can both find nothing.
-        if self.design == Design::CheckThenInsert
-            && let Some(existing) = self
-                .store
-                .job_by_key(&new.owner_id, &new.idempotency_key)
-                .await?
-        {
-            return self.existing_or_reused(existing, &new).await;
+        #[cfg(feature = "bench")]
+        if let Some(found) = self.naive_check_before_insert(&new).await? {
+            return found;
         }
         // Create-or-get is idempotent by construction, so a lost
         // acknowledgement is answered by asking again.
@@ -272,16 +256,11 @@ impl Engine {
             match self.store.create_job(new.clone()).await {
                 Ok(CreateOutcome::Created(job)) => return Ok(Created::New(job)),
                 Ok(CreateOutcome::Existing(job)) => return Ok(Created::Replayed(job)),
+                #[cfg(feature = "bench")]
                 Ok(CreateOutcome::KeyReused { existing, .. })
-                    if self.design == Design::NoFingerprint =>
+                    if self.runs(Design::NoFingerprint) =>
                 {
-                    // Naive: the key alone decides; the new body is ignored.
-                    let job = self
-                        .store
-                        .job(existing)
-                        .await?
-                        .ok_or(EngineError::JobNotFound(existing))?;
-                    return Ok(Created::Replayed(job));
+                    return self.naive_replay_by_key_alone(existing).await;
                 }
                 Ok(CreateOutcome::KeyReused {
                     existing,
@@ -299,21 +278,6 @@ impl Engine {
             }
         }
         Err(last_error.expect("the loop ran at least once").into())
-    }
-
-    /// The check-then-insert design's answer for a key it found.
-    async fn existing_or_reused(
-        &self,
-        existing: Job,
-        new: &NewJob,
-    ) -> Result<Created, EngineError> {
-        if existing.request_fingerprint == new.request_fingerprint {
-            return Ok(Created::Replayed(existing));
-        }
-        Err(EngineError::KeyReused {
-            existing: existing.id,
-            differing_pointers: fingerprint::diff(&existing.request, &new.request),
-        })
     }
 
     /// The job, if it exists and belongs to `owner`. Another owner's job is
@@ -350,13 +314,16 @@ impl Engine {
                 .await?;
             return Err(EngineError::ProviderNotCertified { provider });
         }
+        let allow_while_running = self.policy.allows_overlap();
+        // Naive (unguarded-attempts): no guard but the index.
+        #[cfg(feature = "bench")]
+        let allow_while_running = allow_while_running || self.runs(Design::UnguardedAttempts);
         let new = NewAttempt {
             id: self.ids.attempt_id(),
             job_id: job.id,
             provider,
             at,
-            allow_while_running: self.policy.allows_overlap()
-                || self.design == Design::UnguardedAttempts,
+            allow_while_running,
         };
         let mut last_error = None;
         for _ in 0..ACK_RECHECKS_MAX {
@@ -388,7 +355,8 @@ impl Engine {
     /// Whether `provider` holds a passed certificate for its current model
     /// and the current prompt and schema versions.
     pub async fn is_certified(&self, provider: &str) -> Result<bool, EngineError> {
-        if self.design == Design::BlindFailover {
+        #[cfg(feature = "bench")]
+        if self.runs(Design::BlindFailover) {
             // Naive: every configured provider is taken to share the contract.
             return Ok(self.providers.contains(provider));
         }
@@ -422,7 +390,8 @@ impl Engine {
     /// that is still starting holds it for the moment it takes to connect,
     /// so a refusal by that index is waited out, a bounded number of times.
     pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
-        if self.design == Design::TimeoutIsFailure {
+        #[cfg(feature = "bench")]
+        if self.runs(Design::TimeoutIsFailure) {
             // Naive: the client saw a failure, so the attempt failed.
             return self
                 .transition(
@@ -532,7 +501,8 @@ impl Engine {
                 Ok(CompleteOutcome::NotOpen { state }) => {
                     return Ok(Verdict::Discarded { state });
                 }
-                Err(StoreError::Indeterminate(_)) if self.design == Design::LostAckMeansLost => {
+                #[cfg(feature = "bench")]
+                Err(StoreError::Indeterminate(_)) if self.runs(Design::LostAckMeansLost) => {
                     // Naive: no answer means someone else won.
                     self.note(
                         attempt.job_id,
@@ -691,5 +661,72 @@ impl Engine {
             })
             .await?;
         Ok(Resolved::Ended(moved))
+    }
+}
+
+/// The naive designs' branches of the engine: the bench builds them in to
+/// prove that it catches each one; the product has none of them.
+#[cfg(feature = "bench")]
+impl Engine {
+    /// Runs one of the naive designs instead of idem's. For the simulator's
+    /// mutation tests only. `session` names this instance.
+    pub fn with_design(mut self, design: Design, session: &str) -> Self {
+        self.design = design;
+        session.clone_into(&mut self.session);
+        self
+    }
+
+    pub fn design(&self) -> Design {
+        self.design
+    }
+
+    fn runs(&self, design: Design) -> bool {
+        self.design == design
+    }
+
+    /// Naive (session-scoped-key): the key is remembered per session
+    /// (replica), not per owner.
+    fn naive_session_scoped(&self, key: IdempotencyKey) -> IdempotencyKey {
+        if !self.runs(Design::SessionScopedKey) {
+            return key;
+        }
+        IdempotencyKey::parse(&format!("{}:{key}", self.session)).unwrap_or(key)
+    }
+
+    /// Naive (check-then-insert): look the key up first and insert only if
+    /// it is absent. Without the unique constraint, two lookups can both
+    /// find nothing. `Some` is the answer for a key it found.
+    async fn naive_check_before_insert(
+        &self,
+        new: &NewJob,
+    ) -> Result<Option<Result<Created, EngineError>>, EngineError> {
+        if !self.runs(Design::CheckThenInsert) {
+            return Ok(None);
+        }
+        let Some(existing) = self
+            .store
+            .job_by_key(&new.owner_id, &new.idempotency_key)
+            .await?
+        else {
+            return Ok(None);
+        };
+        if existing.request_fingerprint == new.request_fingerprint {
+            return Ok(Some(Ok(Created::Replayed(existing))));
+        }
+        Ok(Some(Err(EngineError::KeyReused {
+            existing: existing.id,
+            differing_pointers: fingerprint::diff(&existing.request, &new.request),
+        })))
+    }
+
+    /// Naive (no-fingerprint): the key alone decides; the new body is
+    /// ignored and the old job returned.
+    async fn naive_replay_by_key_alone(&self, existing: JobId) -> Result<Created, EngineError> {
+        let job = self
+            .store
+            .job(existing)
+            .await?
+            .ok_or(EngineError::JobNotFound(existing))?;
+        Ok(Created::Replayed(job))
     }
 }

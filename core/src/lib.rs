@@ -10,10 +10,19 @@
 //! [`engine`] composes them.
 //!
 //! I/O-free modules: `model`, `transition`, `fingerprint`, `contract`.
+//!
+//! The product and the bench: what exists only to be judged (the naive
+//! designs in `design`, the fault-injecting store wrapper in
+//! `store::faults`, the store's operations as data in `store::call`, and
+//! the provider test server in `provider::server`) is compiled only with
+//! the `bench` feature, which the simulator and the `idem` command line
+//! turn on. The production binary, `idem-server`, is built without it.
 
 pub mod api;
+pub mod cli;
 pub mod clock;
 pub mod contract;
+#[cfg(feature = "bench")]
 pub mod design;
 pub mod engine;
 pub mod fingerprint;
@@ -22,6 +31,7 @@ pub mod periodic;
 pub mod provider;
 pub mod reconciler;
 pub mod service;
+pub mod stamp;
 pub mod store;
 pub mod transition;
 pub mod worker;

@@ -6,7 +6,7 @@
 //! No timestamps or durations are written, so one sweep always renders to
 //! the same bytes.
 
-use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::run::RunVerdict;
 use crate::sweep::SweepSummary;
@@ -27,6 +27,7 @@ pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
     let mut report = Report::new(format!("idem sweep (design {})", summary.design));
     for scenario in &summary.scenarios {
         let mut suite = TestSuite::new(scenario.name.as_str());
+        add_build(&mut suite, summary);
         for run in summary.runs.iter().filter(|r| r.scenario == scenario.name) {
             let status = match run.verdict {
                 RunVerdict::Pass => TestCaseStatus::success(),
@@ -84,6 +85,7 @@ pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
     }
     if summary.coverage.gated {
         let mut suite = TestSuite::new(COVERAGE_SUITE);
+        add_build(&mut suite, summary);
         for tally in &summary.coverage.windows {
             let status = if tally.runs > 0 {
                 TestCaseStatus::success()
@@ -102,6 +104,18 @@ pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
         report.add_test_suite(suite);
     }
     Ok(report.to_string()?)
+}
+
+/// The build and the seeds as suite properties: a seed reproduces a run
+/// only on the same code.
+fn add_build(suite: &mut TestSuite, summary: &SweepSummary) {
+    let build = &summary.build;
+    suite.add_property(Property::new("idem.version", build.version.as_str()));
+    suite.add_property(Property::new("idem.commit", build.short_commit()));
+    suite.add_property(Property::new(
+        "idem.seeds",
+        format!("{}..{}", summary.seeds.start, summary.seeds.end),
+    ));
 }
 
 #[cfg(test)]
@@ -134,6 +148,7 @@ mod tests {
             sim_ms: 9,
             stop: "quiescent".to_owned(),
             reproduce: "idem run double-click --seed 7 --design check-then-insert".to_owned(),
+            build: None,
         };
         let summary = SweepSummary::new(
             "check-then-insert",
@@ -144,8 +159,18 @@ mod tests {
                 expect_windows: vec!["duplicate_create".to_owned()],
             }],
             vec![failing],
+            crate::BuildStamp::from_build(
+                "0.1.0",
+                Some("0123456789abcdef0123456789abcdef01234567"),
+                Some("false"),
+            ),
         );
         let xml = render(&summary).expect("renders");
+        assert!(
+            xml.contains(r#"<property name="idem.commit" value="0123456789ab"/>"#),
+            "{xml}"
+        );
+        assert!(xml.contains(r#"<property name="idem.seeds" value="7..8"/>"#));
         assert!(
             xml.contains(r#"<testsuite name="double-click" tests="2""#),
             "{xml}"

@@ -17,9 +17,12 @@ pub mod mutants;
 pub mod run;
 pub mod sweep;
 
+pub use idem_core::stamp::BuildStamp;
 pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
 pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
 
 /// The version of the JSON schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Schema 2 added the build stamp (`build`) to every record that names a
+/// seed.
+pub const SCHEMA_VERSION: u32 = 2;

@@ -126,12 +126,19 @@ pub struct MutantsReport {
     pub verdict: MatrixVerdict,
     /// In the order given: the correct design first, then the mutants.
     pub designs: Vec<DesignResult>,
+    /// The build that ran the matrix: its seeds reproduce on this code.
+    pub build: crate::BuildStamp,
 }
 
 impl MutantsReport {
     /// Judges each design's runs. `scenarios` and `seeds` describe the full
     /// matrix: the correct design passes only if it ran all of it.
-    pub fn new(seeds: SeedRange, scenarios: Vec<String>, designs: Vec<DesignRuns>) -> Self {
+    pub fn new(
+        seeds: SeedRange,
+        scenarios: Vec<String>,
+        designs: Vec<DesignRuns>,
+        build: crate::BuildStamp,
+    ) -> Self {
         let seeds_count = seeds.end.saturating_sub(seeds.start);
         let matrix_runs = seeds_count.saturating_mul(scenarios.len() as u64);
         let designs: Vec<DesignResult> =
@@ -147,6 +154,7 @@ impl MutantsReport {
             scenarios,
             verdict,
             designs,
+            build,
         }
     }
 
@@ -166,10 +174,11 @@ impl MutantsReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "mutants: {} scenarios x seeds {}..{}, searched seed by seed (every scenario under a seed, then the next seed)",
+            "mutants: {} scenarios x seeds {}..{}, searched seed by seed (every scenario under a seed, then the next seed); build {}",
             self.scenarios.len(),
             self.seeds.start,
-            self.seeds.end
+            self.seeds.end,
+            self.build
         );
         let rows: Vec<[String; 5]> = self
             .designs

@@ -73,6 +73,11 @@ pub struct RunRecord {
     pub stop: String,
     /// The command that runs exactly this again.
     pub reproduce: String,
+    /// The build that ran it: a seed reproduces a run only on the same
+    /// code. Set on a record that stands alone (`idem run`); the records
+    /// inside a sweep or a matrix leave it to the summary's `build`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::BuildStamp>,
 }
 
 impl RunRecord {
@@ -101,6 +106,7 @@ impl RunRecord {
             sim_ms: 0,
             stop: "error".to_owned(),
             reproduce,
+            build: None,
         }
     }
 

@@ -194,6 +194,8 @@ pub struct SweepSummary {
     pub failures: Vec<RunRecord>,
     /// Every run, in brief.
     pub runs: Vec<RunDigest>,
+    /// The build that ran the sweep: its seeds reproduce on this code.
+    pub build: crate::BuildStamp,
 }
 
 impl SweepSummary {
@@ -205,6 +207,7 @@ impl SweepSummary {
         shard: Shard,
         scenarios: &[SweptScenario],
         mut runs: Vec<RunRecord>,
+        build: crate::BuildStamp,
     ) -> Self {
         runs.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
         let mut expected: BTreeMap<&str, &[String]> = scenarios
@@ -259,6 +262,7 @@ impl SweepSummary {
             coverage: SweepCoverage::tally(&runs),
             failures,
             runs: digests,
+            build,
         };
         summary.judge();
         summary
@@ -320,8 +324,8 @@ impl SweepSummary {
         };
         let _ = writeln!(
             out,
-            "sweep: design {}, seeds {}..{}{shard}",
-            self.design, self.seeds.start, self.seeds.end
+            "sweep: design {}, seeds {}..{}{shard}, build {}",
+            self.design, self.seeds.start, self.seeds.end, self.build
         );
         let width = self
             .scenarios
@@ -535,6 +539,7 @@ mod tests {
             steps: 10,
             sim_ms: 10,
             stop: "quiescent".to_owned(),
+            build: None,
             reproduce: format!("idem run {scenario} --seed {seed}"),
         }
     }
@@ -553,8 +558,13 @@ mod tests {
         reversed.reverse();
         let seeds = SeedRange { start: 1, end: 3 };
         let shard = Shard { index: 0, count: 1 };
-        let one = SweepSummary::new("correct", seeds, shard, &scenarios, runs);
-        let two = SweepSummary::new("correct", seeds, shard, &scenarios, reversed);
+        let build = crate::BuildStamp::from_build(
+            "0.1.0",
+            Some("0123456789abcdef0123456789abcdef01234567"),
+            Some("false"),
+        );
+        let one = SweepSummary::new("correct", seeds, shard, &scenarios, runs, build.clone());
+        let two = SweepSummary::new("correct", seeds, shard, &scenarios, reversed, build);
         assert_eq!(one.to_json(), two.to_json());
         assert_eq!(one.verdict, SweepVerdict::Fail);
         let a = &one.scenarios[0];

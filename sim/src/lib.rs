@@ -4,6 +4,18 @@
 //! run is recorded as a trace and judged by an oracle kept apart from the
 //! engine. One seed gives one byte-identical trace.
 
+// Without `--cfg tokio_unstable` tokio does not seed its own scheduling
+// choices, and a seed no longer gives one trace. The workspace's
+// `.cargo/config.toml` sets it; an exported RUSTFLAGS replaces that setting
+// instead of adding to it, so refuse to build an unseeded bench.
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "idem-sim must be built with `--cfg tokio_unstable` (tokio seeds its scheduler only then, and \
+     the simulator's traces are reproducible only then). The workspace's .cargo/config.toml sets \
+     it, but RUSTFLAGS replaces that setting: unset RUSTFLAGS, or add the flag to it, e.g. \
+     RUSTFLAGS=\"--cfg tokio_unstable $RUSTFLAGS\"."
+);
+
 pub mod bench;
 pub mod client;
 pub mod determinism;

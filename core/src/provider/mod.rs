@@ -13,6 +13,7 @@
 
 pub mod connect;
 pub mod openai;
+#[cfg(feature = "bench")]
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -36,6 +36,7 @@ use super::{
     Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
+#[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
@@ -45,7 +46,8 @@ use crate::transition;
 
 /// Which constraints the store enforces. All of them, unless a naive design
 /// under test removes one (the simulator's mutants), exactly as dropping the
-/// constraint would in PostgreSQL.
+/// constraint would in PostgreSQL. Only the bench can drop one.
+#[cfg(feature = "bench")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Constraints {
     /// `unique (owner_id, idempotency_key)` on jobs.
@@ -59,6 +61,7 @@ pub struct Constraints {
     pub completion_cas_swapped: bool,
 }
 
+#[cfg(feature = "bench")]
 impl Default for Constraints {
     fn default() -> Self {
         Self {
@@ -70,6 +73,7 @@ impl Default for Constraints {
     }
 }
 
+#[cfg(feature = "bench")]
 impl Constraints {
     /// What the schema of `design` enforces: a naive design that does
     /// without a constraint runs against a store that lacks it.
@@ -136,19 +140,60 @@ mod entries {
 #[derive(Debug, Default)]
 pub struct MemStore {
     tables: Mutex<MemSnapshot>,
+    #[cfg(feature = "bench")]
     constraints: Constraints,
 }
 
+/// The bench's stores for naive designs, which lack a constraint.
+#[cfg(feature = "bench")]
 impl MemStore {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     pub fn with_constraints(constraints: Constraints) -> Self {
         Self {
             tables: Mutex::default(),
             constraints,
         }
+    }
+
+    fn owner_key_unique(&self) -> bool {
+        self.constraints.owner_key_unique
+    }
+
+    fn one_open_attempt(&self) -> bool {
+        self.constraints.one_open_attempt
+    }
+
+    fn completion_cas(&self) -> bool {
+        self.constraints.completion_cas
+    }
+
+    fn completion_cas_swapped(&self) -> bool {
+        self.constraints.completion_cas_swapped
+    }
+}
+
+/// The product's store enforces every constraint, always.
+#[cfg(not(feature = "bench"))]
+impl MemStore {
+    fn owner_key_unique(&self) -> bool {
+        true
+    }
+
+    fn one_open_attempt(&self) -> bool {
+        true
+    }
+
+    fn completion_cas(&self) -> bool {
+        true
+    }
+
+    fn completion_cas_swapped(&self) -> bool {
+        false
+    }
+}
+
+impl MemStore {
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// A copy of everything committed. Every operation commits atomically,
@@ -250,7 +295,7 @@ impl Store for MemStore {
         // (owner, key) constraint; either way the job of the key is read
         // back. Without the constraint only the primary key stops it.
         let refused = t.jobs.contains_key(&new.id)
-            || (self.constraints.owner_key_unique
+            || (self.owner_key_unique()
                 && t.first_by_key(&new.owner_id, &new.idempotency_key)
                     .is_some());
         if refused {
@@ -326,7 +371,7 @@ impl Store for MemStore {
                     return Ok(StartOutcome::Started(ours.clone()));
                 }
                 t.open_attempt(new.job_id)
-                    .filter(|_| self.constraints.one_open_attempt)
+                    .filter(|_| self.one_open_attempt())
                     .map(|open| StartOutcome::InFlight {
                         attempt: open.id,
                         state: open.state,
@@ -410,7 +455,7 @@ impl Store for MemStore {
         let error = error.as_ref().map(jsonb).transpose()?;
         // Entering a blocking state takes the job's slot in the partial
         // unique index, which another attempt may hold.
-        if self.constraints.one_open_attempt
+        if self.one_open_attempt()
             && transition::blocks_new_attempts(to)
             && !transition::blocks_new_attempts(from)
         {
@@ -461,9 +506,9 @@ impl Store for MemStore {
             .get(&completion.job_id)
             .ok_or(StoreError::JobNotFound(completion.job_id))?;
         // The compare-and-swap (unless a naive design dropped it).
-        let unclaimed = job.completed_by.is_none() != self.constraints.completion_cas_swapped;
+        let unclaimed = job.completed_by.is_none() != self.completion_cas_swapped();
         let swap = job.version == attempt.read_version && unclaimed;
-        if swap || !self.constraints.completion_cas {
+        if swap || !self.completion_cas() {
             let job = t.job_mut(completion.job_id);
             job.result = Some(output.clone());
             job.completed_by = Some(attempt.id);

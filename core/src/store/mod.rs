@@ -6,7 +6,9 @@
 //! and "one open attempt per job" are constraints of the store, never
 //! application checks.
 
+#[cfg(feature = "bench")]
 pub mod call;
+#[cfg(feature = "bench")]
 pub mod faults;
 pub mod mem;
 pub mod pg;

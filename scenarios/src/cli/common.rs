@@ -14,6 +14,12 @@ use idem_sim::trace::Trace;
 /// Writes to stdout. A closed pipe (`idem list | head`) or a full disk
 /// ends the output quietly: there is nobody left to tell, and the exit code
 /// still says how the command went.
+/// This build of `idem`: every output that names a seed names it too,
+/// since a seed reproduces a run only on the same code.
+pub fn build() -> idem_reports::BuildStamp {
+    idem_core::build_stamp!()
+}
+
 pub fn emit(text: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
@@ -155,6 +161,7 @@ pub fn record(
         sim_ms: report.sim_ms,
         stop: stop_name(report.stop),
         reproduce,
+        build: None,
     }
 }
 

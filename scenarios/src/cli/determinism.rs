@@ -8,7 +8,7 @@ use clap::Args;
 use idem_core::design::Design;
 use idem_sim::determinism::check;
 
-use super::common::emit;
+use super::common::{build, emit};
 use super::{CliError, Exit};
 use crate::load::load;
 
@@ -78,8 +78,10 @@ pub fn check_determinism(args: CheckDeterminismArgs) -> Result<Exit, CliError> {
             );
             let _ = writeln!(
                 out,
-                "reproduce with: idem check-determinism {} --seed {}{design_flag}",
-                loaded.target, args.seed
+                "reproduce with: idem check-determinism {} --seed {}{design_flag} (build: idem {})",
+                loaded.target,
+                args.seed,
+                build()
             );
             Exit::Violation
         }

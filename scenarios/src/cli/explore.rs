@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use idem_core::design::Design;
 use idem_sim::run::Verdict;
 
-use super::common::{emit, execute};
+use super::common::{build, emit, execute};
 use super::{CliError, Exit};
 use crate::emit::to_file;
 use crate::strategies::{Schedule, schedule};
@@ -183,10 +183,11 @@ pub fn explore(args: ExploreArgs) -> Result<Exit, CliError> {
                 let _ = writeln!(out, "written to {}", path.display());
                 let _ = writeln!(
                     out,
-                    "reproduce with: idem run {} --seed {} --design {}",
+                    "reproduce with: idem run {} --seed {} --design {} (build: idem {})",
                     path.display(),
                     minimal.seed,
-                    args.design
+                    args.design,
+                    build()
                 );
             }
             emit(&out);

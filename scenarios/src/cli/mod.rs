@@ -50,6 +50,9 @@ pub enum CliError {
     /// lines, with nothing in front, so that editors and CI can jump to them.
     #[error("{0}")]
     Scenario(#[from] LoadError),
+    /// `serve` and `migrate`: the production commands' own errors.
+    #[error("{0}")]
+    Server(#[from] idem_core::cli::CliError),
 }
 
 const EXIT_CODES: &str = "\
@@ -61,10 +64,14 @@ Exit codes:
   2  usage or input error: bad flags, an unknown scenario, a malformed scenario file
      (reported as path:line:col: message), an unreachable database";
 
+/// `--version`: the version, the commit and whether the tree was dirty.
+static VERSION: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| common::build().to_string());
+
 #[derive(Debug, Parser)]
 #[command(
     name = "idem",
-    version,
+    version = VERSION.as_str(),
     about = "One click, one job: the idem engine and its simulation bench",
     after_help = EXIT_CODES
 )]
@@ -103,10 +110,10 @@ enum Command {
     Regress(regress::RegressArgs),
     /// Measure the simulator against an idle world of the same size.
     Bench(bench::BenchArgs),
-    /// Apply the database migrations.
-    Migrate(serve::MigrateArgs),
-    /// Run the HTTP API, worker and reconciler.
-    Serve(serve::ServeArgs),
+    /// Apply the database migrations (as `idem-server migrate` does).
+    Migrate(idem_core::cli::MigrateArgs),
+    /// Run the HTTP API, worker and reconciler (as `idem-server serve` does).
+    Serve(idem_core::cli::ServeArgs),
     /// Run the provider server (an OpenAI-compatible test provider).
     ProviderServer(serve::ProviderServerArgs),
 }
@@ -125,8 +132,12 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::explore(args),
         Command::Regress(args) => regress::regress(args),
         Command::Bench(args) => bench::bench(args),
-        Command::Migrate(args) => serve::migrate(args),
-        Command::Serve(args) => serve::serve(args),
+        Command::Migrate(args) => idem_core::cli::migrate(args)
+            .map(|()| Exit::Pass)
+            .map_err(CliError::from),
+        Command::Serve(args) => idem_core::cli::serve(args)
+            .map(|()| Exit::Pass)
+            .map_err(CliError::from),
         Command::ProviderServer(args) => serve::provider_server(args),
     };
     match outcome {

@@ -26,7 +26,7 @@ use idem_reports::RunRecord;
 use idem_reports::mutants::{DesignRuns, MutantsReport, Role};
 use idem_reports::sweep::SeedRange;
 
-use super::common::{emit, execute, record};
+use super::common::{build, emit, execute, record};
 use super::run::Format;
 use super::sweep::progress_bar;
 use super::{CliError, Exit};
@@ -90,6 +90,7 @@ pub fn mutants(args: MutantsArgs) -> Result<Exit, CliError> {
                 runs,
             })
             .collect(),
+        build(),
     );
     if let Some(path) = &args.json {
         std::fs::write(path, report.to_json())

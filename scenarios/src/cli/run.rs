@@ -13,7 +13,7 @@ use idem_reports::{RunRecord, RunVerdict};
 use idem_sim::run::RunOutcome;
 use idem_sim::trace::Trace;
 
-use super::common::{emit, execute, record};
+use super::common::{build, emit, execute, record};
 use super::{CliError, Exit};
 use crate::load::load;
 
@@ -93,14 +93,17 @@ pub fn run(args: RunArgs) -> Result<Exit, CliError> {
             CliError::Usage(format!("cannot write the trace to {}: {e}", path.display()))
         })?;
     }
-    let record = record(
-        &loaded.scenario,
-        &loaded.target,
-        args.seed,
-        args.design,
-        &outcome,
-        true,
-    );
+    let record = RunRecord {
+        build: Some(build()),
+        ..record(
+            &loaded.scenario,
+            &loaded.target,
+            args.seed,
+            args.design,
+            &outcome,
+            true,
+        )
+    };
     match args.format {
         Format::Json => emit(&format!(
             "{}\n",
@@ -210,5 +213,8 @@ pub fn text(
         }
     }
     let _ = writeln!(out, "reproduce with: {}", record.reproduce);
+    if let Some(build) = &record.build {
+        let _ = writeln!(out, "build: idem {build}");
+    }
     out
 }

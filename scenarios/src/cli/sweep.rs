@@ -27,7 +27,7 @@ use idem_reports::sweep::{SeedRange, Shard, SweptScenario};
 use idem_reports::{RunRecord, SweepSummary};
 use idem_sim::scenario::Window;
 
-use super::common::{emit, execute, record, window_name};
+use super::common::{build, emit, execute, record, window_name};
 use super::{CliError, Exit};
 use crate::load::{Loaded, load_set};
 
@@ -192,6 +192,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
         },
         &swept,
         records,
+        build(),
     )
     .gate_windows(&all_windows(), args.all);
     if let Some(path) = &args.json {

@@ -82,6 +82,7 @@ fn run(scenario: &str, seed: u64, design: &str, outcome: char, reached: &[&str])
         sim_ms: 1,
         stop: "quiescent".to_owned(),
         reproduce: format!("idem run {scenario} --seed {seed} --design {design}"),
+        build: None,
     }
 }
 
@@ -117,6 +118,11 @@ fn check(scenarios: &[&str], seeds: u64, designs: &[(&str, &str)], expect: &str)
         },
         scenarios.iter().map(|s| (*s).to_owned()).collect(),
         designs,
+        idem_reports::BuildStamp::from_build(
+            "0.1.0",
+            Some("0123456789abcdef0123456789abcdef01234567"),
+            Some("false"),
+        ),
     );
     let mut lines: Vec<String> = report
         .designs
@@ -264,8 +270,12 @@ fn the_report_json_names_designs_and_their_first_failures() -> Result<(), Box<dy
         ",
     );
     let json: serde_json::Value = serde_json::from_str(&report.to_json())?;
-    assert_eq!(json["schema"], 1);
+    assert_eq!(json["schema"], idem_reports::SCHEMA_VERSION);
     assert_eq!(json["verdict"], "pass");
+    assert_eq!(
+        json["build"]["commit"],
+        "0123456789abcdef0123456789abcdef01234567"
+    );
     assert_eq!(json["seeds"], serde_json::json!({"start": 0, "end": 1}));
     assert_eq!(
         json["scenarios"],
@@ -428,6 +438,11 @@ fn sweep(runs: &[(&str, u64, &[&str])], gated: bool) -> SweepSummary {
         Shard { index: 0, count: 1 },
         &scenarios,
         records,
+        idem_reports::BuildStamp::from_build(
+            "0.1.0",
+            Some("0123456789abcdef0123456789abcdef01234567"),
+            Some("false"),
+        ),
     )
     .gate_windows(&window_names(), gated)
 }
