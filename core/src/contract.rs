@@ -32,6 +32,14 @@ pub struct Certificate {
     pub at: Timestamp,
 }
 
+impl Certificate {
+    /// What the provider said it served when the certificate was earned
+    /// (`model_identity` in the evidence), if it said.
+    pub fn model_identity(&self) -> Option<&str> {
+        self.evidence.get("model_identity").and_then(Value::as_str)
+    }
+}
+
 /// One provider the service can call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderSpec {
@@ -47,6 +55,15 @@ pub struct Providers {
 }
 
 impl Providers {
+    /// No providers yet, under `contract`'s prompt and schema versions.
+    pub fn for_contract(contract: &crate::certify::Contract) -> Self {
+        Self {
+            specs: BTreeMap::new(),
+            prompt_version: contract.prompt_version.clone(),
+            schema_version: contract.schema_version.clone(),
+        }
+    }
+
     /// Providers with the same model name as their provider name, and
     /// contract versions "v1". Convenient for tests and demos.
     pub fn named<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
