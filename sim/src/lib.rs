@@ -17,6 +17,7 @@ compile_error!(
 );
 
 pub mod bench;
+pub mod certify;
 pub mod client;
 pub mod determinism;
 pub mod net;

@@ -311,6 +311,15 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                     change_provider(world, provider, |b| b.error_per_mille = rate);
                     heal_after(*duration_ms, &fault, timed);
                 }
+                Fault::ProviderModelChange { provider, model } => {
+                    // For good: a heal of another fault restores the
+                    // profile, which now names the new model too.
+                    let served = Some(model.clone());
+                    if let Some(profile) = world.provider_profiles.get_mut(provider) {
+                        profile.served_model.clone_from(&served);
+                    }
+                    change_provider(world, provider, |b| b.served_model = served);
+                }
                 Fault::StoreLoseAck { op, nth, count } => world.store_plan.add(FaultRule {
                     op: *op,
                     fault: StoreFault::LoseAck,
@@ -396,6 +405,7 @@ pub fn fault_name(fault: &Fault) -> &'static str {
         Fault::ProviderHang { .. } => "provider_hang",
         Fault::ProviderStall { .. } => "provider_stall",
         Fault::ProviderError { .. } => "provider_error",
+        Fault::ProviderModelChange { .. } => "provider_model_change",
         Fault::StoreLoseAck { .. } => "store_lose_ack",
         Fault::StoreFailBeforeApply { .. } => "store_fail_before_apply",
         Fault::StoreLatency { .. } => "store_latency",

@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use idem_core::certify::TokenizerProfile;
 use idem_core::engine::Policy;
 use idem_core::model::JobRequest;
 use idem_core::provider::server::Behaviour;
@@ -86,8 +87,14 @@ pub struct ProviderProfile {
     pub name: String,
     pub model: String,
     pub behaviour: Behaviour,
-    /// Whether a passed contract certificate is on file when the world starts.
+    /// Whether the world certifies this provider against the shipped
+    /// contract before any client clicks. The run decides: a provider whose
+    /// behaviour breaks the contract fails its certification whatever this
+    /// says, and its certificate is on file as failed.
     pub certified: bool,
+    /// What the certifier knows of the provider's tokenizer.
+    #[serde(default)]
+    pub tokenizer: TokenizerProfile,
 }
 
 /// Simulated time.
@@ -229,6 +236,10 @@ pub enum Fault {
     StoreLoseAck { op: StoreOp, nth: u32, count: u32 },
     /// The store refuses occurrences of `op` without applying them.
     StoreFailBeforeApply { op: StoreOp, nth: u32, count: u32 },
+    /// The provider silently starts serving `model` under the model name
+    /// it is asked for, for good: a certificate earned on the old model no
+    /// longer describes it.
+    ProviderModelChange { provider: String, model: String },
     /// The store applies occurrences of `op` after a delay.
     StoreLatency {
         op: StoreOp,
@@ -292,6 +303,7 @@ impl Default for Topology {
                 ..Behaviour::default()
             },
             certified,
+            tokenizer: TokenizerProfile::default(),
         };
         Self {
             api_replicas: 2,

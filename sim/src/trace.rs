@@ -164,6 +164,18 @@ pub enum TraceBody {
         outcome: ExecutionOutcome,
     },
 
+    // ---- the certifier: the runs before any client clicks ----
+    /// A provider's certification against the shipped contract.
+    Certification {
+        provider: String,
+        model: String,
+        /// What the provider said it serves under `model`.
+        model_identity: Option<String>,
+        passed: bool,
+        /// The checks that failed, by name.
+        failed_checks: Vec<String>,
+    },
+
     // ---- the fault plan ----
     Fault {
         name: String,

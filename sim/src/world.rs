@@ -13,30 +13,28 @@ use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
 use idem_core::api::{self, AppState, Auth};
+use idem_core::certify::{Contract, SpecialTokens};
 use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
 use idem_core::contract::{Certificate, ProviderSpec, Providers};
 use idem_core::design::Design;
-use idem_core::engine::Engine;
+use idem_core::engine::{Engine, MODEL_PROBE_TIMEOUT_MS_DEFAULT, ModelProbes};
 use idem_core::model::OwnerId;
-use idem_core::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
-use idem_core::provider::server::ProviderServer;
+use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
+use idem_core::provider::server::{ContractMode, ProviderServer};
 use idem_core::provider::{Provider, ProviderSet};
 use idem_core::reconciler::Reconciler;
 use idem_core::store::Store;
 use idem_core::store::faults::FaultPlan;
 use idem_core::store::mem::{Constraints, MemStore};
 use idem_core::worker::Worker;
-use serde_json::json;
-
+use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
 use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
-use crate::scenario::{Scenario, host};
+use crate::scenario::{ProviderProfile, Scenario, host};
 use crate::trace::{Recorder, TraceBody};
 
-/// The output schema version certificates name.
-pub const SCHEMA_VERSION: &str = "v1";
 /// The operator's bearer token in every world.
 pub const OPERATOR_TOKEN: &str = "token-operator";
 
@@ -118,17 +116,19 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                 .iter()
                 .map(|c| (c.name.clone(), c.owner.clone()))
                 .collect(),
-            certified: scenario
+            certified: BTreeSet::new(),
+            certified_models: BTreeMap::new(),
+            defects: scenario
                 .topology
                 .providers
                 .iter()
-                .filter(|p| p.certified)
-                .map(|p| p.name.clone())
-                .collect::<BTreeSet<_>>(),
+                .map(|p| (p.name.clone(), declared_defects(p)))
+                .collect(),
             policy: scenario.policy,
             reconciler: scenario.topology.reconciler,
         },
     };
+    let shipped = Contract::shipped();
     let contract = Providers {
         specs: scenario
             .topology
@@ -143,21 +143,51 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                 )
             })
             .collect(),
-        prompt_version: PROMPT_VERSION.to_owned(),
-        schema_version: SCHEMA_VERSION.to_owned(),
+        prompt_version: shipped.prompt_version.clone(),
+        schema_version: shipped.schema_version.clone(),
     };
+    // Certification before any client clicks: the product's run, against
+    // each provider the scenario asks to certify. Its outcome, not the
+    // scenario's flag, is what goes on file.
     let epoch = SimClock::new(FIXED_EPOCH_US);
     for profile in scenario.topology.providers.iter().filter(|p| p.certified) {
+        let certification = certify_profile(profile);
         let key = contract
             .certificate_key(&profile.name)
             .expect("every profile is in the contract");
+        let passed = certification.passed();
         ready(world.store.put_certificate(Certificate {
             key,
-            passed: true,
-            evidence: json!({"source": "scenario"}),
+            passed,
+            evidence: certification.evidence("simulation"),
             at: epoch.now(),
         }))
         .expect("the in-process store takes a certificate");
+        world.recorder.record_at(
+            0,
+            CERTIFIER,
+            TraceBody::Certification {
+                provider: profile.name.clone(),
+                model: profile.model.clone(),
+                model_identity: certification.model_identity.clone(),
+                passed,
+                failed_checks: certification
+                    .failed_checks()
+                    .iter()
+                    .map(|c| c.name().to_owned())
+                    .collect(),
+            },
+        );
+        if passed {
+            world.facts.certified.insert(profile.name.clone());
+            world.facts.certified_models.insert(
+                profile.name.clone(),
+                certification
+                    .model_identity
+                    .clone()
+                    .unwrap_or_else(|| profile.model.clone()),
+            );
+        }
     }
     register_store(&mut world);
     register_providers(&mut world, scenario);
@@ -197,8 +227,35 @@ impl EngineParts {
             self.contract.clone(),
             self.policy,
         )
+        .with_model_probes(ModelProbes::new(
+            self.clients.clone(),
+            MODEL_PROBE_TIMEOUT_MS_DEFAULT,
+        ))
         .with_design(self.design, session)
     }
+}
+
+/// The contract defects `profile` declares, by name: what a provider that
+/// shares the contract never does.
+fn declared_defects(profile: &ProviderProfile) -> Vec<String> {
+    let b = &profile.behaviour;
+    let mut defects = Vec::new();
+    match b.contract {
+        ContractMode::Valid => {}
+        ContractMode::InventedKey => defects.push("contract = invented_key".to_owned()),
+        ContractMode::Prose => defects.push("contract = prose".to_owned()),
+        ContractMode::IgnoredFormat => defects.push("contract = ignored_format".to_owned()),
+    }
+    if profile.tokenizer.special_tokens == SpecialTokens::Parsed {
+        defects.push("special_tokens = parsed".to_owned());
+    }
+    if b.deviate_one_in > 0 {
+        defects.push(format!("deviate_one_in = {}", b.deviate_one_in));
+    }
+    if b.hang || b.stall || b.error_per_mille == 1_000 {
+        defects.push("never answers".to_owned());
+    }
+    defects
 }
 
 fn provider_clients(scenario: &Scenario) -> ProviderSet {

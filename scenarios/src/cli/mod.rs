@@ -116,6 +116,10 @@ enum Command {
     Serve(idem_core::cli::ServeArgs),
     /// Run the provider server (an OpenAI-compatible test provider).
     ProviderServer(serve::ProviderServerArgs),
+    /// Certify a provider against the operating contract (as
+    /// `idem-server certify` does): exit 0 certified, 1 not certified,
+    /// 2 bad flags or contract, or an unreachable provider or database.
+    Certify(idem_core::cli::CertifyArgs),
 }
 
 /// Parses the command line, runs the command, and maps the outcome to the
@@ -139,6 +143,12 @@ pub fn main() -> ExitCode {
             .map(|()| Exit::Pass)
             .map_err(CliError::from),
         Command::ProviderServer(args) => serve::provider_server(args),
+        Command::Certify(args) => idem_core::cli::certify(args)
+            .map(|outcome| match outcome {
+                idem_core::cli::CertifyOutcome::Certified => Exit::Pass,
+                idem_core::cli::CertifyOutcome::NotCertified => Exit::Violation,
+            })
+            .map_err(CliError::from),
     };
     match outcome {
         Ok(exit) => exit.into(),

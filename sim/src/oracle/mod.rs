@@ -95,8 +95,19 @@ pub struct Violation {
 pub struct WorldFacts {
     /// Which owner each client acts for (client name -> owner).
     pub client_owners: BTreeMap<String, String>,
-    /// Providers holding a passed certificate for the whole run.
+    /// Providers whose certification before the run passed.
     pub certified: BTreeSet<String>,
+    /// What each certified provider said it served when it was certified.
+    /// A `provider_model_change` fault to another model makes that
+    /// certificate stale from the moment it fires. A certified provider
+    /// missing here is taken to be stale after any model change.
+    #[serde(default)]
+    pub certified_models: BTreeMap<String, String>,
+    /// The contract defects each provider's profile declares (its contract
+    /// mode, its tokenizer's special-token handling, sampling deviations).
+    /// A provider with one must never have passed certification.
+    #[serde(default)]
+    pub defects: BTreeMap<String, Vec<String>>,
     pub policy: Policy,
     /// Whether a reconciler ran: without one, an unknown attempt waits for
     /// an operator, which counts as a pending action.
