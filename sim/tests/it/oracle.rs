@@ -86,6 +86,8 @@ impl Run {
                     .map(|c| (c.to_owned(), owner_of(c)))
                     .collect(),
                 certified: [PRIMARY, FALLBACK].into_iter().map(str::to_owned).collect(),
+                certified_models: BTreeMap::new(),
+                defects: BTreeMap::new(),
                 policy,
                 reconciler: true,
             },
