@@ -99,6 +99,7 @@ impl Run {
             seq,
             t_ms: seq * 10,
             host: host.to_owned(),
+            caller: None,
             body,
         });
         seq
