@@ -23,3 +23,6 @@ pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
 
 /// The version of the JSON schema; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
+pub mod html;
+pub mod timeline;
+pub mod trace;
