@@ -78,7 +78,7 @@ fn hbars(
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(170)
-            .build_cartesian_2d(0.0..max * 1.25, 0.0..n)
+            .build_cartesian_2d(0.0..max * 1.9, 0.0..n)
             .map_err(boxed)
             .map_err(error(name))?;
         let labels = categories.to_vec();
@@ -206,6 +206,8 @@ pub fn wasted_work(suite: &SuiteReport) -> Result<String, PlotError> {
         let mut p: Vec<String> = suite.waste.iter().map(|w| w.policy.clone()).collect();
         p.sort();
         p.dedup();
+        // The default policy first.
+        p.sort_by_key(|name| name != "strict");
         p
     };
     let categories: Vec<String> = suite.designs.iter().map(|d| d.name.clone()).collect();
@@ -288,6 +290,7 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
                 }
             })
             .y_desc("ms, start to terminal state")
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style(("sans-serif", 11))
             .draw()
             .map_err(boxed)

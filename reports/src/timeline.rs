@@ -747,9 +747,15 @@ impl Timeline {
             + 8
     }
 
+    /// The time the drawing spans: the history and a little room after
+    /// it for end labels.
+    fn domain_ms(&self) -> u64 {
+        self.end_ms + self.end_ms / 20 + 1
+    }
+
     /// The x of time `t` at the initial zoom.
     fn x(&self, t: u64) -> f64 {
-        LABEL_W_PX as f64 + t as f64 * PLOT_W_PX as f64 / self.end_ms as f64
+        LABEL_W_PX as f64 + t as f64 * PLOT_W_PX as f64 / self.domain_ms() as f64
     }
 
     /// Draws the timeline as inline SVG. Positions are computed here for
@@ -777,7 +783,7 @@ impl Timeline {
         let _ = write!(
             out,
             r#"<svg class="timeline" width="{width}" height="{height}" viewBox="0 0 {width} {height}" data-x0="{LABEL_W_PX}" data-w="{PLOT_W_PX}" data-end="{}" role="img" aria-label="timeline: one lane per host">"#,
-            self.end_ms
+            self.domain_ms()
         );
         out.push_str(concat!(
             r##"<defs><marker id="head" viewBox="0 0 6 6" refX="5" refY="3" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M0,0L6,3L0,6z" fill="#64748b"/></marker>"##,
@@ -940,13 +946,14 @@ impl Timeline {
             for (t, seq, what) in &bar.blocked {
                 let _ = write!(
                     out,
-                    r##"<g data-t="{t}" transform="translate({:.1},0)"><circle class="refused{}" cx="0" cy="{}" r="6" fill="#fff" stroke="#b45309" stroke-width="2" data-seq="{seq}" data-title="{}"/><line x1="-4" y1="{}" x2="4" y2="{}" stroke="#b45309" stroke-width="2"/></g>"##,
+                    r##"<g data-t="{t}" transform="translate({:.1},0)"><circle class="refused{}" cx="0" cy="{}" r="6" fill="#fff" stroke="#b45309" stroke-width="2" data-seq="{seq}" data-title="{}"/><line x1="-4" y1="{}" x2="4" y2="{}" stroke="#b45309" stroke-width="2"/><text x="8" y="{}" fill="#b45309" font-size="10">start refused</text></g>"##,
                     self.x(*t),
                     ev(&[*seq]),
                     y + 5,
                     esc(what),
                     y + 9,
-                    y + 1
+                    y + 1,
+                    y - 2
                 );
             }
         }
