@@ -56,7 +56,15 @@ impl Chain {
     pub fn overwrites(&self) -> usize {
         self.steps
             .iter()
-            .filter(|s| matches!(&s.kind, StepKind::Won { overwrote: Some(_), .. }))
+            .filter(|s| {
+                matches!(
+                    &s.kind,
+                    StepKind::Won {
+                        overwrote: Some(_),
+                        ..
+                    }
+                )
+            })
             .count()
     }
 }

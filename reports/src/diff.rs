@@ -35,7 +35,9 @@ pub struct Alignment {
 pub fn signature(event: &Event) -> String {
     use crate::trace::Body;
     match &event.body {
-        Body::HttpRequest { method, replica, .. } => {
+        Body::HttpRequest {
+            method, replica, ..
+        } => {
             format!("{} http_request {method} → {replica}", event.host)
         }
         Body::HttpResponse { status, .. } => format!("{} http_response {status}", event.host),
@@ -48,7 +50,11 @@ pub fn signature(event: &Event) -> String {
         }
         _ => format!(
             "{}{} {}",
-            event.caller.as_deref().map(|c| format!("{c}→")).unwrap_or_default(),
+            event
+                .caller
+                .as_deref()
+                .map(|c| format!("{c}→"))
+                .unwrap_or_default(),
             event.host,
             event.kind()
         ),

@@ -237,6 +237,7 @@ svg.timeline [data-seq]:hover{filter:brightness(.8)}
 tr.ev td{background:#fff1f2}tr.first-diverge td{background:#ede9fe;font-weight:600}
 tr.gap td{color:var(--muted)}
 .diff td{font:12px ui-monospace,Menlo,Consolas,monospace;white-space:nowrap}
+.diff td:nth-child(3),.diff td:nth-child(7){white-space:normal;word-break:break-all;max-width:460px}
 .diff td.only{background:#fef9c3}
 .violation{border-left:4px solid var(--fail);padding:4px 10px;margin:8px 0;background:#fef2f2}
 .violation button{font:inherit;font-size:12px}
@@ -347,8 +348,14 @@ mod tests {
 
     #[test]
     fn escapes_markup_and_script_breakouts() {
-        assert_eq!(esc(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
-        assert_eq!(script_json(r#"{"a":"</script>"}"#), r#"{"a":"\u003c/script>"}"#);
+        assert_eq!(
+            esc(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
+        assert_eq!(
+            script_json(r#"{"a":"</script>"}"#),
+            r#"{"a":"\u003c/script>"}"#
+        );
     }
 
     #[test]

@@ -41,7 +41,12 @@ pub fn render_suite(suite: &SuiteReport, correct: &SweepSummary) -> Result<Strin
     let mut report = Report::new("idem report");
     add_sweep(&mut report, correct);
     let mut cases = TestSuite::new(MUTANTS_SUITE);
-    for design in suite.mutants.designs.iter().filter(|d| d.role == Role::Mutant) {
+    for design in suite
+        .mutants
+        .designs
+        .iter()
+        .filter(|d| d.role == Role::Mutant)
+    {
         let status = if design.ok() {
             TestCaseStatus::success()
         } else {

@@ -128,7 +128,12 @@ pub fn render(
         .mutants
         .designs
         .iter()
-        .filter_map(|d| Some((d.design.as_str(), d.first_failure.as_ref()?.reproduce.as_str())))
+        .filter_map(|d| {
+            Some((
+                d.design.as_str(),
+                d.first_failure.as_ref()?.reproduce.as_str(),
+            ))
+        })
         .collect();
     if !repros.is_empty() {
         out.push_str("\n### Reproduce\n\n```sh\n");

@@ -365,15 +365,17 @@ impl RunPage<'_> {
         }
         out.push_str(r#"<table><tr><th class="num">#</th><th>invariant</th><th>verdict</th></tr>"#);
         for (number, name) in self.invariants {
-            let violated = r.violations.iter().filter(|v| v.invariant == *number).count();
+            let violated = r
+                .violations
+                .iter()
+                .filter(|v| v.invariant == *number)
+                .count();
             let verdict = if r.verdict == RunVerdict::Error {
                 r#"<span class="muted">not judged</span>"#.to_owned()
             } else if violated == 0 {
                 r#"<span style="color:var(--pass)">✓ held</span>"#.to_owned()
             } else {
-                format!(
-                    r#"<b style="color:var(--fail)">✗ violated {violated}×</b>"#
-                )
+                format!(r#"<b style="color:var(--fail)">✗ violated {violated}×</b>"#)
             };
             let _ = write!(
                 out,
@@ -614,9 +616,11 @@ fn chain_section(out: &mut String, trace: &RunTrace, timeline: &Timeline) {
                     "lost",
                     format!("completion refused: the attempt was already {}", esc(state)),
                 ),
-                StepKind::Failed { version } => {
-                    (version.to_string(), "", "the job gave up (failed)".to_owned())
-                }
+                StepKind::Failed { version } => (
+                    version.to_string(),
+                    "",
+                    "the job gave up (failed)".to_owned(),
+                ),
             };
             let _ = write!(
                 out,
@@ -831,8 +835,15 @@ mod tests {
         let mut passing = record(RunVerdict::Pass);
         passing.seed = 4;
         let (bad, good) = (trace(true), trace(false));
-        let hosts = vec!["api-1".to_owned(), "worker-1".to_owned(), "store".to_owned()];
-        let invariants = vec![(3, "one_winner".to_owned()), (6, "losers_discarded".to_owned())];
+        let hosts = vec![
+            "api-1".to_owned(),
+            "worker-1".to_owned(),
+            "store".to_owned(),
+        ];
+        let invariants = vec![
+            (3, "one_winner".to_owned()),
+            (6, "losers_discarded".to_owned()),
+        ];
         let provenance = Provenance::default();
         let html = RunPage {
             record: &failing,

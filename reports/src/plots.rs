@@ -60,8 +60,8 @@ fn hbars(
     rows: &[Vec<Bar>],
 ) -> Result<String, PlotError> {
     let per_row = rows.iter().map(Vec::len).max().unwrap_or(1).max(1);
-    let height = 70 + categories.len().max(1) as u32 * BAR_H_PX * (per_row as u32).max(1) * 2 / 3
-        + 40;
+    let height =
+        70 + categories.len().max(1) as u32 * BAR_H_PX * (per_row as u32).max(1) * 2 / 3 + 40;
     let max = rows
         .iter()
         .flatten()
@@ -264,7 +264,10 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH_PX, 300)).into_drawing_area();
         root.fill(&WHITE).map_err(boxed).map_err(error(name))?;
         let mut chart = ChartBuilder::on(&root)
-            .caption("Attempt latency per provider (correct design)", ("sans-serif", 15))
+            .caption(
+                "Attempt latency per provider (correct design)",
+                ("sans-serif", 15),
+            )
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
@@ -324,11 +327,17 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
                         BLUE.stroke_width(1),
                     ),
                     PathElement::new(
-                        vec![(centre - 0.1, l.min_ms as f64), (centre + 0.1, l.min_ms as f64)],
+                        vec![
+                            (centre - 0.1, l.min_ms as f64),
+                            (centre + 0.1, l.min_ms as f64),
+                        ],
                         BLUE.stroke_width(1),
                     ),
                     PathElement::new(
-                        vec![(centre - 0.1, l.max_ms as f64), (centre + 0.1, l.max_ms as f64)],
+                        vec![
+                            (centre - 0.1, l.max_ms as f64),
+                            (centre + 0.1, l.max_ms as f64),
+                        ],
                         BLUE.stroke_width(1),
                     ),
                 ])
@@ -368,7 +377,14 @@ mod tests {
         let seeds = seeds_to_detect(&suite).expect("draws");
         assert!(seeds.contains("last-writer-wins"));
         assert!(seeds.contains("3 (6 runs)"), "{seeds}");
-        assert!(window_coverage(&suite).expect("draws").contains("never reached"));
-        assert_eq!(latency(&suite).expect("draws"), latency(&suite).expect("draws"));
+        assert!(
+            window_coverage(&suite)
+                .expect("draws")
+                .contains("never reached")
+        );
+        assert_eq!(
+            latency(&suite).expect("draws"),
+            latency(&suite).expect("draws")
+        );
     }
 }

@@ -169,7 +169,13 @@ pub struct SuiteInput {
 pub fn page_file(scenario: &str, design: &str, seed: u64) -> String {
     let safe = |s: &str| {
         s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect::<String>()
     };
     format!("runs/{}.{}.seed-{seed}.html", safe(scenario), safe(design))
@@ -199,18 +205,26 @@ impl SuiteReport {
         // seed-major search order.
         let key = |r: &RunRecord| {
             (
-                design_order.get(r.design.as_str()).copied().unwrap_or(usize::MAX),
+                design_order
+                    .get(r.design.as_str())
+                    .copied()
+                    .unwrap_or(usize::MAX),
                 r.seed,
-                order.get(r.scenario.as_str()).copied().unwrap_or(usize::MAX),
+                order
+                    .get(r.scenario.as_str())
+                    .copied()
+                    .unwrap_or(usize::MAX),
             )
         };
         runs.sort_by_key(|r| key(&r.record));
-        let totals = runs.iter().fold(SuiteTotals::default(), |t, r| SuiteTotals {
-            runs: t.runs + 1,
-            steps: t.steps + r.record.steps,
-            sim_ms: t.sim_ms + r.record.sim_ms,
-            trace_events: t.trace_events + r.record.trace_events,
-        });
+        let totals = runs
+            .iter()
+            .fold(SuiteTotals::default(), |t, r| SuiteTotals {
+                runs: t.runs + 1,
+                steps: t.steps + r.record.steps,
+                sim_ms: t.sim_ms + r.record.sim_ms,
+                trace_events: t.trace_events + r.record.trace_events,
+            });
         let mutants = MutantsReport::new(
             seeds,
             scenarios.iter().map(|s| s.name.clone()).collect(),
@@ -264,9 +278,12 @@ impl SuiteReport {
             for design in &designs {
                 let mine: Vec<&SuiteRun> = runs
                     .iter()
-                    .filter(|r| r.record.scenario == scenario.name && r.record.design == design.name)
+                    .filter(|r| {
+                        r.record.scenario == scenario.name && r.record.design == design.name
+                    })
                     .collect();
-                let count = |v: RunVerdict| mine.iter().filter(|r| r.record.verdict == v).count() as u64;
+                let count =
+                    |v: RunVerdict| mine.iter().filter(|r| r.record.verdict == v).count() as u64;
                 let first = mine.iter().find(|r| !r.record.verdict.passed());
                 if let Some(first) = first {
                     if design.role == Role::Mutant {
@@ -414,8 +431,7 @@ fn waste(runs: &[SuiteRun], scenarios: &[SuiteScenario], designs: &[SuiteDesign]
     for design in designs {
         for p in &policies {
             let mine = runs.iter().filter(|r| {
-                r.record.design == design.name
-                    && policy.get(r.record.scenario.as_str()) == Some(p)
+                r.record.design == design.name && policy.get(r.record.scenario.as_str()) == Some(p)
             });
             let (count, billed, wasted) = mine.fold((0, 0, 0), |(n, b, w), r| {
                 (n + 1, b + r.stats.billed, w + r.stats.wasted)
@@ -445,7 +461,11 @@ pub(crate) mod tests {
                 scenario: scenario.to_owned(),
                 seed,
                 design: design.to_owned(),
-                verdict: if fail { RunVerdict::Fail } else { RunVerdict::Pass },
+                verdict: if fail {
+                    RunVerdict::Fail
+                } else {
+                    RunVerdict::Pass
+                },
                 violations: if fail {
                     vec![ViolationRecord {
                         invariant: 3,
@@ -522,7 +542,10 @@ pub(crate) mod tests {
         let suite = SuiteReport::new(input(Some(2)));
         assert!(suite.passed());
         let cell = suite.cell("b", "last-writer-wins").expect("a cell");
-        assert_eq!((cell.passed, cell.failed, cell.first_failing_seed), (2, 2, Some(2)));
+        assert_eq!(
+            (cell.passed, cell.failed, cell.first_failing_seed),
+            (2, 2, Some(2))
+        );
         assert_eq!(
             cell.page.as_deref(),
             Some("runs/b.last-writer-wins.seed-2.html")
@@ -557,7 +580,12 @@ pub(crate) mod tests {
     fn an_uncaught_mutant_fails_the_suite() {
         let suite = SuiteReport::new(input(None));
         assert!(!suite.passed());
-        assert!(suite.pages.iter().all(|p| p.reason == PageReason::PassingExample));
+        assert!(
+            suite
+                .pages
+                .iter()
+                .all(|p| p.reason == PageReason::PassingExample)
+        );
     }
 
     #[test]

@@ -384,7 +384,10 @@ impl Timeline {
                     blocking_state,
                     ..
                 } => {
-                    let who = event.caller.clone().unwrap_or_else(|| "a caller".to_owned());
+                    let who = event
+                        .caller
+                        .clone()
+                        .unwrap_or_else(|| "a caller".to_owned());
                     let blocking = blocking_attempt.as_ref().and_then(|a| attempts.get(a));
                     match blocking {
                         Some(&index) => {
@@ -875,7 +878,10 @@ impl Timeline {
         // Attempt bars.
         for bar in &self.attempts {
             let y = tops[bar.lane] + LANE_H_PX - 4 + bar.row * ROW_H_PX;
-            let label = format!("job {} · attempt {} · {}", bar.job, bar.number, bar.provider);
+            let label = format!(
+                "job {} · attempt {} · {}",
+                bar.job, bar.number, bar.provider
+            );
             for segment in &bar.segments {
                 let (x0, x1) = (self.x(segment.t0_ms), self.x(segment.t1_ms));
                 let fill = if segment.state == "unknown" {
@@ -930,7 +936,10 @@ impl Timeline {
                     self.x(self.end_ms),
                     y + 9,
                     last.seq,
-                    esc(&format!("{label}: still {} when the history ended", last.state))
+                    esc(&format!(
+                        "{label}: still {} when the history ended",
+                        last.state
+                    ))
                 );
             }
             if let Some(first) = bar.segments.first() {
@@ -1033,31 +1042,61 @@ mod tests {
 
     fn unknown_then_resolved() -> RunTrace {
         let lines = [
-            format!(r#"{{"seq":0,"t_ms":0,"host":"client-alice","kind":"http_request","client":"alice","request_id":0,"replica":"api-1","method":"POST","path":"/v1/jobs","idempotency_key":"k","body_fingerprint":"f"}}"#),
-            format!(r#"{{"seq":1,"t_ms":5,"host":"store","caller":"api-1","kind":"job_created","job_id":"{J}","owner":"alice","key":"k","fingerprint":"f"}}"#),
-            format!(r#"{{"seq":2,"t_ms":9,"host":"client-alice","kind":"http_response","client":"alice","request_id":0,"status":201,"job_id":"{J}","attempt_id":null,"replayed":false,"problem":null,"blocking_attempt":null}}"#),
-            format!(r#"{{"seq":3,"t_ms":100,"host":"store","caller":"worker-1","kind":"attempt_started","job_id":"{J}","attempt_id":"{A}","seq":1,"provider":"primary","read_version":0}}"#),
-            format!(r#"{{"seq":4,"t_ms":105,"host":"store","caller":"worker-1","kind":"attempt_transition","job_id":"{J}","attempt_id":"{A}","from":"starting","to":"running","reason":null}}"#),
-            format!(r#"{{"seq":5,"t_ms":108,"host":"provider-primary","kind":"provider_execution","provider":"primary","key":"{A}","job_id":"{J}","exec_seq":1,"billed":false,"outcome":"running"}}"#),
-            format!(r#"{{"seq":6,"t_ms":2105,"host":"store","caller":"worker-1","kind":"attempt_transition","job_id":"{J}","attempt_id":"{A}","from":"running","to":"unknown","reason":"deadline"}}"#),
-            format!(r#"{{"seq":7,"t_ms":3000,"host":"store","caller":"api-2","kind":"attempt_refused","job_id":"{J}","reason":"attempt_in_flight","blocking_attempt":"{A}","blocking_state":"unknown"}}"#),
-            format!(r#"{{"seq":8,"t_ms":5000,"host":"store","caller":"reconciler","kind":"completion_won","job_id":"{J}","attempt_id":"{A}","from":"unknown","version":1,"out_of_band":true,"result_sha256":"r"}}"#),
+            format!(
+                r#"{{"seq":0,"t_ms":0,"host":"client-alice","kind":"http_request","client":"alice","request_id":0,"replica":"api-1","method":"POST","path":"/v1/jobs","idempotency_key":"k","body_fingerprint":"f"}}"#
+            ),
+            format!(
+                r#"{{"seq":1,"t_ms":5,"host":"store","caller":"api-1","kind":"job_created","job_id":"{J}","owner":"alice","key":"k","fingerprint":"f"}}"#
+            ),
+            format!(
+                r#"{{"seq":2,"t_ms":9,"host":"client-alice","kind":"http_response","client":"alice","request_id":0,"status":201,"job_id":"{J}","attempt_id":null,"replayed":false,"problem":null,"blocking_attempt":null}}"#
+            ),
+            format!(
+                r#"{{"seq":3,"t_ms":100,"host":"store","caller":"worker-1","kind":"attempt_started","job_id":"{J}","attempt_id":"{A}","seq":1,"provider":"primary","read_version":0}}"#
+            ),
+            format!(
+                r#"{{"seq":4,"t_ms":105,"host":"store","caller":"worker-1","kind":"attempt_transition","job_id":"{J}","attempt_id":"{A}","from":"starting","to":"running","reason":null}}"#
+            ),
+            format!(
+                r#"{{"seq":5,"t_ms":108,"host":"provider-primary","kind":"provider_execution","provider":"primary","key":"{A}","job_id":"{J}","exec_seq":1,"billed":false,"outcome":"running"}}"#
+            ),
+            format!(
+                r#"{{"seq":6,"t_ms":2105,"host":"store","caller":"worker-1","kind":"attempt_transition","job_id":"{J}","attempt_id":"{A}","from":"running","to":"unknown","reason":"deadline"}}"#
+            ),
+            format!(
+                r#"{{"seq":7,"t_ms":3000,"host":"store","caller":"api-2","kind":"attempt_refused","job_id":"{J}","reason":"attempt_in_flight","blocking_attempt":"{A}","blocking_state":"unknown"}}"#
+            ),
+            format!(
+                r#"{{"seq":8,"t_ms":5000,"host":"store","caller":"reconciler","kind":"completion_won","job_id":"{J}","attempt_id":"{A}","from":"unknown","version":1,"out_of_band":true,"result_sha256":"r"}}"#
+            ),
         ];
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
         trace(&refs)
     }
 
     fn hosts() -> Vec<String> {
-        ["client-alice", "api-1", "api-2", "worker-1", "reconciler", "store", "provider-primary"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
+        [
+            "client-alice",
+            "api-1",
+            "api-2",
+            "worker-1",
+            "reconciler",
+            "store",
+            "provider-primary",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
     }
 
     #[test]
     fn an_unknown_attempt_runs_until_its_resolution_and_carries_the_refusal() {
         let timeline = Timeline::build(&unknown_then_resolved(), &hosts(), 6000);
-        assert_eq!(timeline.lanes.len(), hosts().len(), "one lane per host, no more");
+        assert_eq!(
+            timeline.lanes.len(),
+            hosts().len(),
+            "one lane per host, no more"
+        );
         let bar = timeline.attempt(A).expect("the attempt has a bar");
         assert_eq!(bar.lane, timeline.lane("worker-1").expect("a lane"));
         let states: Vec<(&str, u64, u64)> = bar
@@ -1067,7 +1106,11 @@ mod tests {
             .collect();
         assert_eq!(
             states,
-            vec![("starting", 100, 105), ("running", 105, 2105), ("unknown", 2105, 5000)]
+            vec![
+                ("starting", 100, 105),
+                ("running", 105, 2105),
+                ("unknown", 2105, 5000)
+            ]
         );
         assert_eq!(bar.end, Some(("succeeded".to_owned(), 5000, 8)));
         assert_eq!(bar.unknown(), Some((2105, 5000, true)));
@@ -1079,7 +1122,10 @@ mod tests {
             .iter()
             .find(|a| a.seqs == vec![8])
             .expect("an arrow for the resolution");
-        assert_eq!(from_reconciler.from, timeline.lane("reconciler").expect("a lane"));
+        assert_eq!(
+            from_reconciler.from,
+            timeline.lane("reconciler").expect("a lane")
+        );
         assert_eq!(from_reconciler.to, timeline.lane("store").expect("a lane"));
         // The dispatch reaches the provider from the worker that moved the
         // attempt to running.

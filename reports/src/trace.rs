@@ -20,7 +20,11 @@ pub enum TraceError {
         source: serde_json::Error,
     },
     #[error("trace line {line}: event seq {seq} is out of order (expected {expected})")]
-    Order { line: usize, seq: u64, expected: u64 },
+    Order {
+        line: usize,
+        seq: u64,
+        expected: u64,
+    },
 }
 
 /// One event: where and when, and what.
@@ -227,7 +231,10 @@ impl<'de> Deserialize<'de> for Members {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a trace event object")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
                 let mut members = Vec::new();
                 while let Some(member) = map.next_entry()? {
                     members.push(member);
@@ -340,7 +347,11 @@ mod tests {
         let gap = r#"{"seq":1,"t_ms":0,"host":"h","kind":"truncated"}"#;
         assert!(matches!(
             RunTrace::parse(gap),
-            Err(TraceError::Order { seq: 1, expected: 0, .. })
+            Err(TraceError::Order {
+                seq: 1,
+                expected: 0,
+                ..
+            })
         ));
         assert!(matches!(
             RunTrace::parse("{not json"),

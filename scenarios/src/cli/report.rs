@@ -26,9 +26,7 @@ use idem_reports::markdown::Illustrated;
 use idem_reports::mutants::Role;
 use idem_reports::page::{Neighbour, Relation, RunPage};
 use idem_reports::stats::RunStats;
-use idem_reports::suite::{
-    PageRef, SuiteDesign, SuiteInput, SuiteReport, SuiteRun, SuiteScenario,
-};
+use idem_reports::suite::{PageRef, SuiteDesign, SuiteInput, SuiteReport, SuiteRun, SuiteScenario};
 use idem_reports::sweep::{SeedRange, Shard, SweptScenario};
 use idem_reports::trace::RunTrace;
 use idem_reports::{RunRecord, RunVerdict, SweepSummary};
@@ -122,8 +120,7 @@ fn policy_name(policy: Policy) -> &'static str {
 
 /// A run's trace as the reports read it.
 fn trace_of(outcome: &RunOutcome) -> RunTrace {
-    RunTrace::parse(&outcome.trace.to_jsonl())
-        .expect("the simulator's own trace lines read back")
+    RunTrace::parse(&outcome.trace.to_jsonl()).expect("the simulator's own trace lines read back")
 }
 
 /// Runs `count` tasks over `jobs` threads; results come back in task
@@ -168,7 +165,14 @@ struct Traced {
 
 fn run_traced(loaded: &Loaded, seed: u64, design: Design) -> Traced {
     let outcome = execute(&loaded.scenario, seed, design);
-    let record = record(&loaded.scenario, &loaded.target, seed, design, &outcome, false);
+    let record = record(
+        &loaded.scenario,
+        &loaded.target,
+        seed,
+        design,
+        &outcome,
+        false,
+    );
     let trace = outcome.as_ref().map(trace_of).unwrap_or_default();
     Traced { record, trace }
 }
@@ -251,7 +255,14 @@ pub(super) fn write_run_page(
     path: &Path,
 ) -> Result<(), CliError> {
     let run = Traced {
-        record: record(&loaded.scenario, &loaded.target, seed, design, outcome, false),
+        record: record(
+            &loaded.scenario,
+            &loaded.target,
+            seed,
+            design,
+            outcome,
+            false,
+        ),
         trace: outcome.as_ref().map(trace_of).unwrap_or_default(),
     };
     let provenance = provenance(&format!("{seed}..{}", seed + 1), None);
@@ -317,7 +328,14 @@ pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
             let (design, s, seed) = tasks[index];
             let loaded = &scenarios[s];
             let outcome = execute(&loaded.scenario, seed, design);
-            let record = record(&loaded.scenario, &loaded.target, seed, design, &outcome, false);
+            let record = record(
+                &loaded.scenario,
+                &loaded.target,
+                seed,
+                design,
+                &outcome,
+                false,
+            );
             let stats = outcome
                 .as_ref()
                 .map(|o| RunStats::from_trace(&trace_of(o)))
@@ -452,9 +470,8 @@ pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
         sim_ms: suite.totals.sim_ms,
     };
     let provenance = provenance(&seed_text, Some(performance));
-    std::fs::create_dir_all(args.out.join("runs")).map_err(|e| {
-        CliError::Usage(format!("cannot create {}: {e}", args.out.display()))
-    })?;
+    std::fs::create_dir_all(args.out.join("runs"))
+        .map_err(|e| CliError::Usage(format!("cannot create {}: {e}", args.out.display())))?;
     // The pages' provenance has no performance figures (they were drawn
     // before the suite's total was known); the index's has.
     for (page, (html, _)) in suite.pages.iter().zip(&rendered) {

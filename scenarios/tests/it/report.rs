@@ -46,7 +46,11 @@ fn chromium(page: &Path) -> Rendered {
         .arg(format!("file://{}", page.display()))
         .output()
         .expect("chromium runs");
-    assert!(output.status.success(), "chromium failed on {}", page.display());
+    assert!(
+        output.status.success(),
+        "chromium failed on {}",
+        page.display()
+    );
     let console = String::from_utf8_lossy(&output.stderr)
         .lines()
         .filter(|l| l.contains("CONSOLE"))
@@ -70,7 +74,8 @@ fn assert_clean(rendered: &Rendered, what: &str) {
     );
     // The script ran: it draws the time axis and fills the zoom label.
     assert!(
-        rendered.dom.contains(r#"class="tick""#) || !rendered.dom.contains("svg class=\"timeline\""),
+        rendered.dom.contains(r#"class="tick""#)
+            || !rendered.dom.contains("svg class=\"timeline\""),
         "{what}: the timeline's script did not run"
     );
 }
@@ -117,9 +122,9 @@ fn report_pages_render_in_chromium() -> Result<(), Box<dyn std::error::Error>> {
     let page = suite["pages"]
         .as_array()
         .and_then(|pages| {
-            pages.iter().find(|p| {
-                p["scenario"] == "timeout-unknown" && p["design"] == "correct"
-            })
+            pages
+                .iter()
+                .find(|p| p["scenario"] == "timeout-unknown" && p["design"] == "correct")
         })
         .and_then(|p| p["file"].as_str())
         .ok_or("no page for timeout-unknown under the correct design")?;
@@ -135,12 +140,21 @@ fn report_pages_render_in_chromium() -> Result<(), Box<dyn std::error::Error>> {
         "provider-primary",
         "provider-fallback",
     ];
-    assert_eq!(run.dom.matches(r#"class="lane-label""#).count(), hosts.len());
+    assert_eq!(
+        run.dom.matches(r#"class="lane-label""#).count(),
+        hosts.len()
+    );
     for host in hosts {
-        assert!(run.dom.contains(&format!(r#"data-host="{host}""#)), "no lane for {host}");
+        assert!(
+            run.dom.contains(&format!(r#"data-host="{host}""#)),
+            "no lane for {host}"
+        );
     }
     assert!(run.dom.contains("attempt state-unknown"), "no unknown bar");
-    assert!(run.dom.contains(r#"class="refused"#), "no refused backup press");
+    assert!(
+        run.dom.contains(r#"class="refused"#),
+        "no refused backup press"
+    );
     std::fs::remove_dir_all(dir)?;
     Ok(())
 }
@@ -161,7 +175,10 @@ fn run_report_names_the_neighbour_of_a_failing_run() -> Result<(), Box<dyn std::
     ]);
     assert_eq!(out.status.code(), Some(1), "the mutant fails this seed");
     let html = std::fs::read_to_string(&file)?;
-    assert!(html.contains("result overwritten"), "the overwrite is shown");
+    assert!(
+        html.contains("result overwritten"),
+        "the overwrite is shown"
+    );
     assert!(
         html.contains("Diff against passing seed") || html.contains("under the correct design"),
         "the neighbour is named"
