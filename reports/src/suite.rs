@@ -285,10 +285,10 @@ impl SuiteReport {
                 let count =
                     |v: RunVerdict| mine.iter().filter(|r| r.record.verdict == v).count() as u64;
                 let first = mine.iter().find(|r| !r.record.verdict.passed());
-                if let Some(first) = first {
-                    if design.role == Role::Mutant {
-                        pages.push(page(&first.record, PageReason::FirstFailure));
-                    }
+                if let Some(first) = first
+                    && design.role == Role::Mutant
+                {
+                    pages.push(page(&first.record, PageReason::FirstFailure));
                 }
                 cells.push(Cell {
                     scenario: scenario.name.clone(),

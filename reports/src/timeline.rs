@@ -205,11 +205,12 @@ impl Timeline {
         for event in &trace.events {
             let seq = event.seq;
             let t = event.t_ms;
-            if let Some(job) = event.job_id() {
-                if !jobs.contains_key(job) && matches!(event.body, Body::JobCreated { .. }) {
-                    timeline.jobs.push(job.to_owned());
-                    jobs.insert(job.to_owned(), timeline.jobs.len());
-                }
+            if let Some(job) = event.job_id()
+                && !jobs.contains_key(job)
+                && matches!(event.body, Body::JobCreated { .. })
+            {
+                timeline.jobs.push(job.to_owned());
+                jobs.insert(job.to_owned(), timeline.jobs.len());
             }
             // A store call: an arrow from the calling host to the store.
             if let Some(caller) = &event.caller {
@@ -343,10 +344,10 @@ impl Timeline {
                     attempts.insert(attempt_id.clone(), timeline.attempts.len() - 1);
                 }
                 Body::AttemptTransition { attempt_id, to, .. } => {
-                    if to == "running" {
-                        if let Some(caller) = &event.caller {
-                            dispatchers.insert(attempt_id.clone(), caller.clone());
-                        }
+                    if to == "running"
+                        && let Some(caller) = &event.caller
+                    {
+                        dispatchers.insert(attempt_id.clone(), caller.clone());
                     }
                     if let Some(&index) = attempts.get(attempt_id) {
                         enter(&mut timeline.attempts[index], to, t, seq);
@@ -1042,9 +1043,7 @@ mod tests {
 
     fn unknown_then_resolved() -> RunTrace {
         let lines = [
-            format!(
-                r#"{{"seq":0,"t_ms":0,"host":"client-alice","kind":"http_request","client":"alice","request_id":0,"replica":"api-1","method":"POST","path":"/v1/jobs","idempotency_key":"k","body_fingerprint":"f"}}"#
-            ),
+            r#"{"seq":0,"t_ms":0,"host":"client-alice","kind":"http_request","client":"alice","request_id":0,"replica":"api-1","method":"POST","path":"/v1/jobs","idempotency_key":"k","body_fingerprint":"f"}"#.to_owned(),
             format!(
                 r#"{{"seq":1,"t_ms":5,"host":"store","caller":"api-1","kind":"job_created","job_id":"{J}","owner":"alice","key":"k","fingerprint":"f"}}"#
             ),
