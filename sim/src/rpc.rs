@@ -336,7 +336,7 @@ impl StoreObserver {
                         out.push(TraceBody::AttemptStarted {
                             job_id: attempt.job_id,
                             attempt_id: attempt.id,
-                            seq: attempt.seq,
+                            attempt_seq: attempt.seq,
                             provider: attempt.provider.clone(),
                             read_version: attempt.read_version,
                         });
@@ -440,9 +440,12 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((mut stream, peer)) = listener.accept().await else {
             continue;
         };
+        // The calling host, for the trace (reports draw the call as an
+        // arrow from it); turmoil names every simulated address.
+        let caller = turmoil::reverse_lookup(peer.ip());
         let (store, plan, observer, recorder, host) = (
             store.clone(),
             plan.clone(),
@@ -459,8 +462,9 @@ pub async fn serve_store(
             let injected_before = plan.injected().len();
             let fault = plan.next(request.op());
             for injected in plan.injected().into_iter().skip(injected_before) {
-                recorder.record(
+                recorder.record_call(
                     &host,
+                    caller.as_deref(),
                     TraceBody::StoreFaultInjected {
                         op: injected.op,
                         occurrence: injected.occurrence,
@@ -479,7 +483,7 @@ pub async fn serve_store(
                 Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
             };
             for body in observer.describe(&request, &result) {
-                recorder.record(&host, body);
+                recorder.record_call(&host, caller.as_deref(), body);
             }
             if fault == Some(StoreFault::LoseAck) {
                 // Applied, and the answer never leaves: drop the connection.
