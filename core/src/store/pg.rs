@@ -183,9 +183,20 @@ impl PgStore {
                     // Another insert took our seq; run again with a fresh max.
                     Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
                     // Our own earlier try landed; its acknowledgement was lost.
+                    // Read it in this transaction: the share lock on the job
+                    // still holds off its dispatch, so the attempt is read as
+                    // it is while this start is ordered.
                     Some(constraint::ATTEMPTS_PKEY) => {
-                        drop(tx);
-                        Ok(self.attempt(new.id).await?.map(StartOutcome::Started))
+                        let ours = sqlx::query("select * from attempts where id = $1")
+                            .bind(new.id.0)
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .map_err(classify)?;
+                        tx.rollback().await.map_err(classify)?;
+                        ours.as_ref()
+                            .map(attempt_from_row)
+                            .transpose()
+                            .map(|ours| ours.map(StartOutcome::Started))
                     }
                     // The guard refused us. Name the blocker; if it was resolved
                     // in the meantime, run again.
