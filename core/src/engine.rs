@@ -12,7 +12,8 @@ use crate::clock::{Clock, IdSource};
 use crate::contract::Providers;
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::fingerprint;
+use crate::fingerprint::Canonical;
+use crate::json::Json;
 use crate::model::{
     Attempt, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobId, JobRequest, JobState,
     KeyError, NewEvent, OwnerId,
@@ -222,6 +223,20 @@ impl Engine {
         key: &str,
         request: JobRequest,
     ) -> Result<Created, EngineError> {
+        self.create_job_exact(owner, key, request, None).await
+    }
+
+    /// [`Engine::create_job`] with `params` exactly as the client wrote them
+    /// (see [`crate::json`]): a number serde_json would round keeps its
+    /// digits in the fingerprint and in the stored request. `request.params`
+    /// is then only the rounded view of the same document.
+    pub async fn create_job_exact(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+        params: Option<&Json>,
+    ) -> Result<Created, EngineError> {
         let key = IdempotencyKey::parse(key)?;
         #[cfg(feature = "bench")]
         let key = self.naive_session_scoped(key);
@@ -232,14 +247,18 @@ impl Engine {
                 });
             }
         }
-        let canonical = fingerprint::canonicalize(
+        let mut body = Json::from_value(
             &serde_json::to_value(&request).expect("a JobRequest always serializes"),
         );
+        if let (Some(params), Json::Object(members)) = (params, &mut body) {
+            members.insert("params".to_owned(), params.clone());
+        }
+        let canonical = Canonical::from_json(&body);
         let new = NewJob {
             id: self.ids.job_id(),
             owner_id: owner.clone(),
             idempotency_key: key,
-            request_fingerprint: fingerprint::fingerprint(&canonical),
+            request_fingerprint: canonical.fingerprint(),
             request: canonical,
             provider: request.provider,
             fallbacks: request.fallbacks,
@@ -715,7 +734,7 @@ impl Engine {
         }
         Ok(Some(Err(EngineError::KeyReused {
             existing: existing.id,
-            differing_pointers: fingerprint::diff(&existing.request, &new.request),
+            differing_pointers: crate::fingerprint::diff(&existing.request, &new.request.value()),
         })))
     }
 

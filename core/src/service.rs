@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::api::{self, AppState, Auth};
+use crate::api::{self, AppState, Auth, ConnectionLimits};
+use crate::clock::UuidV7Ids;
 use crate::engine::Engine;
 use crate::provider::ProviderSet;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
@@ -18,6 +19,10 @@ use crate::worker::{Worker, WorkerConfig};
 #[serde(default, deny_unknown_fields)]
 pub struct ServiceConfig {
     pub body_limit_bytes: usize,
+    /// How long a request body may take to arrive (408 past it).
+    pub body_read_timeout_ms: u64,
+    /// Header read timeout, idle keep-alive, shutdown drain.
+    pub http: ConnectionLimits,
     pub run_worker: bool,
     pub run_reconciler: bool,
     pub worker: WorkerConfig,
@@ -28,6 +33,8 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         Self {
             body_limit_bytes: api::BODY_LIMIT_BYTES_DEFAULT,
+            body_read_timeout_ms: api::BODY_READ_TIMEOUT_MS_DEFAULT,
+            http: ConnectionLimits::default(),
             run_worker: true,
             run_reconciler: true,
             worker: WorkerConfig::default(),
@@ -79,7 +86,11 @@ impl Service {
         let reconciler = Reconciler::new(engine.clone(), providers, config.reconciler.clone());
         let state = AppState::new(engine, auth)
             .with_body_limit_bytes(config.body_limit_bytes)
-            .with_runner(Arc::new(worker.clone()));
+            .with_body_read_timeout_ms(config.body_read_timeout_ms)
+            .with_runner(Arc::new(worker.clone()))
+            // Production adapter: request ids name log lines across
+            // replicas and restarts, so they are time-ordered and random.
+            .with_request_ids(Arc::new(UuidV7Ids));
         Self {
             state,
             worker,
@@ -96,7 +107,13 @@ impl Service {
         L::Addr: std::fmt::Debug,
     {
         let mut loops = self.spawn_loops(&shutdown);
-        let served = api::serve(listener, api::router(self.state), shutdown.wait()).await;
+        let served = api::serve_with(
+            listener,
+            api::router(self.state),
+            shutdown.wait(),
+            &self.config.http,
+        )
+        .await;
         while loops.join_next().await.is_some() {}
         served
     }

@@ -8,6 +8,7 @@ pub mod problem;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -20,7 +21,9 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::clock::{IdSource, SeededIds};
 use crate::engine::{Created, Engine, Resolution, Resolved, Trigger};
+use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp};
 use crate::worker::AttemptRunner;
 pub use auth::{Auth, Principal};
@@ -28,6 +31,20 @@ pub use problem::{ApiError, PROBLEM_JSON, ProblemType};
 
 /// The default request body limit: 64 KiB.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 64 * 1024;
+/// How long a request body may take to arrive, by default.
+pub const BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// How long a connection may take to send a request's headers, and how
+/// long it may sit idle between requests, by default.
+pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// How long a shutdown waits for requests in flight, by default.
+pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 30_000;
+/// The most header fields, and header bytes (names, values and the target),
+/// a request may have; past them it gets a 431 problem. hyper's own limits
+/// ([`HYPER_HEADERS_MAX`] fields, and its read buffer) sit above these, as a
+/// backstop that answers with a bare 431.
+pub const HEADERS_MAX: usize = 100;
+pub const HEADER_BYTES_MAX: usize = 16 * 1024;
+const HYPER_HEADERS_MAX: usize = 256;
 
 /// The header that carries the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -40,9 +57,15 @@ pub struct AppState {
     pub engine: Engine,
     pub auth: Arc<Auth>,
     pub body_limit_bytes: usize,
+    /// How long a request body may take to arrive before the answer is 408.
+    pub body_read_timeout_ms: u64,
     /// Runs attempts started by the backup button. Without one, such
     /// attempts stay starting until the reconciler resolves them.
     pub runner: Option<Arc<dyn AttemptRunner>>,
+    /// Names server errors (see [`problem::tag_server_error`]). Seeded by
+    /// default, so that the simulator stays deterministic; the service
+    /// gives it time-ordered random ids.
+    pub request_ids: Arc<dyn IdSource>,
 }
 
 impl AppState {
@@ -51,8 +74,20 @@ impl AppState {
             engine,
             auth: Arc::new(auth),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
+            body_read_timeout_ms: BODY_READ_TIMEOUT_MS_DEFAULT,
             runner: None,
+            request_ids: Arc::new(SeededIds::new(0)),
         }
+    }
+
+    pub fn with_request_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
+        self.request_ids = ids;
+        self
+    }
+
+    pub fn with_body_read_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.body_read_timeout_ms = timeout_ms;
+        self
     }
 
     pub fn with_runner(mut self, runner: Arc<dyn AttemptRunner>) -> Self {
@@ -88,11 +123,67 @@ pub fn router(state: AppState) -> Router {
             router.route(path, handler)
         })
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard_requests,
+        ))
         .with_state(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets
-/// in-flight requests finish.
+/// Wraps every request: refuses oversized headers with a 431 problem, and
+/// gives every 5xx a request id (see [`problem::tag_server_error`]).
+async fn guard_requests(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header_bytes = request.uri().to_string().len()
+        + request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum::<usize>();
+    if request.headers().len() > HEADERS_MAX || header_bytes > HEADER_BYTES_MAX {
+        return ApiError::HeaderFieldsTooLarge {
+            headers_max: HEADERS_MAX,
+            bytes_max: HEADER_BYTES_MAX,
+        }
+        .into_response();
+    }
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if !response.status().is_server_error() {
+        return response;
+    }
+    let request_id = state.request_ids.next_uuid().to_string();
+    problem::tag_server_error(response, &request_id, &method, &path)
+}
+
+/// Bounds on each connection (see [`serve_with`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectionLimits {
+    /// How long a connection may take to send a request's headers. hyper
+    /// starts this clock when it begins waiting for a request, so it also
+    /// bounds an idle keep-alive connection; past it the connection is
+    /// closed.
+    pub header_read_timeout_ms: u64,
+    /// How long a shutdown waits for requests in flight before it returns.
+    pub shutdown_drain_ms: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
+            shutdown_drain_ms: SHUTDOWN_DRAIN_MS_DEFAULT,
+        }
+    }
+}
+
+/// [`serve_with`] under the default [`ConnectionLimits`].
 pub async fn serve<L>(
     listener: L,
     router: Router,
@@ -102,9 +193,62 @@ where
     L: axum::serve::Listener,
     L::Addr: std::fmt::Debug,
 {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
+    serve_with(listener, router, shutdown, &ConnectionLimits::default()).await
+}
+
+/// Serves `router` on `listener` over HTTP/1 until `shutdown` resolves,
+/// then lets requests in flight finish, for at most
+/// `limits.shutdown_drain_ms`.
+///
+/// hyper is driven directly rather than through `axum::serve`, which offers
+/// no header read timeout: a client that opens connections and never
+/// finishes its headers (or leaves them idle) would hold them forever.
+pub async fn serve_with<L>(
+    mut listener: L,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: &ConnectionLimits,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
+        .max_headers(HYPER_HEADERS_MAX)
+        .keep_alive(true);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (io, _addr) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection =
+            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(io), service));
+        tokio::spawn(async move {
+            // A client that goes away, or is timed out, ends its connection;
+            // there is nobody to tell.
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        });
+    }
+    drop(listener);
+    let drain = Duration::from_millis(limits.shutdown_drain_ms);
+    if tokio::time::timeout(drain, graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            drain_ms = limits.shutdown_drain_ms,
+            "requests still in flight at shutdown"
+        );
+    }
+    Ok(())
 }
 
 /// A job as clients see it.
@@ -183,12 +327,32 @@ async fn callers_job(state: &AppState, headers: &HeaderMap, id: &str) -> Result<
 }
 
 /// Reads a JSON body: 415 unless it is declared JSON, 413 past the limit,
-/// 400 unless it parses into `T`. An empty body is `None`.
+/// 408 unless it arrives within `body_read_timeout_ms`, 400 unless it is
+/// strict JSON ([`crate::json`]: no duplicate key, no NUL character, numbers
+/// in range) that reads as a `T`. An empty body is `None`.
 async fn json_body<T: serde::de::DeserializeOwned>(
     state: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Option<T>, ApiError> {
+    let Some(document) = json_document(state, headers, body).await? else {
+        return Ok(None);
+    };
+    typed(&document).map(Some)
+}
+
+/// A document read as a `T` (unknown fields, missing ones and wrong types
+/// are refused as serde says).
+fn typed<T: serde::de::DeserializeOwned>(document: &Json) -> Result<T, ApiError> {
+    serde_json::from_value(document.to_value()).map_err(|e| ApiError::MalformedJson(e.to_string()))
+}
+
+/// Reads a JSON body as an exact document (see [`json_body`]).
+async fn json_document(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Option<Json>, ApiError> {
     let declared_len = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -198,7 +362,14 @@ async fn json_body<T: serde::de::DeserializeOwned>(
             limit_bytes: state.body_limit_bytes,
         });
     }
-    let bytes: Bytes = match Limited::new(body, state.body_limit_bytes).collect().await {
+    let read = Limited::new(body, state.body_limit_bytes).collect();
+    let timeout = Duration::from_millis(state.body_read_timeout_ms);
+    let Ok(collected) = tokio::time::timeout(timeout, read).await else {
+        return Err(ApiError::RequestTimeout {
+            timeout_ms: state.body_read_timeout_ms,
+        });
+    };
+    let bytes: Bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             return Err(ApiError::PayloadTooLarge {
@@ -213,9 +384,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(
     if !is_json(headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-        ApiError::MalformedJson(format!("line {} column {}: {e}", e.line(), e.column()))
-    })
+    Ok(Some(crate::json::parse(&bytes)?))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -241,16 +410,23 @@ async fn create_job(
     if !is_json(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
+    if headers.get_all(IDEMPOTENCY_KEY).iter().count() > 1 {
+        return Err(ApiError::DuplicateIdempotencyKey);
+    }
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => return Err(ApiError::MissingIdempotencyKey),
         // A header value with bytes outside visible ASCII is passed on as
         // such, and the engine's key validation refuses it.
         Some(v) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
     };
-    let request = json_body(&state, &headers, body)
+    let document = json_document(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
-    let created = state.engine.create_job(owner, &key, request).await?;
+    let request = typed(&document)?;
+    let created = state
+        .engine
+        .create_job_exact(owner, &key, request, document.get("params"))
+        .await?;
     let view = JobView::from(created.job());
     let response = match created {
         Created::New(job) => {

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use self::pg_value::{jsonb, text, timestamptz};
+use self::pg_value::{jsonb, jsonb_text, text, timestamptz};
 
 use super::shared::{
     assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
@@ -38,6 +38,8 @@ use super::{
 use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
 use crate::design::Design;
+use crate::fingerprint::Canonical;
+use crate::json::Json;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -91,6 +93,10 @@ impl Constraints {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemSnapshot {
     jobs: BTreeMap<JobId, Job>,
+    /// Each job's request exactly as `jsonb` holds it (`numeric` keeps every
+    /// digit; `Job::request` is serde_json's reading of it).
+    #[serde(default)]
+    requests: BTreeMap<JobId, Canonical>,
     /// (owner, key) -> jobs in insertion order; one entry per key while the
     /// unique constraint is in force.
     #[serde(with = "entries")]
@@ -281,14 +287,16 @@ impl MemSnapshot {
 #[async_trait]
 impl Store for MemStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
-        // The insert's parameters, in the order PostgreSQL binds them.
+        // The insert's parameters, in the order PostgreSQL binds them; then
+        // the request's cast from text to jsonb, when the row is built.
         text(&new.owner_id.0)?;
         text(&new.request_fingerprint)?;
-        let request = jsonb(&new.request)?;
+        text(new.request.text())?;
         text(&new.provider)?;
         for fallback in &new.fallbacks {
             text(fallback)?;
         }
+        let request = jsonb_text(new.request.text())?;
         let at = timestamptz(new.at);
         let mut t = self.lock();
         // The insert fails on the primary key (checked first) or on the
@@ -306,7 +314,11 @@ impl Store for MemStore {
                     constraint: constraint::JOBS_PKEY.to_owned(),
                 });
             };
-            let (outcome, event) = found_key(&existing, &new, at);
+            let stored = t
+                .requests
+                .get(&existing.id)
+                .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
+            let (outcome, event) = found_key(&existing, &stored, &new, at);
             t.push_event(event)?;
             return Ok(outcome);
         }
@@ -326,6 +338,7 @@ impl Store for MemStore {
             updated_at: at,
         };
         t.jobs.insert(job.id, job.clone());
+        t.requests.insert(job.id, new.request.clone());
         t.jobs_by_key
             .entry((new.owner_id, new.idempotency_key))
             .or_default()
@@ -733,6 +746,27 @@ pub mod pg_value {
         })
     }
 
+    /// SQLSTATE invalid_text_representation: text that is not JSON.
+    pub const SQLSTATE_INVALID_TEXT: &str = "22P02";
+
+    /// `$n::jsonb` of a `text` parameter: the text is parsed as PostgreSQL's
+    /// `jsonb` input does (refused if a string or key holds a NUL
+    /// character), numbers kept as `numeric` and read back as PostgreSQL
+    /// prints them.
+    pub fn jsonb_text(text: &str) -> Result<Value, StoreError> {
+        match crate::json::parse(text.as_bytes()) {
+            Ok(json) => Ok(json.to_value_with(&|n| numeric_text(&n.canonical_text()))),
+            Err(crate::json::JsonError::NulCharacter { .. }) => Err(StoreError::Database {
+                sqlstate: SQLSTATE_NUL_IN_JSONB.to_owned(),
+                message: "unsupported Unicode escape sequence".to_owned(),
+            }),
+            Err(e) => Err(StoreError::Database {
+                sqlstate: SQLSTATE_INVALID_TEXT.to_owned(),
+                message: format!("invalid input syntax for type json: {e}"),
+            }),
+        }
+    }
+
     fn nul_free(s: &str) -> Result<(), StoreError> {
         if s.contains('\0') {
             return Err(StoreError::Database {
@@ -883,7 +917,7 @@ mod tests {
                 owner_id: OwnerId("alice".to_owned()),
                 idempotency_key: IdempotencyKey::parse("k").expect("valid key"),
                 request_fingerprint: fingerprint::fingerprint(&request),
-                request,
+                request: Canonical::from_value(&request),
                 provider: "primary".to_owned(),
                 fallbacks: vec![],
                 at,

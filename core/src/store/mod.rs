@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::{Certificate, CertificateKey};
+use crate::fingerprint::Canonical;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, JobState, NewEvent,
     OwnerId, Timestamp,
@@ -46,8 +47,8 @@ pub struct NewJob {
     pub id: JobId,
     pub owner_id: OwnerId,
     pub idempotency_key: IdempotencyKey,
-    /// The canonical request body (see [`crate::fingerprint`]).
-    pub request: Value,
+    /// The canonical request body, exact (see [`crate::fingerprint`]).
+    pub request: Canonical,
     pub request_fingerprint: String,
     pub provider: String,
     pub fallbacks: Vec<String>,

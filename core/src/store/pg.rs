@@ -78,14 +78,16 @@ impl PgStore {
         let inserted = sqlx::query(
             "insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
                                provider, fallbacks, state, version, created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $8)
+             values ($1, $2, $3, $4, $5::jsonb, $6, $7, 'pending', 0, $8, $8)
              returning *",
         )
         .bind(new.id.0)
         .bind(&new.owner_id.0)
         .bind(new.idempotency_key.as_str())
         .bind(&new.request_fingerprint)
-        .bind(&new.request)
+        // The canonical text, cast by PostgreSQL: `numeric` keeps every
+        // digit, where a serde_json Value would have rounded some.
+        .bind(new.request.text())
         .bind(&new.provider)
         .bind(&new.fallbacks)
         .bind(new.at)
@@ -116,6 +118,37 @@ impl PgStore {
         .await?;
         tx.commit().await.map_err(classify)?;
         Ok(Ok(job))
+    }
+
+    /// The job that holds `new`'s key, read under `FOR KEY SHARE` together
+    /// with its exact stored request, and the replay or refusal recorded in
+    /// the same transaction: a prune of the job waits for it (or has
+    /// committed, and then there is no row and the key is free), so the
+    /// event never names a job that is gone. Completions are not held up:
+    /// their lock does not conflict with this one.
+    async fn found_existing(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "select *, request::text as request_text from jobs
+              where owner_id = $1 and idempotency_key = $2 for key share",
+        )
+        .bind(&new.owner_id.0)
+        .bind(new.idempotency_key.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(None);
+        };
+        let existing = job_from_row(&row)?;
+        let text: String = row.try_get("request_text").map_err(classify)?;
+        let stored = crate::json::parse(text.as_bytes())
+            .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
+        let (outcome, event) = found_key(&existing, &stored, new, new.at);
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(Some(outcome))
     }
 
     async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
@@ -254,21 +287,17 @@ impl Store for PgStore {
             };
             // The key is taken by a committed row: read it back (a new
             // statement, so a new snapshot that sees it).
-            let Some(existing) =
-                Store::job_by_key(self, &new.owner_id, &new.idempotency_key).await?
-            else {
-                if refused_by == constraint::JOBS_PKEY {
-                    // The id belongs to another key's job (rows are never
-                    // deleted): running again cannot help.
-                    return Err(StoreError::Constraint {
-                        constraint: refused_by.to_owned(),
-                    });
-                }
-                continue;
-            };
-            let (outcome, event) = found_key(&existing, &new, new.at);
-            self.record_event(event).await?;
-            return Ok(outcome);
+            if let Some(outcome) = self.found_existing(&new).await? {
+                return Ok(outcome);
+            }
+            if refused_by == constraint::JOBS_PKEY {
+                // The id belongs to another key's job: running again cannot
+                // help.
+                return Err(StoreError::Constraint {
+                    constraint: refused_by.to_owned(),
+                });
+            }
+            // The row was pruned in between: the key is free again.
         }
         Err(StoreError::Contended {
             tries: CONTENTION_TRIES_MAX,

@@ -6,12 +6,19 @@ use serde_json::{Value, json};
 
 use super::{Completion, CreateOutcome, NewJob};
 use crate::fingerprint;
+use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent, Timestamp};
 use crate::transition;
 
-/// A create found its key taken by `existing`: the same intent is replayed,
-/// another body is refused with the pointers that differ.
-pub(crate) fn found_key(existing: &Job, new: &NewJob, at: Timestamp) -> (CreateOutcome, NewEvent) {
+/// A create found its key taken by `existing`, whose stored request is
+/// `existing_request` (exact): the same intent is replayed, another body is
+/// refused with the pointers that differ.
+pub(crate) fn found_key(
+    existing: &Job,
+    existing_request: &Json,
+    new: &NewJob,
+    at: Timestamp,
+) -> (CreateOutcome, NewEvent) {
     let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint {
         (
             CreateOutcome::Existing(existing.clone()),
@@ -19,7 +26,7 @@ pub(crate) fn found_key(existing: &Job, new: &NewJob, at: Timestamp) -> (CreateO
             json!({}),
         )
     } else {
-        let differing_pointers = fingerprint::diff(&existing.request, &new.request);
+        let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
         (
             CreateOutcome::KeyReused {
                 existing: existing.id,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 use idem_core::clock::micros_to_timestamp;
 use idem_core::contract::{Certificate, CertificateKey};
-use idem_core::fingerprint;
+use idem_core::fingerprint::{self, Canonical};
 use idem_core::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -113,6 +113,7 @@ conformance! {
         timestamps_keep_whole_microseconds,
         jsonb_numbers_come_back_as_postgresql_returns_them,
         nul_characters_table,
+        create_keeps_every_digit_of_the_request,
     ],
     raw: [late_completion_after_the_job_failed_by_hand_is_lost_without_winner],
 }
@@ -218,7 +219,7 @@ fn new_job_with(n: u128, owner_name: &str, key_raw: &str, request: Value, t: Tim
         owner_id: owner(owner_name),
         idempotency_key: key(key_raw),
         request_fingerprint: fingerprint::fingerprint(&request),
-        request,
+        request: Canonical::from_value(&request),
         provider: PRIMARY.to_owned(),
         fallbacks: vec![FALLBACK.to_owned()],
         at: t,
@@ -243,7 +244,7 @@ fn job_row(new: &NewJob) -> Job {
         owner_id: new.owner_id.clone(),
         idempotency_key: new.idempotency_key.clone(),
         request_fingerprint: new.request_fingerprint.clone(),
-        request: new.request.clone(),
+        request: new.request.value(),
         provider: new.provider.clone(),
         fallbacks: new.fallbacks.clone(),
         state: JobState::Pending,
@@ -1782,19 +1783,21 @@ async fn timestamps_keep_whole_microseconds(store: &dyn Store) -> TestResult {
 }
 
 async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -> TestResult {
-    // jsonb keeps numbers as `numeric`: the text serde_json writes is read
-    // as a decimal, printed without an exponent, and parsed back. So an
-    // integral float written with an exponent comes back as an integer (of
-    // its shortest decimal digits), and negative zero loses its sign.
+    // jsonb keeps numbers as `numeric`: the text it is given is read as a
+    // decimal, printed without an exponent, and parsed back. A request is
+    // given in canonical form (integral numbers as integers, no negative
+    // zero); other values as serde_json writes them, so an integral float
+    // written with an exponent comes back as an integer of its shortest
+    // decimal digits.
     let sent: Value = serde_json::from_str(
         r#"{"big": 1e16, "shortest": 1152921504606846976.0, "negative_zero": -0.0,
             "small": 1.5e-7, "third": 0.30000000000000004, "max": 18446744073709551615,
             "huge": 1e300, "tiny": 2.5e-320, "plain": 100.0}"#,
     )?;
     let expected: Value = serde_json::from_str(
-        r#"{"big": 10000000000000000, "shortest": 1152921504606847000, "negative_zero": 0.0,
+        r#"{"big": 10000000000000000, "shortest": 1152921504606846976, "negative_zero": 0,
             "small": 1.5e-7, "third": 0.30000000000000004, "max": 18446744073709551615,
-            "huge": 1e300, "tiny": 2.5e-320, "plain": 100.0}"#,
+            "huge": 1e300, "tiny": 2.5e-320, "plain": 100}"#,
     )?;
     let job = create(store, new_job_with(1, "alice", "k1", sent.clone(), at(1))).await?;
     assert_eq!(
@@ -1809,6 +1812,46 @@ async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -
         serde_json::to_string(&won.result)?,
         r#"{"score":100000000000000000}"#
     );
+    Ok(())
+}
+
+async fn create_keeps_every_digit_of_the_request(store: &dyn Store) -> TestResult {
+    // 2^64 and 2^64 + 1 are one f64 but two numerics: two intents.
+    let exact = |n: &str| -> Result<NewJob, Box<dyn std::error::Error>> {
+        let body = idem_core::json::parse(format!(r#"{{"params":{{"n":{n}}}}}"#).as_bytes())?;
+        let request = Canonical::from_json(&body);
+        Ok(NewJob {
+            request_fingerprint: request.fingerprint(),
+            request,
+            ..new_job(1)
+        })
+    };
+    let first = exact("18446744073709551616")?;
+    let job = create(store, first.clone()).await?;
+    assert_eq!(
+        job.request,
+        json!({"params": {"n": 18_446_744_073_709_551_616_f64}})
+    );
+    let other = NewJob {
+        id: job_id(2),
+        ..exact("18446744073709551617")?
+    };
+    assert_ne!(other.request_fingerprint, first.request_fingerprint);
+    assert_eq!(
+        store.create_job(other).await?,
+        CreateOutcome::KeyReused {
+            existing: job.id,
+            differing_pointers: vec!["/params/n".to_owned()],
+        }
+    );
+    let again = NewJob {
+        id: job_id(3),
+        ..exact("1.8446744073709551616e19")?
+    };
+    assert!(matches!(
+        store.create_job(again).await?,
+        CreateOutcome::Existing(_)
+    ));
     Ok(())
 }
 

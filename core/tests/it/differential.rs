@@ -564,7 +564,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 owner_id: owner(o),
                 idempotency_key: key(k),
                 request_fingerprint: fingerprint::fingerprint(&request),
-                request,
+                request: fingerprint::Canonical::from_value(&request),
                 provider: PROVIDERS[0].to_owned(),
                 fallbacks: vec![PROVIDERS[1].to_owned()],
                 at,

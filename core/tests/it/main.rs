@@ -5,6 +5,7 @@
 mod conformance;
 mod differential;
 mod http;
+mod http_hardening;
 mod pg_engine;
 mod provider;
 mod support;
