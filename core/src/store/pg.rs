@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Acquire, Postgres, Row, Transaction};
 
 use super::shared::{
@@ -26,8 +26,56 @@ use crate::model::{
 };
 use crate::transition;
 
-/// Migrations embedded at build time from `core/migrations`.
+/// Migrations embedded at build time from `core/migrations`. Run them
+/// through [`migrator`], which places them in idem's schema.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The PostgreSQL schema that holds idem's tables, and its migrations' own
+/// bookkeeping (`_sqlx_migrations`), unless configured otherwise. An
+/// application that embeds idem-core and runs its own sqlx migrations keeps
+/// its tables and its `_sqlx_migrations` in its own schema (usually
+/// `public`), and neither side sees the other's.
+pub const SCHEMA_DEFAULT: &str = "idem";
+
+/// Checks a schema name: a lower-case SQL identifier (letters, digits and
+/// `_`, not starting with a digit, at most 63 bytes), so that it is never
+/// quoted and never needs escaping.
+pub fn check_schema(name: &str) -> Result<(), String> {
+    let mut bytes = name.bytes();
+    let valid = name.len() <= 63
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "schema {name:?} must be a lower-case SQL identifier (a-z, 0-9, _; at most 63 bytes)"
+        ))
+    }
+}
+
+/// The migrations, to be applied in `schema`: the schema is created if it
+/// is missing, and the bookkeeping table is `schema._sqlx_migrations`. The
+/// migration files name no schema; the connection's `search_path` (see
+/// [`connect_options`]) puts their tables in `schema`.
+pub fn migrator(schema: &str) -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+    migrator.create_schema(schema.to_owned());
+    migrator.dangerous_set_table_name(format!("{schema}._sqlx_migrations"));
+    migrator
+}
+
+/// Connection options for `url` whose every connection resolves idem's
+/// tables in `schema` (its `search_path` is that schema alone).
+pub fn connect_options(url: &str, schema: &str) -> Result<PgConnectOptions, StoreError> {
+    check_schema(schema).map_err(StoreError::Unavailable)?;
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e: sqlx::Error| StoreError::Unavailable(format!("database URL: {e}")))?;
+    Ok(options.options([("search_path", schema)]))
+}
 
 /// How many times an operation re-runs after losing a benign race (for
 /// example two inserts computing the same attempt seq) before giving up.
@@ -42,30 +90,44 @@ const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    schema: String,
 }
 
 impl PgStore {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// A store on `pool`, whose connections must resolve idem's tables in
+    /// `schema` (build it with [`connect_options`]).
+    pub fn new(pool: PgPool, schema: &str) -> Self {
+        Self {
+            pool,
+            schema: schema.to_owned(),
+        }
     }
 
-    /// Connects with a bounded pool.
-    pub async fn connect(url: &str, connections_max: u32) -> Result<Self, StoreError> {
+    /// Connects with a bounded pool, to the tables in `schema`.
+    pub async fn connect(
+        url: &str,
+        schema: &str,
+        connections_max: u32,
+    ) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(connections_max)
-            .connect(url)
+            .connect_with(connect_options(url, schema)?)
             .await
             .map_err(classify)?;
-        Ok(Self::new(pool))
+        Ok(Self::new(pool, schema))
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
-    /// Applies the embedded migrations.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Applies the embedded migrations in the store's schema.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
+        migrator(&self.schema).run(&self.pool).await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
