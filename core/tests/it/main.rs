@@ -9,3 +9,4 @@ mod http_hardening;
 mod pg_engine;
 mod provider;
 mod support;
+mod worker;
