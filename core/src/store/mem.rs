@@ -28,12 +28,12 @@ use serde_json::{Value, json};
 use self::pg_value::{jsonb, jsonb_text, text, timestamptz};
 
 use super::shared::{
-    assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
-    won_events,
+    assert_transition_target, completion_allowed, found_key, lost_event, refusal_event,
+    transition_event, won_events,
 };
 use super::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
@@ -392,24 +392,7 @@ impl Store for MemStore {
             }
         };
         if let Some(refusal) = refusal {
-            let (attempt_id, detail) = match &refusal {
-                StartOutcome::InFlight { attempt, state } => (
-                    Some(*attempt),
-                    json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
-                ),
-                StartOutcome::Completed { state } => (
-                    None,
-                    json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
-                ),
-                StartOutcome::Started(_) => unreachable!("a refusal is never a start"),
-            };
-            t.push_event(NewEvent {
-                job_id: new.job_id,
-                attempt_id,
-                at,
-                kind: EventKind::AttemptRefused,
-                detail,
-            })?;
+            t.push_event(refusal_event(&NewAttempt { at, ..new }, &refusal))?;
             return Ok(refusal);
         }
         let seq = t
@@ -689,6 +672,109 @@ impl Store for MemStore {
             attempts,
             events: t.events.clone(),
         })
+    }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        text(&owner.0)?;
+        let after = after.map(|(at, id)| (timestamptz(at), id));
+        let t = self.lock();
+        let mut jobs: Vec<&Job> = t
+            .jobs
+            .values()
+            .filter(|j| &j.owner_id == owner)
+            .filter(|j| after.is_none_or(|cursor| (j.created_at, j.id) < cursor))
+            .collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse((j.created_at, j.id)));
+        Ok(jobs.into_iter().take(limit as usize).cloned().collect())
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let after = after.map(|(at, id)| (timestamptz(at), id));
+        let t = self.lock();
+        let mut attempts: Vec<&Attempt> = t
+            .attempts
+            .values()
+            .filter(|a| a.state == state)
+            .filter(|a| after.is_none_or(|cursor| (a.started_at, a.id) > cursor))
+            .collect();
+        attempts.sort_by_key(|a| (a.started_at, a.id));
+        Ok(attempts.into_iter().take(limit as usize).cloned().collect())
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        let t = self.lock();
+        let mut counts: BTreeMap<AttemptState, i64> = BTreeMap::new();
+        for attempt in t.attempts.values() {
+            *counts.entry(attempt.state).or_default() += 1;
+        }
+        let oldest = t
+            .attempts
+            .values()
+            .filter(|a| a.state == AttemptState::Unknown)
+            .map(|a| a.started_at)
+            .min();
+        Ok(AttemptCensus::of(counts, oldest))
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let updated_before = timestamptz(updated_before);
+        let mut t = self.lock();
+        let mut pruned: Vec<(Timestamp, JobId)> = t
+            .jobs
+            .values()
+            .filter(|j| j.state.is_terminal() && j.updated_at < updated_before)
+            .filter(|j| {
+                !t.job_attempts(j.id)
+                    .any(|a| !transition::is_terminal(a.state))
+            })
+            .map(|j| (j.updated_at, j.id))
+            .collect();
+        pruned.sort();
+        pruned.truncate(limit as usize);
+        let ids: Vec<JobId> = pruned.into_iter().map(|(_, id)| id).collect();
+        let mut attempts = std::collections::BTreeSet::new();
+        for id in &ids {
+            attempts.extend(
+                t.attempts_by_job
+                    .remove(id)
+                    .into_iter()
+                    .flat_map(|s| s.into_values()),
+            );
+        }
+        let jobs: std::collections::BTreeSet<JobId> = ids.iter().copied().collect();
+        t.events.retain(|e| {
+            !jobs.contains(&e.job_id) && !e.attempt_id.is_some_and(|a| attempts.contains(&a))
+        });
+        for attempt in &attempts {
+            t.attempts.remove(attempt);
+        }
+        for id in &ids {
+            t.requests.remove(id);
+            if let Some(job) = t.jobs.remove(id) {
+                let key = (job.owner_id, job.idempotency_key);
+                if let Some(holders) = t.jobs_by_key.get_mut(&key) {
+                    holders.retain(|held| held != id);
+                    if holders.is_empty() {
+                        t.jobs_by_key.remove(&key);
+                    }
+                }
+            }
+        }
+        Ok(ids)
     }
 }
 

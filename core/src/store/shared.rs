@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Completion, CreateOutcome, NewJob};
+use super::{Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome};
 use crate::fingerprint;
 use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent, Timestamp};
@@ -68,6 +68,28 @@ pub(crate) fn completion_allowed(state: AttemptState, out_of_band: bool) -> bool
         state == AttemptState::Unknown
     } else {
         transition::may_complete(state)
+    }
+}
+
+/// The event that says why a start was refused.
+pub(crate) fn refusal_event(new: &NewAttempt, outcome: &StartOutcome) -> NewEvent {
+    let (attempt_id, detail) = match outcome {
+        StartOutcome::InFlight { attempt, state } => (
+            Some(*attempt),
+            json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
+        ),
+        StartOutcome::Completed { state } => (
+            None,
+            json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
+        ),
+        StartOutcome::Started(_) => unreachable!("a start is not a refusal"),
+    };
+    NewEvent {
+        job_id: new.job_id,
+        attempt_id,
+        at: new.at,
+        kind: EventKind::AttemptRefused,
+        detail,
     }
 }
 
