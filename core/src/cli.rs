@@ -15,6 +15,7 @@ use crate::model::OwnerId;
 use crate::provider::connect::TcpConnector;
 use crate::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
 use crate::provider::{Provider, ProviderSet};
+use crate::retention::RetentionConfig;
 use crate::service::{Service, ServiceConfig, os_signal, shutdown_pair};
 use crate::store::Store;
 use crate::store::mem::MemStore;
@@ -59,6 +60,19 @@ pub struct OpsArgs {
     /// How long a request body may take to arrive (408 past it).
     #[arg(long, default_value_t = crate::api::BODY_READ_TIMEOUT_MS_DEFAULT)]
     body_read_timeout_ms: u64,
+    /// How long a finished job, and so its idempotency key, is kept; then a
+    /// background pass prunes it (and a retry with its key makes a new job).
+    #[arg(long, default_value_t = RetentionConfig::default().retention_ms)]
+    retention_ms: u64,
+    /// Jobs pruned per batch (one transaction).
+    #[arg(long, default_value_t = RetentionConfig::default().prune_batch_max)]
+    prune_batch_max: u32,
+    /// Do not run the retention pass in this process.
+    #[arg(long)]
+    no_pruner: bool,
+    /// Attempts the worker runs at once.
+    #[arg(long, default_value_t = crate::worker::WorkerConfig::default().attempts_concurrent_max)]
+    attempts_concurrent_max: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -262,6 +276,10 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         ..ServiceConfig::default()
     };
     config.body_read_timeout_ms = args.ops.body_read_timeout_ms;
+    config.run_pruner = !args.ops.no_pruner;
+    config.retention.retention_ms = args.ops.retention_ms;
+    config.retention.prune_batch_max = args.ops.prune_batch_max;
+    config.worker.attempts_concurrent_max = args.ops.attempts_concurrent_max;
     config.http.header_read_timeout_ms = args.ops.header_read_timeout_ms;
     config.worker.attempt_deadline_ms = args.attempt_deadline_ms;
     config.worker.attempts_max = args.attempts_max;

@@ -1,5 +1,5 @@
-//! The whole service in one process: the HTTP API, the worker and the
-//! reconciler over one engine. `idem serve` runs this; the simulator
+//! The whole service in one process: the HTTP API, the worker, the
+//! reconciler and the key-retention pruner over one engine. `idem serve` runs this; the simulator
 //! instead places the same parts on separate hosts.
 
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use crate::clock::UuidV7Ids;
 use crate::engine::Engine;
 use crate::provider::ProviderSet;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::retention::{Pruner, RetentionConfig};
 use crate::worker::{Worker, WorkerConfig};
 
 /// Which loops run beside the API, and their tunables.
@@ -27,6 +28,9 @@ pub struct ServiceConfig {
     pub run_reconciler: bool,
     pub worker: WorkerConfig,
     pub reconciler: ReconcilerConfig,
+    /// Key retention's background pass.
+    pub run_pruner: bool,
+    pub retention: RetentionConfig,
 }
 
 impl Default for ServiceConfig {
@@ -39,6 +43,8 @@ impl Default for ServiceConfig {
             run_reconciler: true,
             worker: WorkerConfig::default(),
             reconciler: ReconcilerConfig::default(),
+            run_pruner: true,
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -77,6 +83,7 @@ pub struct Service {
     pub state: AppState,
     pub worker: Worker,
     pub reconciler: Reconciler,
+    pub pruner: Pruner,
     config: ServiceConfig,
 }
 
@@ -84,6 +91,7 @@ impl Service {
     pub fn new(engine: Engine, auth: Auth, providers: ProviderSet, config: ServiceConfig) -> Self {
         let worker = Worker::new(engine.clone(), providers.clone(), config.worker.clone());
         let reconciler = Reconciler::new(engine.clone(), providers, config.reconciler.clone());
+        let pruner = Pruner::new(engine.clone(), config.retention.clone());
         let state = AppState::new(engine, auth)
             .with_body_limit_bytes(config.body_limit_bytes)
             .with_body_read_timeout_ms(config.body_read_timeout_ms)
@@ -95,6 +103,7 @@ impl Service {
             state,
             worker,
             reconciler,
+            pruner,
             config,
         }
     }
@@ -134,6 +143,10 @@ impl Service {
         if self.config.run_reconciler {
             let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
             loops.spawn(async move { reconciler.run(stop.wait()).await });
+        }
+        if self.config.run_pruner {
+            let (pruner, stop) = (self.pruner.clone(), shutdown.clone());
+            loops.spawn(async move { pruner.run(stop.wait()).await });
         }
         loops
     }

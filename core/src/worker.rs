@@ -359,6 +359,7 @@ impl Worker {
                     .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
                 params: job.request.get("params").cloned().unwrap_or(Value::Null),
             };
+            let dispatched_at = engine.clock().now();
             let send = connection.send(call);
             let deadline =
                 tokio::time::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
@@ -386,6 +387,15 @@ impl Worker {
                     }
                 }
             };
+            let elapsed_ms = (engine.clock().now() - dispatched_at).num_milliseconds();
+            let result = match &outcome {
+                CallOutcome::Answered(Ok(_)) => "ok",
+                CallOutcome::Answered(Err(_)) => "error",
+                CallOutcome::TimedOut => "timeout",
+            };
+            engine
+                .metrics()
+                .provider_call(&attempt.provider, result, elapsed_ms);
             let end = self.settle(&running, outcome).await;
             // At most one hedge per attempt, itself bounded by its deadline.
             while hedges.join_next().await.is_some() {}

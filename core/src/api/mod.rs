@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -106,14 +106,22 @@ impl AppState {
 pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
     vec![
         (Method::GET, "/healthz", get(healthz)),
+        (Method::GET, "/readyz", get(readyz)),
+        (Method::GET, "/metrics", get(metrics)),
+        (Method::GET, "/v1/jobs", get(list_jobs)),
         (Method::POST, "/v1/jobs", post(create_job)),
         (Method::GET, "/v1/jobs/{id}", get(get_job)),
         (Method::GET, "/v1/jobs/{id}/attempts", get(list_attempts)),
         (Method::POST, "/v1/jobs/{id}/attempts", post(start_attempt)),
         (Method::GET, "/v1/jobs/{id}/events", get(list_events)),
+        (Method::GET, "/v1/attempts", get(list_attempts_in_state)),
         (Method::POST, "/v1/attempts/{id}/resolution", post(resolve)),
     ]
 }
+
+/// The page size of the list endpoints, by default and at most.
+pub const PAGE_LIMIT_DEFAULT: u32 = 20;
+pub const PAGE_LIMIT_MAX: u32 = 100;
 
 /// The API router.
 pub fn router(state: AppState) -> Router {
@@ -296,6 +304,170 @@ struct AttemptRequest {
 
 async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
+}
+
+/// Ready when the store answers a primary-key read of the jobs table.
+async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let probe = JobId(uuid::Uuid::nil());
+    match state.engine.store().job(probe).await {
+        Ok(_) => Ok(axum::Json(json!({"status": "ready"})).into_response()),
+        Err(e) => Err(ApiError::Engine(crate::engine::EngineError::Store(
+            crate::store::StoreError::Unavailable(e.to_string()),
+        ))),
+    }
+}
+
+/// The metrics in the Prometheus text format; the attempt gauges are read
+/// from the store now.
+async fn metrics(State(state): State<AppState>) -> Response {
+    let engine = &state.engine;
+    let census = match engine.store().attempt_census().await {
+        Ok(census) => Some(census),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics: the store did not answer the census");
+            None
+        }
+    };
+    engine
+        .metrics()
+        .census(census.as_ref(), engine.clock().now());
+    (
+        [(header::CONTENT_TYPE, crate::metrics::Metrics::CONTENT_TYPE)],
+        engine.metrics().encode(),
+    )
+        .into_response()
+}
+
+/// The query of a list endpoint: `limit`, `cursor` and (for attempts)
+/// `state`; anything else is refused.
+#[derive(Debug, Default)]
+struct ListQuery {
+    limit: u32,
+    cursor: Option<(Timestamp, uuid::Uuid)>,
+    state: Option<String>,
+}
+
+fn list_query(raw: Option<&str>, allow_state: bool) -> Result<ListQuery, ApiError> {
+    let mut query = ListQuery {
+        limit: PAGE_LIMIT_DEFAULT,
+        ..ListQuery::default()
+    };
+    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "limit" => {
+                query.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::InvalidQuery(format!("limit is 1 to {PAGE_LIMIT_MAX}"))
+                    })?;
+            }
+            "cursor" => query.cursor = Some(decode_cursor(value)?),
+            "state" if allow_state => query.state = Some(value.to_owned()),
+            other => {
+                return Err(ApiError::InvalidQuery(format!(
+                    "unknown parameter {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(query)
+}
+
+/// A page cursor: the sort time (microseconds) and id of the last row of
+/// the page, hex-encoded so that clients treat it as opaque.
+fn encode_cursor(at: Timestamp, id: uuid::Uuid) -> String {
+    hex::encode(format!("{}.{id}", at.timestamp_micros()))
+}
+
+fn decode_cursor(raw: &str) -> Result<(Timestamp, uuid::Uuid), ApiError> {
+    let invalid = || ApiError::InvalidQuery("the cursor is not one this API gave".to_owned());
+    let text =
+        String::from_utf8(hex::decode(raw).map_err(|_| invalid())?).map_err(|_| invalid())?;
+    let (micros, id) = text.split_once('.').ok_or_else(invalid)?;
+    let micros: i64 = micros.parse().map_err(|_| invalid())?;
+    Ok((
+        crate::clock::micros_to_timestamp(micros),
+        id.parse().map_err(|_| invalid())?,
+    ))
+}
+
+/// `GET /v1/jobs`: the caller's jobs, newest first, a page at a time.
+async fn list_jobs(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let owner = owner(&state, &headers)?;
+    let query = list_query(raw.as_deref(), false)?;
+    let after = query.cursor.map(|(at, id)| (at, JobId(id)));
+    // One more than the page: whether there is a next page.
+    let mut jobs = state
+        .engine
+        .store()
+        .jobs_of_owner(owner, after, query.limit + 1)
+        .await
+        .map_err(|e| ApiError::Engine(e.into()))?;
+    let more = jobs.len() > query.limit as usize;
+    jobs.truncate(query.limit as usize);
+    let next_cursor = jobs
+        .last()
+        .filter(|_| more)
+        .map(|j| encode_cursor(j.created_at, j.id.0));
+    let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
+    Ok(axum::Json(json!({"jobs": views, "next_cursor": next_cursor})).into_response())
+}
+
+/// `GET /v1/attempts?state=unknown` (operator): the attempts in a state
+/// that holds a job (starting, running or unknown), oldest first, a page at
+/// a time. `started_at` is when each began to hold its job.
+async fn list_attempts_in_state(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    if principal(&state, &headers)? != &Principal::Operator {
+        return Err(ApiError::Forbidden);
+    }
+    let query = list_query(raw.as_deref(), true)?;
+    let attempt_state = match query.state.as_deref() {
+        Some("starting") => AttemptState::Starting,
+        Some("running") => AttemptState::Running,
+        Some("unknown") => AttemptState::Unknown,
+        _ => {
+            return Err(ApiError::InvalidQuery(
+                "state is starting, running or unknown".to_owned(),
+            ));
+        }
+    };
+    let after = query.cursor.map(|(at, id)| (at, AttemptId(id)));
+    let mut attempts = state
+        .engine
+        .store()
+        .attempts_page(attempt_state, after, query.limit + 1)
+        .await
+        .map_err(|e| ApiError::Engine(e.into()))?;
+    let more = attempts.len() > query.limit as usize;
+    attempts.truncate(query.limit as usize);
+    let next_cursor = attempts
+        .last()
+        .filter(|_| more)
+        .map(|a| encode_cursor(a.started_at, a.id.0));
+    let now = state.engine.clock().now();
+    let items: Vec<Value> = attempts
+        .iter()
+        .map(|a| {
+            let mut item = serde_json::to_value(a).unwrap_or(Value::Null);
+            item["age_ms"] = json!((now - a.started_at).num_milliseconds().max(0));
+            item
+        })
+        .collect();
+    Ok(
+        axum::Json(json!({"state": attempt_state, "attempts": items, "next_cursor": next_cursor}))
+            .into_response(),
+    )
 }
 
 fn principal<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Principal, ApiError> {
