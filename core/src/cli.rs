@@ -30,10 +30,11 @@ use crate::provider::connect::TcpConnector;
 use crate::provider::openai::{ApiKey, OpenAiClient, OpenAiConfig};
 use crate::provider::tls::{TlsConnector, TlsSettings, client_config};
 use crate::provider::{Provider, ProviderSet};
+use crate::retention::RetentionConfig;
 use crate::service::{Service, ServiceConfig, os_signal, shutdown_pair};
 use crate::store::Store;
 use crate::store::mem::MemStore;
-use crate::store::pg::PgStore;
+use crate::store::pg::{PgStore, SCHEMA_DEFAULT, check_schema};
 
 /// Why a command could not run: exit code 2 for all of them.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,39 @@ pub struct MigrateArgs {
     /// PostgreSQL URL, e.g. postgres://user@host/db.
     #[arg(long, env = "DATABASE_URL")]
     database_url: String,
+    /// The PostgreSQL schema of idem's tables and of its migrations' bookkeeping.
+    #[arg(long, env = "IDEM_DATABASE_SCHEMA", default_value = SCHEMA_DEFAULT)]
+    database_schema: String,
+}
+
+/// Operations: where the tables live, how long keys are kept, how many
+/// attempts run at once, and how long slow clients may take.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Operations")]
+pub struct OpsArgs {
+    /// The PostgreSQL schema of idem's tables and of its migrations' bookkeeping.
+    #[arg(long, env = "IDEM_DATABASE_SCHEMA", default_value = SCHEMA_DEFAULT)]
+    database_schema: String,
+    /// How long a connection may take to send its headers, and stay idle
+    /// between requests, before it is closed.
+    #[arg(long, default_value_t = crate::api::HEADER_READ_TIMEOUT_MS_DEFAULT)]
+    header_read_timeout_ms: u64,
+    /// How long a request body may take to arrive (408 past it).
+    #[arg(long, default_value_t = crate::api::BODY_READ_TIMEOUT_MS_DEFAULT)]
+    body_read_timeout_ms: u64,
+    /// How long a finished job, and so its idempotency key, is kept; then a
+    /// background pass prunes it (and a retry with its key makes a new job).
+    #[arg(long, default_value_t = RetentionConfig::default().retention_ms)]
+    retention_ms: u64,
+    /// Jobs pruned per batch (one transaction).
+    #[arg(long, default_value_t = RetentionConfig::default().prune_batch_max)]
+    prune_batch_max: u32,
+    /// Do not run the retention pass in this process.
+    #[arg(long)]
+    no_pruner: bool,
+    /// Attempts the worker runs at once.
+    #[arg(long, default_value_t = crate::worker::WorkerConfig::default().attempts_concurrent_max)]
+    attempts_concurrent_max: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -118,24 +152,44 @@ pub struct ServeArgs {
     operator_token: Option<String>,
     /// A provider and its base URL: NAME=http[s]://HOST[:PORT]. Repeatable;
     /// overrides the configuration file's URL for NAME.
-    #[arg(long = "provider", value_name = "NAME=URL", env = "IDEM_PROVIDERS", value_delimiter = ',')]
+    #[arg(
+        long = "provider",
+        value_name = "NAME=URL",
+        env = "IDEM_PROVIDERS",
+        value_delimiter = ','
+    )]
     providers: Vec<String>,
     /// A provider's model, NAME=MODEL (default: the configuration file's,
     /// else the provider's name). Repeatable.
-    #[arg(long = "model", value_name = "NAME=MODEL", env = "IDEM_MODELS", value_delimiter = ',')]
+    #[arg(
+        long = "model",
+        value_name = "NAME=MODEL",
+        env = "IDEM_MODELS",
+        value_delimiter = ','
+    )]
     models: Vec<String>,
     #[command(flatten)]
     provider_args: ProviderArgs,
     /// Certify NAME against the operating contract at start, before serving,
     /// and record the certificate (passed or not) with its evidence.
     /// Repeatable.
-    #[arg(long = "certify", value_name = "NAME", env = "IDEM_CERTIFY", value_delimiter = ',')]
+    #[arg(
+        long = "certify",
+        value_name = "NAME",
+        env = "IDEM_CERTIFY",
+        value_delimiter = ','
+    )]
     certify: Vec<String>,
     /// Record a passed certificate for NAME at start WITHOUT running the
     /// certification: operator-asserted, and labelled so in its evidence.
     /// An escape hatch for providers certified by other means; prefer
     /// --certify. Repeatable.
-    #[arg(long = "certified", value_name = "NAME", env = "IDEM_CERTIFIED", value_delimiter = ',')]
+    #[arg(
+        long = "certified",
+        value_name = "NAME",
+        env = "IDEM_CERTIFIED",
+        value_delimiter = ','
+    )]
     certified: Vec<String>,
     /// strict: one attempt in flight at a time; hedged: a silent attempt may be
     /// hedged on a certified fallback.
@@ -168,6 +222,8 @@ pub struct ServeArgs {
     no_api: bool,
     #[arg(long, value_enum, default_value = "text", env = "IDEM_LOG_FORMAT")]
     log_format: LogFormat,
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -203,6 +259,9 @@ pub struct CertifyArgs {
     /// Record the certificate and its evidence in this PostgreSQL database.
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
+    /// The PostgreSQL schema of idem's tables (as `serve --database-schema`).
+    #[arg(long, env = "IDEM_DATABASE_SCHEMA", default_value = SCHEMA_DEFAULT)]
+    database_schema: String,
     /// Calls in flight at once.
     #[arg(long, default_value_t = RunLimits::default().concurrency, env = "IDEM_CERTIFY_CONCURRENCY")]
     concurrency: usize,
@@ -327,7 +386,8 @@ impl ResolvedProvider {
             supports_status: self.supports_status,
             supports_cancel: self.supports_cancel,
         };
-        let bad = |e: &dyn std::fmt::Display| CliError::Usage(format!("provider {}: {e}", self.name));
+        let bad =
+            |e: &dyn std::fmt::Display| CliError::Usage(format!("provider {}: {e}", self.name));
         if self.endpoint.https {
             let tls = client_config(&self.tls).map_err(|e| bad(&e))?;
             let client = Arc::new(
@@ -368,7 +428,11 @@ fn resolve(
     let mut urls: BTreeMap<String, String> = config
         .providers
         .iter()
-        .filter_map(|(name, file)| file.url.as_ref().map(|u| (name.clone(), u.get_ref().clone())))
+        .filter_map(|(name, file)| {
+            file.url
+                .as_ref()
+                .map(|u| (name.clone(), u.get_ref().clone()))
+        })
         .collect();
     for raw in cli_providers {
         let (name, url) = split_pair(raw, "--provider")?;
@@ -392,7 +456,9 @@ fn resolve(
     }
     for name in models.keys() {
         if !providers.contains_key(*name) {
-            return Err(CliError::Usage(format!("--model {name}=...: no such provider")));
+            return Err(CliError::Usage(format!(
+                "--model {name}=...: no such provider"
+            )));
         }
     }
     Ok((contract, providers))
@@ -400,8 +466,13 @@ fn resolve(
 
 /// Opens a pool and brings the schema up to date: a server never runs
 /// against a schema older than its code.
-async fn connect_and_migrate(url: &str, connections_max: u32) -> Result<PgStore, CliError> {
-    let store = PgStore::connect(url, connections_max)
+async fn connect_and_migrate(
+    url: &str,
+    schema: &str,
+    connections_max: u32,
+) -> Result<PgStore, CliError> {
+    check_schema(schema).map_err(CliError::Usage)?;
+    let store = PgStore::connect(url, schema, connections_max)
         .await
         .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
     store
@@ -413,7 +484,7 @@ async fn connect_and_migrate(url: &str, connections_max: u32) -> Result<PgStore,
 
 pub fn migrate(args: MigrateArgs) -> Result<(), CliError> {
     runtime()?.block_on(async {
-        connect_and_migrate(&args.database_url, 2).await?;
+        connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
         println!("migrations applied");
         Ok(())
     })
@@ -438,7 +509,9 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     for name in args.certify.iter().chain(&args.certified) {
         if !resolved.contains_key(name) {
-            return Err(CliError::Usage(format!("{name}: no such provider to certify")));
+            return Err(CliError::Usage(format!(
+                "{name}: no such provider to certify"
+            )));
         }
     }
     let mut providers = Providers::for_contract(&contract);
@@ -467,6 +540,12 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         run_reconciler: !args.no_reconciler,
         ..ServiceConfig::default()
     };
+    config.body_read_timeout_ms = args.ops.body_read_timeout_ms;
+    config.run_pruner = !args.ops.no_pruner;
+    config.retention.retention_ms = args.ops.retention_ms;
+    config.retention.prune_batch_max = args.ops.prune_batch_max;
+    config.worker.attempts_concurrent_max = args.ops.attempts_concurrent_max;
+    config.http.header_read_timeout_ms = args.ops.header_read_timeout_ms;
     config.worker.attempt_deadline_ms = args.attempt_deadline_ms;
     config.worker.attempts_max = args.attempts_max;
     config.reconciler.unknown_max_ms = args.unknown_max_ms;
@@ -483,7 +562,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                         "--store postgres needs --database-url (or DATABASE_URL)".into(),
                     )
                 })?;
-                Arc::new(connect_and_migrate(url, 16).await?)
+                Arc::new(connect_and_migrate(url, &args.ops.database_schema, 16).await?)
             }
         };
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -572,7 +651,9 @@ async fn certify_one(
         tokenizer: provider.tokenizer,
     };
     let limits = RunLimits {
-        call_timeout_ms: provider.request_timeout_ms.unwrap_or(limits.call_timeout_ms),
+        call_timeout_ms: provider
+            .request_timeout_ms
+            .unwrap_or(limits.call_timeout_ms),
         ..limits
     };
     certify::certify(
@@ -682,7 +763,7 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, CliError> {
     };
     runtime()?.block_on(async move {
         let store = match &args.database_url {
-            Some(url) => Some(connect_and_migrate(url, 2).await?),
+            Some(url) => Some(connect_and_migrate(url, &args.database_schema, 2).await?),
             None => None,
         };
         let certification = certify_one(&contract, &provider, &endpoint, limits).await?;

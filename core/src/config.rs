@@ -204,7 +204,10 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = text.get(..offset.min(text.len())).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before.get(start..).map_or(0, |s| s.chars().count()) + 1)
+    (
+        line,
+        before.get(start..).map_or(0, |s| s.chars().count()) + 1,
+    )
 }
 
 #[cfg(test)]
@@ -218,8 +221,14 @@ mod tests {
             assert_eq!(got, want.map(|(h, a)| (h, a.to_owned())), "{url}");
         };
         check("http://127.0.0.1:9001", Ok((false, "127.0.0.1:9001")));
-        check("https://api.example.com/v1", Ok((true, "api.example.com:443")));
-        check("https://api.example.com/", Ok((true, "api.example.com:443")));
+        check(
+            "https://api.example.com/v1",
+            Ok((true, "api.example.com:443")),
+        );
+        check(
+            "https://api.example.com/",
+            Ok((true, "api.example.com:443")),
+        );
         check("http://p", Ok((false, "p:80")));
         check("https://[::1]:8443", Ok((true, "[::1]:8443")));
         check("ftp://p:80", Err(()));
@@ -233,7 +242,10 @@ mod tests {
         let err = Config::parse("idem.toml", text, Path::new("/etc/idem")).err();
         assert_eq!(
             err.map(|e| e.to_string()),
-            Some("idem.toml:2:7: provider URL \"htp://x\" must start with http:// or https://".to_owned())
+            Some(
+                "idem.toml:2:7: provider URL \"htp://x\" must start with http:// or https://"
+                    .to_owned()
+            )
         );
         let text = "[providers.primary]\nurl = \"http://x\"\napi_key = \"sk-1\"\n";
         let err = Config::parse("idem.toml", text, Path::new("/etc/idem")).err();
@@ -251,7 +263,10 @@ mod tests {
     fn paths_are_relative_to_the_file() -> Result<(), ConfigFileError> {
         let text = "contract = \"c/contract.toml\"\n[providers.p]\nca_file = \"ca.pem\"\ntokenizer = \"o200k_base\"\n";
         let config = Config::parse("idem.toml", text, Path::new("/etc/idem"))?;
-        assert_eq!(config.contract, Some(PathBuf::from("/etc/idem/c/contract.toml")));
+        assert_eq!(
+            config.contract,
+            Some(PathBuf::from("/etc/idem/c/contract.toml"))
+        );
         let p = &config.providers["p"];
         assert_eq!(p.ca_file, Some(PathBuf::from("/etc/idem/ca.pem")));
         assert_eq!(p.tokenizer_profile().encoding, Encoding::O200kBase);

@@ -12,6 +12,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
+use crate::certify::{CERTIFIER, certify_profile};
+use crate::client::{ClientContext, KnownJobs, run_client};
+use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
+use crate::oracle::WorldFacts;
+use crate::rpc::{RemoteStore, StoreObserver, serve_store};
+use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::trace::{Recorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
 use idem_core::certify::{Contract, SpecialTokens};
 use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
@@ -27,13 +34,6 @@ use idem_core::store::Store;
 use idem_core::store::faults::FaultPlan;
 use idem_core::store::mem::{Constraints, MemStore};
 use idem_core::worker::Worker;
-use crate::certify::{CERTIFIER, certify_profile};
-use crate::client::{ClientContext, KnownJobs, run_client};
-use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
-use crate::oracle::WorldFacts;
-use crate::rpc::{RemoteStore, StoreObserver, serve_store};
-use crate::scenario::{ProviderProfile, Scenario, host};
-use crate::trace::{Recorder, TraceBody};
 
 /// The operator's bearer token in every world.
 pub const OPERATOR_TOKEN: &str = "token-operator";

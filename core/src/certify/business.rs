@@ -93,7 +93,8 @@ pub struct LanguageCode(String);
 impl<'de> Deserialize<'de> for LanguageCode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        let coded = text == "und" || (text.len() == 2 && text.bytes().all(|b| b.is_ascii_lowercase()));
+        let coded =
+            text == "und" || (text.len() == 2 && text.bytes().all(|b| b.is_ascii_lowercase()));
         if !coded {
             return Err(de::Error::custom(format_args!(
                 "{text:?} is not an ISO 639-1 language code (two lowercase letters, or und)"

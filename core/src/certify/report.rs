@@ -17,9 +17,7 @@ pub const EVIDENCE_FAILURES_MAX: usize = 64;
 const DETAIL_CHARS_MAX: usize = 400;
 
 /// The checks, in the order the table shows them.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Check {
     /// The rendered prompt decodes back from the provider's tokens exactly.
@@ -183,7 +181,10 @@ impl Certification {
                 .rows
                 .iter()
                 .all(|row| Check::ALL.iter().all(|c| row.cell(*c) != Cell::Fail))
-            && self.rows.iter().any(|row| row.cell(Check::RoundTrip) == Cell::Pass)
+            && self
+                .rows
+                .iter()
+                .any(|row| row.cell(Check::RoundTrip) == Cell::Pass)
     }
 
     /// The checks that failed somewhere, in table order.

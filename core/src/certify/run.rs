@@ -137,15 +137,14 @@ pub async fn certify(
         .await
         .unwrap_or_else(|_| Err(ProviderError::Unreachable("connect timed out".to_owned())))
         .map_err(unreachable)?;
-    let model_identity = match tokio::time::timeout(timeout, endpoint.model_identity(&target.model))
-        .await
-    {
-        Ok(Ok(identity)) => identity,
-        // The lookup is optional: a provider that cannot answer it is
-        // certified without an identity, and its certificate then follows
-        // the configured model name alone.
-        Ok(Err(_)) | Err(_) => None,
-    };
+    let model_identity =
+        match tokio::time::timeout(timeout, endpoint.model_identity(&target.model)).await {
+            Ok(Ok(identity)) => identity,
+            // The lookup is optional: a provider that cannot answer it is
+            // certified without an identity, and its certificate then follows
+            // the configured model name alone.
+            Ok(Err(_)) | Err(_) => None,
+        };
 
     // Render and check every input's prompt first: the tokenizer checks
     // need no provider, and an input that does not fit the window is not
@@ -157,7 +156,8 @@ pub async fn certify(
         let mut row = InputRow::new(&input.name);
         match contract.render(&input.params) {
             Ok(prompt) => {
-                let findings = tokenizer::check(&target.tokenizer, &prompt, contract.max_output_tokens);
+                let findings =
+                    tokenizer::check(&target.tokenizer, &prompt, contract.max_output_tokens);
                 row.prompt_tokens = Some(findings.prompt_tokens);
                 for (check, result) in [
                     (Check::TokenizerLossless, findings.lossless),
@@ -233,7 +233,11 @@ pub async fn certify(
                     content
                 }
                 Ok(ChatAnswer { content: None, .. }) => {
-                    failed(row, Check::Transport, "the answer has no content".to_owned());
+                    failed(
+                        row,
+                        Check::Transport,
+                        "the answer has no content".to_owned(),
+                    );
                     continue;
                 }
                 Err(detail) => {

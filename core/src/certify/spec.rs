@@ -637,7 +637,11 @@ fn compile_schema(
         Err(e) => {
             let pointer = e.schema_path().to_string();
             let offset = locate_pointer(&source.text, &pointer);
-            problems.at(source, offset..offset, format!("not a valid JSON Schema: {e}"));
+            problems.at(
+                source,
+                offset..offset,
+                format!("not a valid JSON Schema: {e}"),
+            );
             None
         }
     };
@@ -767,7 +771,9 @@ fn compile_corpus(
             problems.at(
                 source,
                 input.name.span(),
-                format!("an input name must be 1 to {NAME_LEN_MAX} letters, digits, '-', '_' or '.'"),
+                format!(
+                    "an input name must be 1 to {NAME_LEN_MAX} letters, digits, '-', '_' or '.'"
+                ),
             );
         }
         if !names.insert(name.clone()) {

@@ -134,7 +134,9 @@ impl FromStr for Encoding {
 }
 
 /// How a provider's tokenizer treats text that looks like a special token.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SpecialTokens {
     /// As ordinary text (what OpenAI's API does with message content).
@@ -227,7 +229,10 @@ impl Tokenizer for Tiktoken {
     }
 
     fn decode(&self, tokens: &[u32]) -> Result<String, String> {
-        self.encoding.bpe().decode(tokens).map_err(|e| e.to_string())
+        self.encoding
+            .bpe()
+            .decode(tokens)
+            .map_err(|e| e.to_string())
     }
 
     fn is_special(&self, token: u32) -> bool {

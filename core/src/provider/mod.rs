@@ -13,9 +13,9 @@
 
 pub mod connect;
 pub mod openai;
-pub mod tls;
 #[cfg(feature = "bench")]
 pub mod server;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt;

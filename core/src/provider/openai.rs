@@ -85,9 +85,9 @@ impl ApiKey {
             Err(std::env::VarError::NotPresent) => {
                 Err(ConfigError::ApiKeyEnv(format!("{var} is not set")))
             }
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(ConfigError::ApiKeyEnv(format!("{var} is not valid Unicode")))
-            }
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::ApiKeyEnv(format!(
+                "{var} is not valid Unicode"
+            ))),
         }
     }
 
@@ -523,9 +523,9 @@ impl<C: Connector> OpenAiClient<C> {
                 })?;
                 Ok(Some(body.root.filter(|r| !r.is_empty()).unwrap_or(body.id)))
             }
-            StatusCode::NOT_FOUND | StatusCode::NOT_IMPLEMENTED | StatusCode::METHOD_NOT_ALLOWED => {
-                Ok(None)
-            }
+            StatusCode::NOT_FOUND
+            | StatusCode::NOT_IMPLEMENTED
+            | StatusCode::METHOD_NOT_ALLOWED => Ok(None),
             _ => Err(refusal(status, &body)),
         }
     }
@@ -595,9 +595,7 @@ impl<C: Connector> ChatEndpoint for OpenAiClient<C> {
 
     async fn chat(&self, request: &ChatRequest, key: &str) -> Result<ChatAnswer, ProviderError> {
         let sender = self.open().await?;
-        let (status, body) = self
-            .complete(sender, chat_body(request, None), key)
-            .await?;
+        let (status, body) = self.complete(sender, chat_body(request, None), key).await?;
         if status.is_success() {
             answer_of(&body)
         } else {
@@ -685,7 +683,7 @@ impl OpenAiDispatch {
             temperature: contract.temperature,
             max_output_tokens: contract.max_output_tokens,
         };
-Ok(chat_body(&request, Some(call.job_id.to_string())))
+        Ok(chat_body(&request, Some(call.job_id.to_string())))
     }
 }
 

@@ -432,7 +432,8 @@ impl ProviderServer {
         let fails = shared.rng.random_range(0..1000) < behaviour.error_per_mille;
         let seq = shared.ledger.next_seq();
         let tag = format!("{} #{seq}", shared.name);
-        let deviates = behaviour.deviate_one_in > 0 && seq % u64::from(behaviour.deviate_one_in) == 0;
+        let deviates =
+            behaviour.deviate_one_in > 0 && seq % u64::from(behaviour.deviate_one_in) == 0;
         let content = content_for(behaviour.contract, &tag, user_content, deviates);
         let index = shared
             .ledger
@@ -531,7 +532,11 @@ fn content_for(mode: ContractMode, tag: &str, user_content: &str, deviates: bool
         ContractMode::Prose => format!(
             "Sure! The customer wrote in {} and mentions {}. {summary}.",
             language_name(language),
-            if orders.is_empty() { "no order".to_owned() } else { orders.join(" and ") }
+            if orders.is_empty() {
+                "no order".to_owned()
+            } else {
+                orders.join(" and ")
+            }
         ),
         ContractMode::IgnoredFormat => json!({
             "orders": orders
@@ -666,7 +671,10 @@ fn language_of(text: &str) -> &'static str {
         .collect();
     let mut best = ("en", 0);
     for (language, common) in WORDS {
-        let score = words.iter().filter(|w| common.contains(&w.as_str())).count();
+        let score = words
+            .iter()
+            .filter(|w| common.contains(&w.as_str()))
+            .count();
         if score > best.1 {
             best = (language, score);
         }
@@ -981,7 +989,8 @@ impl Listener for TlsListener {
             };
             let handshake = self.acceptor.accept(stream);
             if let Ok(Ok(tls)) =
-                tokio::time::timeout(Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS), handshake).await
+                tokio::time::timeout(Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS), handshake)
+                    .await
             {
                 return (tls, addr);
             }

@@ -41,7 +41,9 @@ impl FromStr for TlsRoots {
         match s {
             "webpki" => Ok(TlsRoots::Webpki),
             "platform" => Ok(TlsRoots::Platform),
-            other => Err(format!("unknown TLS roots {other:?}; known: webpki, platform")),
+            other => Err(format!(
+                "unknown TLS roots {other:?}; known: webpki, platform"
+            )),
         }
     }
 }
@@ -149,7 +151,9 @@ fn host_of(authority: &str) -> &str {
     if let Some(rest) = authority.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
-    authority.rsplit_once(':').map_or(authority, |(host, _)| host)
+    authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host)
 }
 
 impl<C: Connector> Connector for TlsConnector<C> {

@@ -28,7 +28,7 @@ use idem_core::store::mem::MemStore;
 use idem_core::testing::pg::fresh_store;
 use serde_json::{Value, json};
 
-use crate::support::{send, PRIMARY, FALLBACK};
+use crate::support::{FALLBACK, PRIMARY, send};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -40,7 +40,9 @@ const LIMITS: RunLimits = RunLimits {
     call_tries_max: 2,
 };
 
-async fn start_provider(behaviour: Behaviour) -> Result<(SocketAddr, ProviderServer), Box<dyn std::error::Error>> {
+async fn start_provider(
+    behaviour: Behaviour,
+) -> Result<(SocketAddr, ProviderServer), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let server = ProviderServer::new(behaviour);
@@ -68,7 +70,10 @@ struct Case {
 
 async fn check(case: Case) -> TestResult {
     let (addr, server) = start_provider(case.behaviour).await?;
-    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(addr.to_string(), "candidate-model"))?;
+    let client = OpenAiClient::new(
+        TcpConnector,
+        OpenAiConfig::new(addr.to_string(), "candidate-model"),
+    )?;
     let endpoint: Arc<dyn ChatEndpoint> = Arc::new(client);
     let contract = Contract::shipped();
     let certification = certify(
@@ -100,7 +105,12 @@ async fn check(case: Case) -> TestResult {
     }
     // Every input was tried, and (unless the window refused it) sent
     // samples_per_input times.
-    assert_eq!(certification.rows.len(), contract.inputs.len(), "{}", case.name);
+    assert_eq!(
+        certification.rows.len(),
+        contract.inputs.len(),
+        "{}",
+        case.name
+    );
     if !must.contains(&Check::ContextWindow) {
         let calls = contract.inputs.len() * contract.samples_per_input as usize;
         assert_eq!(server.executions().len(), calls, "{}", case.name);
@@ -223,7 +233,10 @@ async fn the_evidence_names_what_was_certified() -> TestResult {
         ..Behaviour::default()
     })
     .await?;
-    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(addr.to_string(), "candidate-model"))?;
+    let client = OpenAiClient::new(
+        TcpConnector,
+        OpenAiConfig::new(addr.to_string(), "candidate-model"),
+    )?;
     let contract = Contract::shipped();
     let certification = certify(
         Arc::new(client),
@@ -239,7 +252,10 @@ async fn the_evidence_names_what_was_certified() -> TestResult {
     assert_eq!(evidence["provider"], "candidate");
     assert_eq!(evidence["model"], "candidate-model");
     assert_eq!(evidence["model_identity"], "candidate-model-2026-01");
-    assert_eq!(evidence["served_models"], json!(["candidate-model-2026-01"]));
+    assert_eq!(
+        evidence["served_models"],
+        json!(["candidate-model-2026-01"])
+    );
     assert_eq!(evidence["prompt_version"], json!(contract.prompt_version));
     assert_eq!(evidence["schema_version"], json!(contract.schema_version));
     assert_eq!(
@@ -336,11 +352,20 @@ async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused()
         "{refused:?}"
     );
     // Revoked in the database, for every replica, with the reason.
-    let stored = store.certificate(&key).await?.ok_or("the certificate row")?;
+    let stored = store
+        .certificate(&key)
+        .await?
+        .ok_or("the certificate row")?;
     assert!(!stored.passed);
     assert_eq!(stored.evidence["source"], "revoked");
-    assert_eq!(stored.evidence["certified_model_identity"], "fallback-model");
-    assert_eq!(stored.evidence["serving_model_identity"], "fallback-model-2026-06");
+    assert_eq!(
+        stored.evidence["certified_model_identity"],
+        "fallback-model"
+    );
+    assert_eq!(
+        stored.evidence["serving_model_identity"],
+        "fallback-model-2026-06"
+    );
     let events = store.events(second.job().id).await?;
     let refusal = events
         .iter()
@@ -382,7 +407,10 @@ async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
     )?;
     let refused = untrusting.connect().await.map(drop);
     assert!(
-        matches!(refused, Err(idem_core::provider::ProviderError::Unreachable(_))),
+        matches!(
+            refused,
+            Err(idem_core::provider::ProviderError::Unreachable(_))
+        ),
         "{refused:?}"
     );
     assert!(server.executions().is_empty());

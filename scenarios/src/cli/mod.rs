@@ -15,6 +15,7 @@ pub mod explore;
 mod list;
 mod mutants;
 mod regress;
+mod report;
 mod run;
 mod serve;
 mod sweep;
@@ -105,6 +106,11 @@ enum Command {
     /// a minimal one and save it under scenarios/regressions/.
     #[command(after_help = EXIT_CODES)]
     Explore(explore::ExploreArgs),
+    /// A design review's report: the suite (every scenario and seed, the
+    /// correct design and every naive one) as self-contained HTML pages,
+    /// summary.md, junit.xml and suite.json.
+    #[command(after_help = EXIT_CODES)]
+    Report(report::ReportArgs),
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
@@ -134,6 +140,7 @@ pub fn main() -> ExitCode {
         Command::CheckDeterminism(args) => determinism::check_determinism(args),
         Command::Mutants(args) => mutants::mutants(args),
         Command::Explore(args) => explore::explore(args),
+        Command::Report(args) => report::report(args),
         Command::Regress(args) => regress::regress(args),
         Command::Bench(args) => bench::bench(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)

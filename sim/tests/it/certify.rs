@@ -15,8 +15,7 @@ use idem_sim::determinism;
 use idem_sim::oracle::Invariant;
 use idem_sim::run::{Verdict, run};
 use idem_sim::scenario::{
-    Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When,
-    Window,
+    Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When, Window,
 };
 use idem_sim::trace::TraceBody;
 use serde_json::json;
@@ -56,7 +55,12 @@ fn sim_each_profile_defect_fails_its_own_check() {
         contract,
         ..Behaviour::default()
     };
-    check("compliant", profile(Behaviour::default(), tokenizer), &[], &[]);
+    check(
+        "compliant",
+        profile(Behaviour::default(), tokenizer),
+        &[],
+        &[],
+    );
     check(
         "invented key",
         profile(contract(ContractMode::InventedKey), tokenizer),
@@ -189,13 +193,27 @@ fn sim_a_model_switch_makes_the_certificate_stale() {
     let fallback = profile(Behaviour::default(), TokenizerProfile::default());
     // Without the switch, both jobs fail over.
     let steady = run(&failover_world(fallback.clone(), None), 3, Design::Correct).expect("runs");
-    assert_eq!(steady.report.verdict, Verdict::Pass, "{:?}", steady.report.violations);
+    assert_eq!(
+        steady.report.verdict,
+        Verdict::Pass,
+        "{:?}",
+        steady.report.violations
+    );
     assert_eq!(fallback_jobs(&steady), 2);
 
     let switched = failover_world(fallback, Some(2_500));
     let outcome = run(&switched, 3, Design::Correct).expect("runs");
-    assert_eq!(outcome.report.verdict, Verdict::Pass, "{:?}", outcome.report.violations);
-    assert_eq!(fallback_jobs(&outcome), 1, "only Alice's job, before the switch");
+    assert_eq!(
+        outcome.report.verdict,
+        Verdict::Pass,
+        "{:?}",
+        outcome.report.violations
+    );
+    assert_eq!(
+        fallback_jobs(&outcome),
+        1,
+        "only Alice's job, before the switch"
+    );
     assert!(outcome.report.windows[&Window::FailoverRefused] >= 1);
 
     // The naive design fails over blindly, and the oracle sees the stale
@@ -208,7 +226,11 @@ fn sim_a_model_switch_makes_the_certificate_stale() {
         .filter(|v| v.invariant == Invariant::CertifiedFailover)
         .collect();
     assert_eq!(stale.len(), 1, "{:?}", blind.report.violations);
-    assert!(stale[0].message.contains("its certificate was stale"), "{}", stale[0].message);
+    assert!(
+        stale[0].message.contains("its certificate was stale"),
+        "{}",
+        stale[0].message
+    );
 }
 
 #[test]
@@ -221,7 +243,12 @@ fn sim_a_flag_cannot_certify_a_defective_provider() {
         TokenizerProfile::default(),
     );
     let outcome = run(&failover_world(prose, None), 1, Design::Correct).expect("runs");
-    assert_eq!(outcome.report.verdict, Verdict::Pass, "{:?}", outcome.report.violations);
+    assert_eq!(
+        outcome.report.verdict,
+        Verdict::Pass,
+        "{:?}",
+        outcome.report.violations
+    );
     assert_eq!(fallback_jobs(&outcome), 0);
     let certification = outcome
         .trace

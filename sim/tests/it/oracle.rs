@@ -101,6 +101,7 @@ impl Run {
             seq,
             t_ms: seq * 10,
             host: host.to_owned(),
+            caller: None,
             body,
         });
         seq
@@ -176,7 +177,7 @@ impl Run {
         self.store(TraceBody::AttemptStarted {
             job_id: job,
             attempt_id: attempt,
-            seq,
+            attempt_seq: seq,
             provider: provider.to_owned(),
             read_version: 0,
         })
@@ -1215,6 +1216,7 @@ fn insert(run: &mut Run, seq: u64, host: &str, body: TraceBody) {
             seq,
             t_ms: 0,
             host: host.to_owned(),
+            caller: None,
             body,
         },
     );
@@ -1241,16 +1243,29 @@ fn certified_failover_fires_on_a_hedge_after_a_model_switch() {
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
     // The switch comes just before the hedge: its certificate was stale.
     let changed = hedged.hedge_started;
-    insert(&mut hedged.run, changed, "driver", model_change("fallback-model-v2"));
+    insert(
+        &mut hedged.run,
+        changed,
+        "driver",
+        model_change("fallback-model-v2"),
+    );
     fires(
         &hedged.run,
-        &[(Invariant::CertifiedFailover, &[changed, hedged.hedge_started + 1])],
+        &[(
+            Invariant::CertifiedFailover,
+            &[changed, hedged.hedge_started + 1],
+        )],
     );
 
     // After the hedge started, the same switch is no violation...
     let mut later = hedged_run();
     let end = later.run.trace.events.len() as u64;
-    insert(&mut later.run, end, "driver", model_change("fallback-model-v2"));
+    insert(
+        &mut later.run,
+        end,
+        "driver",
+        model_change("fallback-model-v2"),
+    );
     fires(&later.run, &[]);
     // ...nor, before it, a "switch" to the model that was certified.
     let mut same = hedged_run();
@@ -1258,7 +1273,12 @@ fn certified_failover_fires_on_a_hedge_after_a_model_switch() {
         .facts
         .certified_models
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
-    insert(&mut same.run, same.hedge_started, "driver", model_change("fallback-model"));
+    insert(
+        &mut same.run,
+        same.hedge_started,
+        "driver",
+        model_change("fallback-model"),
+    );
     fires(&same.run, &[]);
 }
 
@@ -1270,7 +1290,11 @@ fn certified_failover_fires_when_a_defective_provider_passes_certification() {
         model: "fallback-model".to_owned(),
         model_identity: Some("fallback-model".to_owned()),
         passed,
-        failed_checks: if passed { vec![] } else { vec!["parse".to_owned()] },
+        failed_checks: if passed {
+            vec![]
+        } else {
+            vec!["parse".to_owned()]
+        },
     };
     hedged
         .run
