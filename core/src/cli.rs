@@ -73,23 +73,23 @@ pub struct OpsArgs {
     database_schema: String,
     /// How long a connection may take to send its headers, and stay idle
     /// between requests, before it is closed.
-    #[arg(long, default_value_t = crate::api::HEADER_READ_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = crate::api::HEADER_READ_TIMEOUT_MS_DEFAULT, env = "IDEM_HEADER_READ_TIMEOUT_MS")]
     header_read_timeout_ms: u64,
     /// How long a request body may take to arrive (408 past it).
-    #[arg(long, default_value_t = crate::api::BODY_READ_TIMEOUT_MS_DEFAULT)]
+    #[arg(long, default_value_t = crate::api::BODY_READ_TIMEOUT_MS_DEFAULT, env = "IDEM_BODY_READ_TIMEOUT_MS")]
     body_read_timeout_ms: u64,
     /// How long a finished job, and so its idempotency key, is kept; then a
     /// background pass prunes it (and a retry with its key makes a new job).
-    #[arg(long, default_value_t = RetentionConfig::default().retention_ms)]
+    #[arg(long, default_value_t = RetentionConfig::default().retention_ms, env = "IDEM_RETENTION_MS")]
     retention_ms: u64,
     /// Jobs pruned per batch (one transaction).
-    #[arg(long, default_value_t = RetentionConfig::default().prune_batch_max)]
+    #[arg(long, default_value_t = RetentionConfig::default().prune_batch_max, env = "IDEM_PRUNE_BATCH_MAX")]
     prune_batch_max: u32,
     /// Do not run the retention pass in this process.
-    #[arg(long)]
+    #[arg(long, env = "IDEM_NO_PRUNER")]
     no_pruner: bool,
     /// Attempts the worker runs at once.
-    #[arg(long, default_value_t = crate::worker::WorkerConfig::default().attempts_concurrent_max)]
+    #[arg(long, default_value_t = crate::worker::WorkerConfig::default().attempts_concurrent_max, env = "IDEM_ATTEMPTS_CONCURRENT_MAX")]
     attempts_concurrent_max: u32,
 }
 

@@ -99,8 +99,25 @@ pub const CALL_TRIES_MAX: u32 = 5;
 pub enum CertifyError {
     #[error("provider {provider:?} is unreachable: {detail}")]
     Unreachable { provider: String, detail: String },
+    /// The provider refused the credentials (401 or 403): a configuration
+    /// to fix, not a finding about the contract.
+    #[error(
+        "provider {provider:?} refused the API key ({detail}): check the variable its api_key_env names"
+    )]
+    Unauthorized { provider: String, detail: String },
     #[error("bad run limits: {0}")]
     Limits(String),
+}
+
+/// 401 and 403: the provider refuses who is asking, whatever is asked.
+fn is_unauthorized(error: &ProviderError) -> bool {
+    matches!(
+        error,
+        ProviderError::Rejected {
+            status: 401 | 403,
+            ..
+        }
+    )
 }
 
 /// The outcome of one sample's call.
@@ -108,6 +125,8 @@ pub enum CertifyError {
 struct SampleAnswer {
     answer: Result<ChatAnswer, String>,
     tries: u32,
+    /// The refusal, when the provider refused the credentials.
+    unauthorized: Option<String>,
 }
 
 /// Certifies `target` against `contract` through `endpoint`.
@@ -140,6 +159,12 @@ pub async fn certify(
     let model_identity =
         match tokio::time::timeout(timeout, endpoint.model_identity(&target.model)).await {
             Ok(Ok(identity)) => identity,
+            Ok(Err(e)) if is_unauthorized(&e) => {
+                return Err(CertifyError::Unauthorized {
+                    provider: target.provider.clone(),
+                    detail: e.to_string(),
+                });
+            }
             // The lookup is optional: a provider that cannot answer it is
             // certified without an identity, and its certificate then follows
             // the configured model name alone.
@@ -208,6 +233,16 @@ pub async fn certify(
         }
     }
     let answers = run_calls(&endpoint, calls, limits).await;
+    // Every call refused for its credentials: nothing was learnt about the
+    // contract (a provider without the model lookup shows it only here).
+    if let Some(refused) = answers.values().next().and_then(|a| a.unauthorized.clone())
+        && answers.values().all(|a| a.unauthorized.is_some())
+    {
+        return Err(CertifyError::Unauthorized {
+            provider: target.provider.clone(),
+            detail: refused,
+        });
+    }
 
     let mut served_models: BTreeSet<String> = BTreeSet::new();
     for (index, input) in contract.inputs.iter().enumerate() {
@@ -392,17 +427,19 @@ async fn call_with_retries(
                 return SampleAnswer {
                     answer: Ok(answer),
                     tries,
+                    unauthorized: None,
                 };
             }
             // The content was judged by the provider and refused: a finding,
             // not a transport hiccup. Only a refusal that may pass on a
             // second try (429, 5xx) is retried.
-            Ok(Err(ProviderError::Rejected { status, detail }))
+            Ok(Err(e @ ProviderError::Rejected { status, .. }))
                 if status != 429 && status < 500 =>
             {
                 return SampleAnswer {
-                    answer: Err(format!("refused with status {status}: {detail}")),
+                    answer: Err(e.to_string()),
                     tries,
+                    unauthorized: is_unauthorized(&e).then(|| e.to_string()),
                 };
             }
             Ok(Err(e)) => last = e.to_string(),
@@ -412,6 +449,7 @@ async fn call_with_retries(
     SampleAnswer {
         answer: Err(last),
         tries: limits.call_tries_max,
+        unauthorized: None,
     }
 }
 

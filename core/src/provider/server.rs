@@ -280,6 +280,9 @@ struct Shared {
     behaviour: Behaviour,
     rng: ChaCha8Rng,
     ledger: Ledger,
+    /// The bearer token every request must carry, as a real provider's API
+    /// key: `None` lets every request in.
+    api_key: Option<String>,
 }
 
 /// A handle on one simulated provider: its behaviour and its ledger. Cheap
@@ -333,6 +336,13 @@ impl ProviderServer {
         server
     }
 
+    /// Refuses, with 401 and nothing executed, every request that does not
+    /// carry `Authorization: Bearer <api_key>`: how a test shows that a
+    /// client sends the key it was configured with.
+    pub fn require_api_key(&self, api_key: &str) {
+        self.lock().api_key = Some(api_key.to_owned());
+    }
+
     /// Installs the observer that sees every ledger change.
     pub fn set_observer(&self, observer: ExecutionObserver) {
         self.lock().ledger.observer = Some(observer);
@@ -355,6 +365,7 @@ impl ProviderServer {
                     latest_by_key: BTreeMap::new(),
                     records_max: executions_max,
                 },
+                api_key: None,
             })),
         }
     }
@@ -906,6 +917,36 @@ async fn model_object(State(server): State<ProviderServer>, Path(model): Path<St
         .into_response()
 }
 
+/// With an API key required ([`ProviderServer::require_api_key`]), answers
+/// 401 to a request without it, as OpenAI-compatible providers do, before
+/// anything is executed or looked up.
+async fn authenticate(
+    State(server): State<ProviderServer>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let required = server.lock().api_key.clone();
+    if let Some(api_key) = required {
+        let presented = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if presented != Some(api_key.as_str()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": {
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                    "message": "missing or incorrect API key",
+                }})),
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
 /// The provider's routes, bound to `server`.
 pub fn router(server: ProviderServer) -> Router {
     Router::new()
@@ -913,6 +954,10 @@ pub fn router(server: ProviderServer) -> Router {
         .route("/v1/models/{model}", get(model_object))
         .route("/v1/executions/{key}", get(execution_status))
         .route("/v1/executions/{key}/cancel", post(cancel_execution))
+        .layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            authenticate,
+        ))
         .layer(DefaultBodyLimit::max(REQUEST_BODY_LEN_MAX_BYTES))
         .with_state(server)
 }

@@ -227,6 +227,41 @@ async fn an_unreachable_provider_is_an_error_not_a_verdict() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_refused_api_key_is_an_error_not_a_verdict() -> TestResult {
+    let (addr, server) = start_provider(Behaviour::default()).await?;
+    server.require_api_key("sk-right");
+    for key in [None, Some("sk-wrong")] {
+        let mut config = OpenAiConfig::new(addr.to_string(), "candidate-model");
+        config.api_key = key.map(ApiKey::new);
+        let outcome = certify(
+            Arc::new(OpenAiClient::new(TcpConnector, config)?),
+            Contract::shipped(),
+            &target(TokenizerProfile::default()),
+            &SeededIds::new(1),
+            LIMITS,
+        )
+        .await;
+        assert!(
+            matches!(&outcome, Err(CertifyError::Unauthorized { detail, .. }) if detail.contains("401")),
+            "{key:?}: {outcome:?}"
+        );
+    }
+    assert!(server.executions().is_empty());
+    let mut config = OpenAiConfig::new(addr.to_string(), "candidate-model");
+    config.api_key = Some(ApiKey::new("sk-right"));
+    let certification = certify(
+        Arc::new(OpenAiClient::new(TcpConnector, config)?),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(1),
+        LIMITS,
+    )
+    .await?;
+    assert!(certification.passed(), "{}", certification.to_text());
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_evidence_names_what_was_certified() -> TestResult {
     let (addr, _) = start_provider(Behaviour {
         served_model: Some("candidate-model-2026-01".to_owned()),
@@ -397,6 +432,7 @@ async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
     let port = tcp.local_addr()?.port();
     let listener = TlsListener::from_pem_files(tcp, &cert_path, &key_path)?;
     let server = ProviderServer::new(Behaviour::default());
+    server.require_api_key("sk-test-not-a-secret");
     tokio::spawn(idem_core::provider::server::serve(listener, server.clone()));
 
     // Trusting only the compiled-in roots, the handshake fails before
@@ -419,6 +455,21 @@ async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
         ca_file: Some(cert_path.clone()),
         ..TlsSettings::default()
     })?;
+    // Trusted, but without the key: the provider refuses before executing.
+    let keyless = OpenAiClient::new(
+        TlsConnector::new(TcpConnector, tls.clone()),
+        OpenAiConfig::new(format!("localhost:{port}"), PRIMARY),
+    )?;
+    let refused = Provider::model_identity(&keyless).await;
+    assert!(
+        matches!(
+            refused,
+            Err(idem_core::provider::ProviderError::Rejected { status: 401, .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(server.executions().is_empty());
+
     let mut config = OpenAiConfig::new(format!("localhost:{port}"), PRIMARY);
     config.api_key = Some(ApiKey::new("sk-test-not-a-secret"));
     let client = OpenAiClient::new(TlsConnector::new(TcpConnector, tls), config)?;

@@ -42,6 +42,10 @@ pub struct ProviderServerArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, requires = "tls_cert", value_name = "FILE")]
     tls_key: Option<std::path::PathBuf>,
+    /// Require this environment variable's value as the API key
+    /// (`Authorization: Bearer ...`): 401 without it.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, value_enum, default_value = "text")]
@@ -75,11 +79,26 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
         seed: args.seed,
         ..Behaviour::default()
     };
+    let api_key = args
+        .api_key_env
+        .as_deref()
+        .map(|var| {
+            std::env::var(var)
+                .ok()
+                .filter(|key| !key.is_empty())
+                .ok_or_else(|| {
+                    CliError::Usage(format!("--api-key-env {var}: the variable is not set"))
+                })
+        })
+        .transpose()?;
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
         let server = ProviderServer::new(behaviour);
+        if let Some(api_key) = &api_key {
+            server.require_api_key(api_key);
+        }
         if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
             let listener = TlsListener::from_pem_files(listener, cert, key)
                 .map_err(|e| CliError::Usage(format!("cannot serve TLS: {e}")))?;
