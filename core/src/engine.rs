@@ -179,7 +179,8 @@ impl CertificateStatus {
         matches!(self, CertificateStatus::Valid)
     }
 
-    fn reason(&self) -> &'static str {
+    /// Why a failover to the provider is refused, as events name it.
+    pub fn reason(&self) -> &'static str {
         match self {
             CertificateStatus::Valid => "valid",
             CertificateStatus::Missing => "no_certificate",

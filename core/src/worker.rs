@@ -298,7 +298,8 @@ impl Worker {
             if *candidate == job.provider {
                 return Ok(candidate.clone());
             }
-            if self.engine().is_certified(candidate).await? {
+            let status = self.engine().certificate_status(candidate).await?;
+            if status.is_valid() {
                 return Ok(candidate.clone());
             }
             self.engine()
@@ -306,7 +307,7 @@ impl Worker {
                     job.id,
                     None,
                     EventKind::FailoverRefused,
-                    json!({"provider": candidate, "trigger": Trigger::Worker}),
+                    json!({"provider": candidate, "trigger": Trigger::Worker, "reason": status.reason()}),
                 )
                 .await;
         }
