@@ -93,6 +93,7 @@ pub enum EngineError {
 }
 
 /// A create that succeeded.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Created {
     New(Job),
@@ -109,6 +110,7 @@ impl Created {
 }
 
 /// What a completion came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Verdict {
     Won(Job),
@@ -123,6 +125,7 @@ pub enum Verdict {
 }
 
 /// What an out-of-band resolution came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Resolved {
     /// Resolved as succeeded, and its result won the compare-and-swap.
