@@ -99,6 +99,7 @@ pub enum EngineError {
 }
 
 /// A create that succeeded.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Created {
     New(Job),
@@ -115,6 +116,7 @@ impl Created {
 }
 
 /// What a completion came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Verdict {
     Won(Job),
@@ -129,6 +131,7 @@ pub enum Verdict {
 }
 
 /// What an out-of-band resolution came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Resolved {
     /// Resolved as succeeded, and its result won the compare-and-swap.

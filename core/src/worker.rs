@@ -28,8 +28,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
-use crate::model::{Attempt, AttemptState, EventKind, Job, JobId};
+use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
+use crate::store::FailJobOutcome;
 
 /// Runs attempts started elsewhere (the backup button) to their end.
 pub trait AttemptRunner: Send + Sync + fmt::Debug {
@@ -71,6 +72,7 @@ impl Default for WorkerConfig {
 }
 
 /// How one attempt ended, as far as this worker saw it.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptEnd {
@@ -85,6 +87,13 @@ pub enum AttemptEnd {
     Skipped,
     /// The job was given up after its last attempt.
     GaveUp,
+    /// The give-up was refused: the job had moved past the version this
+    /// worker read (another attempt won, or another worker gave it up).
+    /// Nothing was written; this is what the store found.
+    GiveUpStale {
+        state: JobState,
+        version: i64,
+    },
 }
 
 /// What one poll did.
@@ -259,8 +268,12 @@ impl Worker {
         let spent = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
         if spent >= self.config().attempts_max {
             let reason = json!({"reason": "attempts_exhausted", "attempts": spent});
-            self.engine().give_up(&job, reason).await?;
-            return Ok(AttemptEnd::GaveUp);
+            return Ok(match self.engine().give_up(&job, reason).await? {
+                FailJobOutcome::Failed(_) => AttemptEnd::GaveUp,
+                FailJobOutcome::Stale { state, version } => {
+                    AttemptEnd::GiveUpStale { state, version }
+                }
+            });
         }
         let provider = self.choose_provider(&job, &attempts).await?;
         match self
@@ -484,5 +497,66 @@ impl AttemptRunner for Worker {
                 tracing::warn!(error = %e, "backup attempt failed to run");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SeededIds};
+    use crate::contract::Providers;
+    use crate::model::{JobRequest, OwnerId};
+    use crate::store::Store;
+    use crate::store::mem::MemStore;
+
+    /// A worker that read a job before another finished it reports the
+    /// store's refusal, not a give-up that never happened.
+    #[tokio::test]
+    async fn a_stale_give_up_reports_what_the_store_said() {
+        let store = Arc::new(MemStore::new());
+        let engine = Engine::new(
+            store.clone(),
+            Arc::new(ManualClock::default()),
+            Arc::new(SeededIds::new(1)),
+            Providers::named(["primary"]),
+            Policy::Strict,
+        );
+        let config = WorkerConfig {
+            attempts_max: 1,
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(engine.clone(), ProviderSet::new(), config);
+        let request = JobRequest {
+            provider: "primary".to_owned(),
+            fallbacks: vec![],
+            params: json!({}),
+        };
+        let owner = OwnerId("alice".to_owned());
+        let job = engine
+            .create_job(&owner, "k", request)
+            .await
+            .expect("create")
+            .job()
+            .clone();
+        let attempt = engine
+            .start_attempt(&job, None, Trigger::Worker)
+            .await
+            .expect("start");
+        engine
+            .fail_attempt(attempt.id, json!({"error": "refused"}))
+            .await
+            .expect("fail");
+        // The snapshot both workers read; the first gives up.
+        let read = store.job(job.id).await.expect("read").expect("exists");
+        let first = worker.advance(read.clone()).await.expect("first");
+        assert_eq!(first, AttemptEnd::GaveUp);
+        let second = worker.advance(read.clone()).await.expect("second");
+        assert_eq!(
+            second,
+            AttemptEnd::GiveUpStale {
+                state: JobState::Failed,
+                version: read.version + 1,
+            }
+        );
     }
 }

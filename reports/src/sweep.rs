@@ -100,7 +100,7 @@ pub struct WindowTally {
     pub total: u64,
 }
 
-/// Race-window coverage over every run of the sweep. BRIEF §7 asks a suite
+/// Race-window coverage over every run of the sweep. docs/MODEL.md asks a suite
 /// to say how often each window was reached and to fail when one never is:
 /// a window nobody reaches is a race the bench claims to test and does not.
 /// Only a sweep of the whole catalogue can be held to every window, so the
@@ -110,7 +110,7 @@ pub struct SweepCoverage {
     /// Whether a window never reached fails the sweep.
     pub gated: bool,
     /// Every window: in the order given to [`SweepSummary::gate_windows`]
-    /// (the brief's order), then any other a run reported, by name.
+    /// (docs/MODEL.md's order), then any other a run reported, by name.
     pub windows: Vec<WindowTally>,
     /// Windows no run reached, in the same order.
     pub never_reached: Vec<String>,
@@ -270,7 +270,7 @@ impl SweepSummary {
 
     /// Lists the race windows in `windows`' order (with those no run
     /// reported, at zero) and, with `gated`, fails the sweep if any was
-    /// never reached. The command line passes every window of the brief,
+    /// never reached. The command line passes every window of docs/MODEL.md,
     /// gated when the sweep covers the whole catalogue.
     pub fn gate_windows(mut self, windows: &[String], gated: bool) -> Self {
         let mut known: BTreeMap<String, WindowTally> = std::mem::take(&mut self.coverage.windows)

@@ -249,7 +249,7 @@ pub enum Fault {
     },
 }
 
-/// The race windows of BRIEF §7: the rare interleavings the bench exists
+/// The race windows of docs/MODEL.md: the rare interleavings the bench exists
 /// to reach. A suite reports how often each was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,4 +1,4 @@
-//! The HTTP API (BRIEF §5) as an axum router. The router is plain data; it
+//! The HTTP API (docs/MODEL.md) as an axum router. The router is plain data; it
 //! is served by [`serve`] over any [`axum::serve::Listener`], so the same
 //! code runs on tokio's TCP listener in production and on turmoil's in the
 //! simulator.

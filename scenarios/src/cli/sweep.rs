@@ -8,7 +8,7 @@
 //!
 //! Two coverage gates: each scenario must reach its own `expect_windows`
 //! under some seed, and a sweep of the whole catalogue (`--all`) must reach
-//! every race window of the brief (`Window::ALL`) in some run. A window no
+//! every race window of docs/MODEL.md (`Window::ALL`) in some run. A window no
 //! scenario reaches is a race the bench claims to test and does not.
 
 use std::io::IsTerminal;
@@ -40,7 +40,7 @@ pub struct SweepArgs {
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub scenarios: Vec<String>,
     /// Sweep the whole catalogue; the sweep then also fails if any race
-    /// window of the brief is reached by no run.
+    /// window of docs/MODEL.md is reached by no run.
     #[arg(long)]
     pub all: bool,
     /// Seeds: `A..B` (B excluded), `A..=B`, or one seed `N`.
@@ -218,7 +218,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
     })
 }
 
-/// Every race window's name, in the brief's order.
+/// Every race window's name, in docs/MODEL.md's order.
 pub(super) fn all_windows() -> Vec<String> {
     Window::ALL.iter().copied().map(window_name).collect()
 }

@@ -20,7 +20,7 @@ pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     certified_failover(run, findings);
 }
 
-/// BRIEF §4's legal moves, restated rather than imported so that a broken
+/// The legal moves of docs/MODEL.md, restated rather than imported so that a broken
 /// table in the engine cannot vouch for itself: `starting → running →
 /// {succeeded, failed, unknown, lost}`, `starting → {failed, unknown}`,
 /// `unknown → {succeeded, failed, cancelled, lost}`.

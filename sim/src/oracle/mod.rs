@@ -1,4 +1,4 @@
-//! The invariant checker: BRIEF §7's eleven invariants over a run's trace,
+//! The invariant checker: the eleven invariants of docs/MODEL.md over a run's trace,
 //! the store's final state and the providers' ledgers. It is kept apart
 //! from the engine on purpose: it shares no code with the decisions it
 //! judges, only the data types that describe what happened.
@@ -43,7 +43,7 @@ use idem_core::store::StoreDump;
 use crate::scenario::Window;
 use crate::trace::Trace;
 
-/// The invariants, numbered as in BRIEF §7.
+/// The invariants, numbered as in docs/MODEL.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Invariant {
@@ -75,7 +75,7 @@ impl Invariant {
         Invariant::NothingLost,
     ];
 
-    /// BRIEF §7's number.
+    /// the number in docs/MODEL.md.
     pub fn number(self) -> u8 {
         self as u8
     }
