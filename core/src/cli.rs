@@ -323,6 +323,10 @@ fn split_pair<'a>(raw: &'a str, what: &str) -> Result<(&'a str, &'a str), CliErr
         .ok_or_else(|| CliError::Usage(format!("{what} must look like NAME=VALUE, got {raw:?}")))
 }
 
+/// One provider's client seen two ways: as a provider the worker calls,
+/// and as an endpoint the certifier calls.
+pub type ClientViews = (Arc<dyn Provider>, Arc<dyn ChatEndpoint>);
+
 /// One provider, every setting resolved.
 #[derive(Debug)]
 pub struct ResolvedProvider {
@@ -373,10 +377,7 @@ impl ResolvedProvider {
     /// The OpenAI-compatible client for this provider (TLS for https),
     /// seen both as a provider the worker calls and as an endpoint the
     /// certifier calls: the same client either way.
-    pub fn client(
-        &self,
-        contract: Arc<Contract>,
-    ) -> Result<(Arc<dyn Provider>, Arc<dyn ChatEndpoint>), CliError> {
+    pub fn client(&self, contract: Arc<Contract>) -> Result<ClientViews, CliError> {
         let config = OpenAiConfig {
             authority: self.endpoint.authority.clone(),
             model: self.model.clone(),

@@ -444,7 +444,7 @@ impl ProviderServer {
         let seq = shared.ledger.next_seq();
         let tag = format!("{} #{seq}", shared.name);
         let deviates =
-            behaviour.deviate_one_in > 0 && seq % u64::from(behaviour.deviate_one_in) == 0;
+            behaviour.deviate_one_in > 0 && seq.is_multiple_of(u64::from(behaviour.deviate_one_in));
         let content = content_for(behaviour.contract, &tag, user_content, deviates);
         let index = shared
             .ledger
