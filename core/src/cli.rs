@@ -526,6 +526,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             name.clone(),
             ProviderSpec {
                 model: provider.model.clone(),
+                endpoint: Some(provider.endpoint.url()),
             },
         );
     }
@@ -609,6 +610,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                         "asserted_by": "--certified flag",
                         "note": "no certification run: the operator vouches for this provider",
                         "model_identity": identity,
+                        "endpoint": resolved[name].endpoint.url(),
                         "build": crate::build_stamp!().to_string(),
                     }),
                     at: clock.now(),
@@ -685,11 +687,19 @@ async fn record(
             prompt_version: certification.prompt_version.clone(),
             schema_version: certification.schema_version.clone(),
         });
+    let mut evidence = certification.evidence(&crate::build_stamp!().to_string());
+    let endpoint = providers
+        .specs
+        .get(&target.provider)
+        .and_then(|spec| spec.endpoint.clone());
+    if let (Some(fields), Some(endpoint)) = (evidence.as_object_mut(), endpoint) {
+        fields.insert("endpoint".to_owned(), endpoint.into());
+    }
     store
         .put_certificate(Certificate {
             key,
             passed: certification.passed(),
-            evidence: certification.evidence(&crate::build_stamp!().to_string()),
+            evidence,
             at: clock.now(),
         })
         .await
@@ -756,6 +766,7 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, CliError> {
         name.clone(),
         ProviderSpec {
             model: provider.model.clone(),
+            endpoint: Some(provider.endpoint.url()),
         },
     );
     let limits = RunLimits {

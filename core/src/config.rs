@@ -89,6 +89,14 @@ pub struct Endpoint {
     pub authority: String,
 }
 
+impl Endpoint {
+    /// `http[s]://host:port`: how certificates record where a provider was.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.authority)
+    }
+}
+
 /// `http[s]://host[:port][/][v1[/]]` -> the endpoint. The client adds
 /// `/v1/...` itself, so a base URL ending in `/v1`, as providers document
 /// theirs, is accepted; any other path is refused.

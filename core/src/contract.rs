@@ -38,12 +38,23 @@ impl Certificate {
     pub fn model_identity(&self) -> Option<&str> {
         self.evidence.get("model_identity").and_then(Value::as_str)
     }
+
+    /// Where the provider was reached when the certificate was earned
+    /// (`endpoint` in the evidence), if recorded.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.evidence.get("endpoint").and_then(Value::as_str)
+    }
 }
 
 /// One provider the service can call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderSpec {
     pub model: String,
+    /// Where the provider is (`https://host:port`), when known. A
+    /// certificate earned at another endpoint was earned by another
+    /// provider, whatever its name: it is not relied on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 /// The providers the service knows, and the contract versions in force.
@@ -75,6 +86,7 @@ impl Providers {
                         n.to_owned(),
                         ProviderSpec {
                             model: n.to_owned(),
+                            endpoint: None,
                         },
                     )
                 })

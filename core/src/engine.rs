@@ -175,6 +175,12 @@ pub enum CertificateStatus {
     Stale { certified: String, serving: String },
     /// The provider could not say which model it serves.
     Unverified { detail: String },
+    /// The certificate was earned at another endpoint than the one this
+    /// service is configured to call under the provider's name.
+    OtherEndpoint {
+        certified: String,
+        configured: String,
+    },
 }
 
 impl CertificateStatus {
@@ -190,6 +196,7 @@ impl CertificateStatus {
             CertificateStatus::Failed => "certificate_failed",
             CertificateStatus::Stale { .. } => "certificate_stale",
             CertificateStatus::Unverified { .. } => "model_unverified",
+            CertificateStatus::OtherEndpoint { .. } => "certificate_other_endpoint",
         }
     }
 }
@@ -535,6 +542,21 @@ impl Engine {
         };
         if !certificate.passed {
             return Ok(CertificateStatus::Failed);
+        }
+        let configured = self
+            .providers
+            .specs
+            .get(provider)
+            .and_then(|spec| spec.endpoint.as_deref());
+        if let (Some(configured), Some(certified)) = (configured, certificate.endpoint())
+            && configured != certified
+        {
+            // Not revoked: another replica may still be configured with the
+            // endpoint it was earned at (a rollout in progress).
+            return Ok(CertificateStatus::OtherEndpoint {
+                certified: certified.to_owned(),
+                configured: configured.to_owned(),
+            });
         }
         let (Some(probes), Some(certified)) = (&self.probes, certificate.model_identity()) else {
             return Ok(CertificateStatus::Valid);

@@ -139,6 +139,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                     p.name.clone(),
                     ProviderSpec {
                         model: p.model.clone(),
+                        endpoint: None,
                     },
                 )
             })

@@ -339,6 +339,7 @@ async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused()
             name.to_owned(),
             ProviderSpec {
                 model: model.to_owned(),
+                endpoint: None,
             },
         );
     }
@@ -531,5 +532,141 @@ async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
     let executions = server.executions();
     assert_eq!(executions.len(), 1);
     assert!(executions[0].billed);
+    Ok(())
+}
+
+/// A certificate on file and the configuration the service runs with now:
+/// the certificate holds only while its whole key and its endpoint are
+/// what the configuration says.
+struct KeyCase {
+    name: &'static str,
+    change: fn(&mut Providers),
+    valid: bool,
+    reason: &'static str,
+}
+
+async fn check_key(case: KeyCase) -> TestResult {
+    let certified = |providers: &mut Providers| {
+        providers.prompt_version = "prompt-1".to_owned();
+        providers.schema_version = "schema-1".to_owned();
+        for (name, model, endpoint) in [
+            (PRIMARY, "primary-model", "https://primary.example:443"),
+            (FALLBACK, "fallback-model", "https://fallback.example:443"),
+        ] {
+            providers.specs.insert(
+                name.to_owned(),
+                ProviderSpec {
+                    model: model.to_owned(),
+                    endpoint: Some(endpoint.to_owned()),
+                },
+            );
+        }
+    };
+    let mut then = Providers::default();
+    certified(&mut then);
+    let store = Arc::new(MemStore::new());
+    store
+        .put_certificate(Certificate {
+            key: then.certificate_key(FALLBACK).ok_or("configured")?,
+            passed: true,
+            evidence: json!({"source": "certification", "endpoint": "https://fallback.example:443"}),
+            at: idem_core::clock::Clock::now(&ManualClock::default()),
+        })
+        .await?;
+    let mut now = then.clone();
+    (case.change)(&mut now);
+    let engine = Engine::new(
+        store,
+        Arc::new(ManualClock::default()),
+        Arc::new(SeededIds::new(9)),
+        now,
+        Policy::Strict,
+    );
+    let status = engine.certificate_status(FALLBACK).await?;
+    assert_eq!(status.is_valid(), case.valid, "{}: {status:?}", case.name);
+    assert_eq!(status.reason(), case.reason, "{}", case.name);
+    // The backup button follows the same answer: 422 when not valid.
+    let job = engine
+        .create_job(&OwnerId("alice".to_owned()), case.name, request())
+        .await?;
+    let manual = engine
+        .start_attempt(job.job(), Some(FALLBACK), Trigger::Manual)
+        .await;
+    if case.valid {
+        assert!(manual.is_ok(), "{}: {manual:?}", case.name);
+    } else {
+        assert!(
+            matches!(manual, Err(EngineError::ProviderNotCertified { .. })),
+            "{}: {manual:?}",
+            case.name
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_certificate_stops_being_valid_when_its_key_or_endpoint_changes() -> TestResult {
+    let cases = vec![
+        KeyCase {
+            name: "unchanged",
+            change: |_| {},
+            valid: true,
+            reason: "valid",
+        },
+        KeyCase {
+            name: "model",
+            change: |p| {
+                if let Some(spec) = p.specs.get_mut(FALLBACK) {
+                    spec.model = "fallback-model-2".to_owned();
+                }
+            },
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "prompt_version",
+            change: |p| p.prompt_version = "prompt-2".to_owned(),
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "schema_version",
+            change: |p| p.schema_version = "schema-2".to_owned(),
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "endpoint",
+            change: |p| {
+                if let Some(spec) = p.specs.get_mut(FALLBACK) {
+                    spec.endpoint = Some("https://elsewhere.example:443".to_owned());
+                }
+            },
+            valid: false,
+            reason: "certificate_other_endpoint",
+        },
+        KeyCase {
+            name: "provider",
+            // The certified provider's name now stands for another one
+            // (its old entry gone, a new name given its settings).
+            change: |p| {
+                if let Some(spec) = p.specs.remove(FALLBACK) {
+                    p.specs.insert("fallback-2".to_owned(), spec);
+                }
+                p.specs.insert(
+                    FALLBACK.to_owned(),
+                    ProviderSpec {
+                        model: "other-model".to_owned(),
+                        endpoint: Some("https://other.example:443".to_owned()),
+                    },
+                );
+            },
+            valid: false,
+            reason: "no_certificate",
+        },
+    ];
+    for case in cases {
+        check_key(case).await?;
+    }
     Ok(())
 }
