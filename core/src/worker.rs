@@ -123,6 +123,22 @@ struct WorkerInner {
     held: Mutex<BTreeSet<JobId>>,
 }
 
+/// A job a task of this worker holds, and the slot it runs in. Dropping it
+/// (the task finished, panicked or was cancelled with its host) releases
+/// both: a job left marked as held would never be polled again by this
+/// worker, which outlives its tasks.
+struct Held {
+    worker: Worker,
+    job: JobId,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.worker.release(self.job);
+    }
+}
+
 /// What the provider call came to.
 enum CallOutcome {
     Answered(Result<Value, ProviderError>),
@@ -200,14 +216,17 @@ impl Worker {
             if !self.hold(job.id) {
                 continue;
             }
-            let worker = self.clone();
+            let held = Held {
+                worker: self.clone(),
+                job: job.id,
+                _slot: slot,
+            };
             running.spawn(async move {
                 let id = job.id;
-                if let Err(e) = worker.advance(job).await {
+                if let Err(e) = held.worker.advance(job).await {
                     tracing::warn!(job = %id, error = %e, "worker step failed");
                 }
-                worker.release(id);
-                drop(slot);
+                drop(held);
             });
         }
     }
