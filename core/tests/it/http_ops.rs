@@ -11,7 +11,7 @@ use idem_core::service::ServiceConfig;
 use serde_json::{Value, json};
 
 use crate::http::{
-    ALICE, App, Backend, OPERATOR, create, fast_worker, quiet_config, start_app_on, wait_for,
+    ALICE, App, Backend, OPERATOR, body, create, fast_worker, quiet_config, start_app_on, wait_for,
 };
 use crate::support::send;
 
@@ -219,25 +219,36 @@ async fn retention_prunes_finished_jobs_and_their_keys_make_new_jobs(
             ..RetentionConfig::default()
         },
     );
-    // A job still pending is never pruned, however old.
+    // A job still pending is never pruned, however old. Its provider is one
+    // only this second service knows, so the first service's worker, which
+    // polls the same store, cannot run it to an end (it would otherwise
+    // race the pruner for it).
     let hanging = start_app_on(
         app.store.clone(),
         Policy::Strict,
-        vec![
-            (
-                "primary",
-                Behaviour {
-                    hang: true,
-                    ..Behaviour::default()
-                },
-            ),
-            ("fallback", Behaviour::default()),
-        ],
+        vec![(
+            "stuck",
+            Behaviour {
+                hang: true,
+                ..Behaviour::default()
+            },
+        )],
         quiet_config(),
     )
     .await;
-    let pending = create(&hanging, "pending", json!({"text": "b"})).await;
-    assert_eq!(pending.status, 201);
+    let pending = send(
+        hanging.addr,
+        "POST",
+        "/v1/jobs",
+        &[
+            ("authorization", ALICE),
+            ("content-type", "application/json"),
+            ("idempotency-key", "pending"),
+        ],
+        body(json!({"provider": "stuck", "params": {"text": "b"}})),
+    )
+    .await;
+    assert_eq!(pending.status, 201, "{:?}", pending.body);
     tokio::time::sleep(Duration::from_millis(5)).await;
     let report = pruner.pass().await;
     assert_eq!((report.pruned, report.errors.len()), (1, 0), "{report:?}");
