@@ -88,13 +88,6 @@ macro_rules! store_operations {
                     $( StoreCall::$variant { .. } => StoreOp::$op, )*
                 }
             }
-
-            /// The [`Store`] method's name.
-            pub fn method(&self) -> &'static str {
-                match self {
-                    $( StoreCall::$variant { .. } => stringify!($method), )*
-                }
-            }
         }
 
         /// Applies one call to `store`.
