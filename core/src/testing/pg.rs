@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator};
+use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator, pool_options};
 
 const TEMPLATE_DB: &str = "idem_template";
 /// How long the cluster may take to accept connections, in 100 ms polls.
@@ -81,8 +81,8 @@ pub async fn fresh_store() -> PgStore {
     let url = cluster().fresh_database_url().await;
     let options = connect_options(&url, SCHEMA_DEFAULT)
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-    let pool = PgPoolOptions::new()
-        .max_connections(TEST_POOL_CONNECTIONS_MAX)
+    // The server's pool settings, so that tests run what a server runs.
+    let pool = pool_options(TEST_POOL_CONNECTIONS_MAX)
         .connect_with(options)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));

@@ -22,6 +22,10 @@ pub struct BenchPgArgs {
     /// pgbench to run (default: the one beside the PostgreSQL binaries).
     #[arg(long)]
     pub pgbench: Option<PathBuf>,
+    /// Ping each pooled connection before use (sqlx's default, off in the
+    /// server's pool), to measure what it costs.
+    #[arg(long)]
+    pub pool_ping: bool,
     /// Write the report as JSON here too.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -33,6 +37,7 @@ pub fn bench_pg(args: BenchPgArgs) -> Result<Exit, CliError> {
         seconds_per_point: args.seconds,
         seed: args.seed,
         pgbench: args.pgbench,
+        pool_ping: args.pool_ping,
     })
     // Nothing measured, or not all of it: bad flags, no PostgreSQL or
     // pgbench, a load generator that could not connect.

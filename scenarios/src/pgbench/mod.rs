@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
-use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
+use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, pool_options};
 
 pub use workload::{Mix, MIX};
 
@@ -54,6 +54,9 @@ pub struct PgBenchArgs {
     pub seed: u64,
     /// pgbench; by default the one beside the PostgreSQL server binaries.
     pub pgbench: Option<PathBuf>,
+    /// Ping each connection before handing it out (sqlx's default, which
+    /// the server's pool turns off), to measure what that costs.
+    pub pool_ping: bool,
 }
 
 impl Default for PgBenchArgs {
@@ -63,6 +66,7 @@ impl Default for PgBenchArgs {
             seconds_per_point: 3,
             seed: 1,
             pgbench: None,
+            pool_ping: false,
         }
     }
 }
@@ -159,6 +163,8 @@ pub struct PgBenchReport {
     pub mix: Mix,
     /// The pool both idem paths use, as `idem-server` opens it.
     pub pool_connections_max: u32,
+    /// Whether the pool pinged each connection before handing it out.
+    pub pool_ping: bool,
     pub points: Vec<PointReport>,
     pub pg_vs_pgbench_throughput_ratio: Vec<RatioAt>,
     pub checks: Checks,
@@ -281,9 +287,14 @@ async fn run_on(
 ) -> Result<PgBenchReport, PgBenchError> {
     let db = |e: sqlx::Error| PgBenchError::Database(e.to_string());
     let pool_connections_max = idem_core::cli::POOL_CONNECTIONS_MAX;
-    let store = PgStore::connect(database_url, SCHEMA_DEFAULT, pool_connections_max)
-        .await
+    let options = connect_options(database_url, SCHEMA_DEFAULT)
         .map_err(|e| PgBenchError::Database(e.to_string()))?;
+    let pool = pool_options(pool_connections_max)
+        .test_before_acquire(args.pool_ping)
+        .connect_with(options)
+        .await
+        .map_err(db)?;
+    let store = PgStore::new(pool, SCHEMA_DEFAULT);
     let admin = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(database_url)
@@ -348,6 +359,7 @@ async fn run_on(
         seed: args.seed,
         mix: MIX,
         pool_connections_max,
+        pool_ping: args.pool_ping,
         points,
         pg_vs_pgbench_throughput_ratio,
         checks,

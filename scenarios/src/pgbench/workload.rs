@@ -177,6 +177,7 @@ impl Ledger {
     pub fn check(&self, plan: &Plan, checks: &mut Checks) -> u64 {
         let created = self.created_ids();
         let mut wrong = 0u64;
+        let listed_before = checks.violations.len();
         for (ask, answer) in &self.entries {
             checks.requests_checked += 1;
             let original = created.get(&ask.key_of()).copied();
@@ -200,7 +201,7 @@ impl Ledger {
             if !fine {
                 wrong += 1;
                 // Bounded: the first few tell the story.
-                if checks.violations.len() < VIOLATIONS_LISTED_MAX {
+                if checks.violations.len() < listed_before + VIOLATIONS_LISTED_MAX {
                     checks.violations.push(format!(
                         "{}: {ask:?} with key {} was answered {answer:?} (key created as {original:?})",
                         plan.owner,
@@ -208,6 +209,13 @@ impl Ledger {
                     ));
                 }
             }
+        }
+        if wrong as usize > VIOLATIONS_LISTED_MAX {
+            checks.violations.push(format!(
+                "{}: {} more wrong answers",
+                plan.owner,
+                wrong as usize - VIOLATIONS_LISTED_MAX
+            ));
         }
         wrong
     }
@@ -235,8 +243,8 @@ impl Ledger {
     }
 }
 
-/// How many violations are listed word for word.
-const VIOLATIONS_LISTED_MAX: usize = 20;
+/// How many wrong answers of one point are listed word for word.
+const VIOLATIONS_LISTED_MAX: usize = 3;
 
 /// The owner's rows: key -> job id. Tagged so that statement counts leave it out.
 pub async fn rows_of(

@@ -11,6 +11,7 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
         seconds_per_point: 1,
         seed: 7,
         pgbench: None,
+        pool_ping: false,
     })
     .expect("the bench runs");
     assert!(report.passed(), "{}", report.table());
