@@ -48,5 +48,9 @@ pub fn bench_pg(args: BenchPgArgs) -> Result<Exit, CliError> {
         std::fs::write(out, json + "\n")
             .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", out.display())))?;
     }
-    Ok(if report.passed() { Exit::Pass } else { Exit::Violation })
+    Ok(if report.passed() {
+        Exit::Pass
+    } else {
+        Exit::Violation
+    })
 }

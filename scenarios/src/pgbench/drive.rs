@@ -56,6 +56,7 @@ impl Measured {
             errors,
             statements_per_request: None,
             rollbacks_per_request: None,
+            server_ms_per_request: None,
         }
     }
 }
@@ -167,7 +168,11 @@ impl HttpServer {
 
 /// Runs `clients` tasks until `duration` has passed; each returns its ledger
 /// and latencies.
-async fn drive<F, Fut>(plan: &Arc<Plan>, duration: Duration, client: F) -> Result<Measured, PgBenchError>
+async fn drive<F, Fut>(
+    plan: &Arc<Plan>,
+    duration: Duration,
+    client: F,
+) -> Result<Measured, PgBenchError>
 where
     F: Fn(u32, Arc<Plan>, std::time::Instant) -> Fut,
     Fut: Future<Output = Result<(Ledger, Vec<u32>, u64), PgBenchError>> + Send + 'static,

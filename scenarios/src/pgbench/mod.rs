@@ -35,7 +35,7 @@ use sqlx::Row;
 
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, pool_options};
 
-pub use workload::{Mix, MIX};
+pub use workload::{MIX, Mix};
 
 /// The most clients a point may have: the pool, the server's
 /// `max_connections` and the machine all bound it.
@@ -125,6 +125,10 @@ pub struct PointReport {
     /// `ROLLBACK`s per request: each is a transaction that failed or was
     /// abandoned (a create refused by the unique constraint).
     pub rollbacks_per_request: Option<f64>,
+    /// Milliseconds PostgreSQL spent executing (and planning) statements,
+    /// per request, summed over every backend (pg_stat_statements): the
+    /// server's share of a request's cost, next to the client's.
+    pub server_ms_per_request: Option<f64>,
 }
 
 /// idem's throughput over pgbench's at one client count.
@@ -182,16 +186,27 @@ impl PgBenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:<8} {:>7} {:>9} {:>10} {:>8} {:>8} {:>10} {:>7}",
-            "path", "clients", "requests", "req/s", "p50 ms", "p99 ms", "stmts/req", "errors"
+            "{:<8} {:>7} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>7}",
+            "path",
+            "clients",
+            "requests",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "stmts/req",
+            "pg ms/req",
+            "errors"
         );
         for p in &self.points {
             let statements = p
                 .statements_per_request
                 .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}"));
+            let server = p
+                .server_ms_per_request
+                .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}"));
             let _ = writeln!(
                 out,
-                "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>7}",
+                "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>7}",
                 p.path.name(),
                 p.clients,
                 p.requests,
@@ -199,6 +214,7 @@ impl PgBenchReport {
                 p.p50_ms,
                 p.p99_ms,
                 statements,
+                server,
                 p.errors
             );
         }
@@ -333,10 +349,11 @@ async fn run_on(
                 }
             };
             let counted = statements.read(&admin).await;
-            if let Some((statements_run, rollbacks)) = counted {
+            if let Some(counted) = counted {
                 let requests = point.requests.max(1) as f64;
-                point.statements_per_request = Some(statements_run as f64 / requests);
-                point.rollbacks_per_request = Some(rollbacks as f64 / requests);
+                point.statements_per_request = Some(counted.statements as f64 / requests);
+                point.rollbacks_per_request = Some(counted.rollbacks as f64 / requests);
+                point.server_ms_per_request = Some(counted.server_ms / requests);
             }
             owners.push(owner);
             points.push(point);
@@ -426,12 +443,13 @@ impl Statements {
 
     /// Statements and rollbacks since the last reset in this database, the
     /// bench's own bookkeeping left out.
-    async fn read(&self, admin: &sqlx::PgPool) -> Option<(i64, i64)> {
+    async fn read(&self, admin: &sqlx::PgPool) -> Option<Counted> {
         if !self.enabled {
             return None;
         }
         let row = sqlx::query(
             "select coalesce(sum(calls), 0)::bigint as statements,
+                    coalesce(sum(total_exec_time + total_plan_time), 0)::float8 as server_ms,
                     coalesce(sum(calls) filter (where query ilike 'rollback%'), 0)::bigint
                       as rollbacks
                from pg_stat_statements
@@ -442,6 +460,18 @@ impl Statements {
         .fetch_one(admin)
         .await
         .ok()?;
-        Some((row.try_get("statements").ok()?, row.try_get("rollbacks").ok()?))
+        Some(Counted {
+            statements: row.try_get("statements").ok()?,
+            rollbacks: row.try_get("rollbacks").ok()?,
+            server_ms: row.try_get("server_ms").ok()?,
+        })
     }
+}
+
+/// What pg_stat_statements counted over one point.
+#[derive(Debug)]
+struct Counted {
+    statements: i64,
+    rollbacks: i64,
+    server_ms: f64,
 }

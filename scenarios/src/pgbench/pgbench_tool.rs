@@ -127,6 +127,7 @@ pub async fn run(
         errors: summary.failed,
         statements_per_request: None,
         rollbacks_per_request: None,
+        server_ms_per_request: None,
     })
 }
 
@@ -148,7 +149,8 @@ impl Summary {
                 .and_then(|rest| rest.split_whitespace().next())
                 .map(str::to_owned)
         };
-        let missing = |what: &str| PgBenchError::Pgbench(format!("no {what} in its output:\n{stdout}"));
+        let missing =
+            |what: &str| PgBenchError::Pgbench(format!("no {what} in its output:\n{stdout}"));
         let transactions = field("number of transactions actually processed:")
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| missing("transaction count"))?;
@@ -225,7 +227,11 @@ mod tests {
     fn the_script_repeats_the_mix_share_and_reads_only_repeats() {
         let s = script("o");
         assert!(s.contains("\\if :roll < 55\n"));
-        assert_eq!(s.matches("ON CONFLICT (owner_id, idempotency_key) DO NOTHING").count(), 2);
+        assert_eq!(
+            s.matches("ON CONFLICT (owner_id, idempotency_key) DO NOTHING")
+                .count(),
+            2
+        );
         assert_eq!(s.matches("SELECT * FROM idem.jobs").count(), 1);
     }
 }

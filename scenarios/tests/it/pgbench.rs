@@ -31,7 +31,10 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
     for point in &report.points {
         assert!(point.requests > 0, "{point:?}");
         assert!(point.requests_per_s > 0.0, "{point:?}");
-        assert!(point.p50_ms > 0.0 && point.p50_ms <= point.p99_ms, "{point:?}");
+        assert!(
+            point.p50_ms > 0.0 && point.p50_ms <= point.p99_ms,
+            "{point:?}"
+        );
         assert_eq!(point.errors, 0, "{point:?}");
     }
     // Every request the two idem paths answered was checked, and the mix
@@ -48,7 +51,9 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
         checks.keys_created + checks.repeats_same_body + checks.repeats_other_body,
         idem_requests
     );
-    assert!(checks.keys_created > 0 && checks.repeats_same_body > 0 && checks.repeats_other_body > 0);
+    assert!(
+        checks.keys_created > 0 && checks.repeats_same_body > 0 && checks.repeats_other_body > 0
+    );
     let ratio_clients: Vec<u32> = report
         .pg_vs_pgbench_throughput_ratio
         .iter()
