@@ -465,6 +465,10 @@ fn resolve(
     Ok((contract, providers))
 }
 
+/// The server's database pool size: what `serve` opens, and what the speed
+/// bench measures.
+pub const POOL_CONNECTIONS_MAX: u32 = 16;
+
 /// Opens a pool and brings the schema up to date: a server never runs
 /// against a schema older than its code.
 async fn connect_and_migrate(
@@ -564,7 +568,10 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                         "--store postgres needs --database-url (or DATABASE_URL)".into(),
                     )
                 })?;
-                Arc::new(connect_and_migrate(url, &args.ops.database_schema, 16).await?)
+                Arc::new(
+                    connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX)
+                        .await?,
+                )
             }
         };
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);

@@ -8,6 +8,7 @@
 //! - [`error`]: [`ScenarioError`], every error with `path:line:col`.
 //! - [`catalog`]: the catalogue, built into the binary.
 //! - [`load`]: a scenario by catalogue name or file path.
+//! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
 //! - [`cli`]: the `idem` command line.
 
 pub mod catalog;
@@ -16,6 +17,7 @@ pub mod emit;
 pub mod error;
 pub mod format;
 pub mod load;
+pub mod pgbench;
 pub mod strategies;
 pub mod validate;
 

@@ -1419,6 +1419,21 @@ fn forced_cases() -> Vec<Forced> {
             b: create(0, 0),
             gate: Gate::Job(Ref::Recent(0)),
         },
+        // The one-statement create reads the key's row without a lock; a
+        // refusal's event is a second statement, whose foreign-key check
+        // on the job queues behind the prune (or ahead of it).
+        Forced {
+            name: "prune against another body for the pruned key",
+            prefix: finished.clone(),
+            a: prune,
+            b: Op::Create {
+                owner: 0,
+                key: 0,
+                body: 1,
+                id: None,
+            },
+            gate: Gate::Job(Ref::Recent(0)),
+        },
         Forced {
             name: "prune against a start on the pruned job",
             prefix: finished,

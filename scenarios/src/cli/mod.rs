@@ -9,6 +9,7 @@
 //!   scenario, unreachable database).
 
 mod bench;
+mod bench_pg;
 mod common;
 mod determinism;
 pub mod explore;
@@ -116,6 +117,10 @@ enum Command {
     Regress(regress::RegressArgs),
     /// Measure the simulator against an idle world of the same size.
     Bench(bench::BenchArgs),
+    /// The PostgreSQL create path (HTTP and the store alone) against
+    /// pgbench's raw statements, on a throwaway server.
+    #[command(after_help = EXIT_CODES)]
+    BenchPg(bench_pg::BenchPgArgs),
     /// Apply the database migrations (as `idem-server migrate` does).
     Migrate(idem_core::cli::MigrateArgs),
     /// Run the HTTP API, worker and reconciler (as `idem-server serve` does).
@@ -143,6 +148,7 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::report(args),
         Command::Regress(args) => regress::regress(args),
         Command::Bench(args) => bench::bench(args),
+        Command::BenchPg(args) => bench_pg::bench_pg(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)
             .map(|()| Exit::Pass)
             .map_err(CliError::from),

@@ -5,5 +5,6 @@ mod catalog;
 mod cli;
 mod explore;
 mod mutants;
+mod pgbench;
 mod report;
 mod validation;
