@@ -416,7 +416,7 @@ impl Engine {
                         && tries < SLOT_WAITS_MAX =>
                 {
                     tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
+                    crate::timer::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
                 }
                 other => return other,
             }

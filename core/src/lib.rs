@@ -33,6 +33,7 @@ pub mod reconciler;
 pub mod service;
 pub mod stamp;
 pub mod store;
+pub mod timer;
 pub mod transition;
 pub mod worker;
 

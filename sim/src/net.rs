@@ -43,7 +43,7 @@ impl axum::serve::Listener for SimListener {
                 Ok(accepted) => return accepted,
                 // A failed accept is transient in the simulator; try again
                 // after a beat rather than spin.
-                Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                Err(_) => idem_core::timer::sleep(Duration::from_millis(1)).await,
             }
         }
     }
@@ -81,7 +81,7 @@ impl SimClock {
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
-        let elapsed_us = turmoil::sim_elapsed().map_or(0, |d| {
+        let elapsed_us = crate::quiet::sim_elapsed().map_or(0, |d| {
             i64::try_from(d.as_micros()).expect("simulated time fits i64 microseconds")
         });
         micros_to_timestamp(self.epoch_us + elapsed_us)

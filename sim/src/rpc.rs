@@ -98,7 +98,7 @@ impl RemoteStore {
     async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
-            match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
+            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
                 Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
@@ -107,7 +107,7 @@ impl RemoteStore {
             write_frame(&mut stream, &request).await?;
             read_frame::<_, Result<StoreReply, StoreError>>(&mut stream).await
         };
-        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
+        match idem_core::timer::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
             Ok(Ok(Some(answer))) => answer,
             Ok(Ok(None)) => Err(StoreError::Indeterminate(
                 "the store closed the connection before answering".to_owned(),
@@ -477,7 +477,7 @@ pub async fn serve_store(
                     "the store refused the operation (injected)".to_owned(),
                 )),
                 Some(StoreFault::Latency { latency_ms }) => {
-                    tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                    idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
                     apply(store.as_ref(), request.clone()).await
                 }
                 Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,

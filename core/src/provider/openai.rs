@@ -10,7 +10,7 @@
 //! The client speaks HTTP/1 with hyper directly over a [`Connector`]'s
 //! stream, one request per connection, so it runs unchanged over turmoil.
 //! It sets no deadlines of its own: the caller wraps each call in
-//! `tokio::time::timeout`, which under turmoil runs on sim time.
+//! `crate::timer::timeout`, which under turmoil runs on sim time.
 //!
 //! How an answer is classified decides the attempt's next state, so the
 //! rules are strict and conservative: only an answer that says so is

@@ -3,7 +3,7 @@
 //!
 //! The same code serves on tokio's `TcpListener` in tests and on a turmoil
 //! listener in the simulator ([`serve`] is generic over the listener), so it
-//! must be deterministic: delays are `tokio::time::sleep` (sim time under
+//! must be deterministic: delays are `crate::timer::sleep` (sim time under
 //! turmoil), randomness comes from a ChaCha generator seeded by the profile,
 //! and everything that is iterated is ordered.
 //!
@@ -627,7 +627,7 @@ async fn chat_completions(
             if fails || !stalls {
                 let worker = server.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    crate::timer::sleep(Duration::from_millis(delay_ms)).await;
                     let outcome = if fails {
                         ExecutionOutcome::Failed
                     } else {
