@@ -26,8 +26,8 @@ use idem_core::model::{
 use idem_core::store::call::{StoreCall, StoreReply, apply};
 use idem_core::store::faults::{FaultPlan, StoreFault};
 use idem_core::store::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 
 use crate::trace::{Recorder, TraceBody};
@@ -282,6 +282,62 @@ impl Store for RemoteStore {
     async fn dump(&self) -> Result<StoreDump, StoreError> {
         match self.call(StoreCall::Dump).await? {
             StoreReply::Dump(dump) => Ok(dump),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        let call = StoreCall::JobsOfOwner {
+            owner: owner.clone(),
+            after,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Jobs(jobs) => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let call = StoreCall::AttemptsPage {
+            state,
+            after,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Attempts(attempts) => Ok(attempts),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        match self.call(StoreCall::AttemptCensus).await? {
+            StoreReply::Census(census) => Ok(census),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let call = StoreCall::PruneJobs {
+            updated_before,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Pruned(jobs) => Ok(jobs),
             other => Err(unexpected(other)),
         }
     }

@@ -5,6 +5,9 @@
 mod conformance;
 mod differential;
 mod http;
+mod http_hardening;
+mod http_ops;
 mod pg_engine;
 mod provider;
 mod support;
+mod worker;
