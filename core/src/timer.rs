@@ -255,6 +255,45 @@ mod imp {
 
 pub use imp::*;
 
+/// hyper's timer (the server's header read timeout) on [`sleep`], so the
+/// simulator sees hyper's deadlines too. Like hyper-util's `TokioTimer`, it
+/// reads the runtime's clock, which under turmoil is simulated time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HyperTimer;
+
+/// A [`sleep`] as hyper wants it.
+struct HyperSleep(std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>);
+
+impl Future for HyperSleep {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for HyperSleep {}
+
+impl hyper::rt::Timer for HyperTimer {
+    fn sleep(&self, duration: Duration) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep(Box::pin(sleep(duration))))
+    }
+
+    fn sleep_until(&self, deadline: std::time::Instant) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep(deadline.saturating_duration_since(self.now()))
+    }
+
+    // The runtime's clock, as TokioTimer reads it: simulated time under
+    // turmoil, where the deadlines hyper computes from it are kept.
+    #[allow(clippy::disallowed_methods)]
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}
+
 #[cfg(all(test, feature = "bench"))]
 mod tests {
     use super::*;

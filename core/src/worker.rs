@@ -160,7 +160,7 @@ impl Worker {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(interval) => {}
+                () = crate::timer::sleep(interval) => {}
             }
         }
         while running.join_next().await.is_some() {}

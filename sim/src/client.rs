@@ -347,7 +347,7 @@ async fn http_call(
     let stream = turmoil::net::TcpStream::connect(authority.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(crate::bench::Metered::client(stream)))
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);

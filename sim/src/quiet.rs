@@ -203,6 +203,16 @@ impl Quiet {
         }
     }
 
+    /// The hosts registered, in order.
+    pub fn hosts(&self) -> Vec<String> {
+        self.state
+            .borrow()
+            .slots
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
     /// Messages held on the link(s) between `a` and `b` from now on.
     pub fn hold(&self, sim: &turmoil::Sim<'_>, a: &str, b: &str) {
         let pairs = pairs(sim, a, b);

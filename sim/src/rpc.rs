@@ -99,7 +99,7 @@ impl RemoteStore {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
             match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
-                Ok(Ok(stream)) => stream,
+                Ok(Ok(stream)) => crate::bench::Metered::client(stream),
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
                 Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
             };
@@ -496,9 +496,10 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((mut stream, peer)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
+        let mut stream = crate::bench::Metered::server(stream);
         // The calling host, for the trace (reports draw the call as an
         // arrow from it); turmoil names every simulated address.
         let caller = turmoil::reverse_lookup(peer.ip());

@@ -67,6 +67,8 @@ pub struct RunOutcome {
     pub report: RunReport,
     pub trace: Trace,
     pub dump: StoreDump,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
 }
 
 /// A run that could not complete: a host's software failed.
@@ -96,6 +98,8 @@ pub struct Simulated {
     pub steps: u64,
     pub sim_ms: u64,
     pub stop: Stop,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
 }
 
 /// Runs `scenario` under `seed` with `design` to its end and judges it.
@@ -131,6 +135,7 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
         report,
         trace: simulated.trace,
         dump: simulated.dump,
+        hosts: simulated.hosts,
     })
 }
 
@@ -234,6 +239,7 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         steps,
         sim_ms,
         stop,
+        hosts: world.quiet.hosts(),
     })
 }
 
