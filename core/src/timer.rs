@@ -117,7 +117,9 @@ mod imp {
         fn drop(&mut self) {
             REGISTRY.with(|r| {
                 let mut r = r.borrow_mut();
-                if r.as_ref().is_some_and(|reg| reg.generation == self.generation) {
+                if r.as_ref()
+                    .is_some_and(|reg| reg.generation == self.generation)
+                {
                     *r = None;
                 }
             });
@@ -282,7 +284,10 @@ impl hyper::rt::Timer for HyperTimer {
         Box::pin(HyperSleep(Box::pin(sleep(duration))))
     }
 
-    fn sleep_until(&self, deadline: std::time::Instant) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
+    fn sleep_until(
+        &self,
+        deadline: std::time::Instant,
+    ) -> std::pin::Pin<Box<dyn hyper::rt::Sleep>> {
         self.sleep(deadline.saturating_duration_since(self.now()))
     }
 
@@ -323,7 +328,10 @@ mod tests {
         let newer = observe(fixed_now);
         assert!(!observing.is_current());
         drop(observing);
-        assert!(newer.is_current(), "an older observer leaves a newer one alone");
+        assert!(
+            newer.is_current(),
+            "an older observer leaves a newer one alone"
+        );
         drop(newer);
         // Without an observer, timers are plain tokio timers.
         sleep(Duration::from_millis(1)).await;

@@ -480,7 +480,11 @@ impl SweepTally {
             RunVerdict::Fail => scenario.failed += 1,
             RunVerdict::Error => scenario.errors += 1,
         }
-        if !run.verdict.passed() && scenario.first_failure.is_none_or(|(seed, _)| run.seed < seed) {
+        if !run.verdict.passed()
+            && scenario
+                .first_failure
+                .is_none_or(|(seed, _)| run.seed < seed)
+        {
             scenario.first_failure = Some((run.seed, position));
         }
         for (window, count) in &run.windows {
@@ -572,7 +576,11 @@ impl SweepTally {
             scenarios,
             coverage,
             failures: self.failures,
-            runs_fingerprint: self.fingerprint.iter().map(|b| format!("{b:02x}")).collect(),
+            runs_fingerprint: self
+                .fingerprint
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
             build,
         };
         summary.judge();

@@ -243,7 +243,9 @@ pub fn replay(world: &ReplayWorld, traffic: &Traffic) -> u64 {
     let plan: Rc<Vec<Connection>> = Rc::new(traffic.connections.clone());
     for host in &world.hosts {
         let (plan, me) = (plan.clone(), host.clone());
-        sim.host(host.as_str(), move || host_software(plan.clone(), me.clone()));
+        sim.host(host.as_str(), move || {
+            host_software(plan.clone(), me.clone())
+        });
     }
     let mut steps = 0;
     // Bounded: each step moves simulated time one tick.
@@ -302,8 +304,7 @@ async fn host_software(plan: Rc<Vec<Connection>>, me: String) -> turmoil::Result
 /// The opening end: writes its segments (the first names the connection),
 /// reads the answer, closes.
 async fn open(index: usize, c: Connection) {
-    let Ok(mut stream) =
-        turmoil::net::TcpStream::connect((c.to.as_str(), REPLAY_PORT)).await
+    let Ok(mut stream) = turmoil::net::TcpStream::connect((c.to.as_str(), REPLAY_PORT)).await
     else {
         return;
     };

@@ -91,9 +91,7 @@ pub fn skip_for(now: Duration, due: Duration, tick: Duration) -> Option<Duration
     // Ticks that end strictly before `due`.
     let ticks = gap_us.div_ceil(tick_us).saturating_sub(1);
     (ticks >= 2).then(|| {
-        Duration::from_micros(
-            u64::try_from(ticks * tick_us).expect("a skip fits u64 microseconds"),
-        )
+        Duration::from_micros(u64::try_from(ticks * tick_us).expect("a skip fits u64 microseconds"))
     })
 }
 
@@ -107,8 +105,25 @@ struct Slot {
     applied: u64,
 }
 
+/// Why the steps of a run did or did not skip quiet time: where a run's
+/// steps go (`idem bench` reports it per scenario).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StepCounts {
+    /// Steps that skipped ahead, and the simulated ms they covered.
+    pub skipping: u64,
+    pub skipped_ms: u64,
+    /// Steps that could not skip because a message was on its way (turmoil
+    /// counts a message's latency in steps).
+    pub in_flight: u64,
+    /// Steps with a timer or a driver deadline within two ticks.
+    pub timer_due: u64,
+    /// Steps in which the driver fired or healed a fault (or the first).
+    pub driver: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
+    counts: StepCounts,
     /// Requests made so far; hosts compare it with what they applied.
     epoch: u64,
     amount: Duration,
@@ -236,11 +251,17 @@ impl Quiet {
             return None;
         }
         let due = self.timers.earliest().map_or(bound, |t| t.min(bound));
-        let amount = skip_for(now, due, self.tick)?;
+        let Some(amount) = skip_for(now, due, self.tick) else {
+            self.state.borrow_mut().counts.timer_due += 1;
+            return None;
+        };
         if self.in_flight(sim) {
+            self.state.borrow_mut().counts.in_flight += 1;
             return None;
         }
         let mut state = self.state.borrow_mut();
+        state.counts.skipping += 1;
+        state.counts.skipped_ms += u64::try_from(amount.as_millis()).unwrap_or(u64::MAX);
         state.epoch += 1;
         state.amount = amount;
         for slot in &mut state.slots {
@@ -295,6 +316,17 @@ impl Quiet {
     /// Simulated time skipped so far.
     pub fn skipped(&self) -> Duration {
         SKIPPED.get()
+    }
+
+    /// A step the driver took without planning a skip (it acted, or the
+    /// run had not started).
+    pub fn driver_step(&self) {
+        self.state.borrow_mut().counts.driver += 1;
+    }
+
+    /// Why each step so far did or did not skip.
+    pub fn counts(&self) -> StepCounts {
+        self.state.borrow().counts
     }
 }
 

@@ -98,7 +98,9 @@ impl RemoteStore {
     async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
-            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
+            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
+                .await
+            {
                 Ok(Ok(stream)) => crate::bench::Metered::client(stream),
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
                 Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),

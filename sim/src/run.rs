@@ -69,6 +69,8 @@ pub struct RunOutcome {
     pub dump: StoreDump,
     /// Every host of the world, in the order it was registered.
     pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// A run that could not complete: a host's software failed.
@@ -100,6 +102,8 @@ pub struct Simulated {
     pub stop: Stop,
     /// Every host of the world, in the order it was registered.
     pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// Runs `scenario` under `seed` with `design` to its end and judges it.
@@ -136,6 +140,7 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
         trace: simulated.trace,
         dump: simulated.dump,
         hosts: simulated.hosts,
+        quiet: simulated.quiet,
     })
 }
 
@@ -183,6 +188,7 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         // Quiet time is skipped only when the driver did nothing now (what
         // it did may have woken a host) and the run has started.
         let skip = if acted || steps == 0 {
+            world.quiet.driver_step();
             None
         } else {
             let bound_ms = [Some(next_check_ms), Some(scenario.timing.settle_ms)]
@@ -240,6 +246,7 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         sim_ms,
         stop,
         hosts: world.quiet.hosts(),
+        quiet: world.quiet.counts(),
     })
 }
 

@@ -65,8 +65,7 @@ impl World {
         Fut: Future<Output = turmoil::Result> + 'static,
     {
         let (quiet, slot) = (self.quiet.clone(), self.quiet.slot(name));
-        self.sim
-            .host(name, move || quiet.hosted(slot, software()));
+        self.sim.host(name, move || quiet.hosted(slot, software()));
     }
 
     /// Registers client `name` running `future` once.

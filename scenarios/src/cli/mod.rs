@@ -8,7 +8,7 @@
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
 //!   scenario, unreachable database).
 
-mod bench;
+pub mod bench;
 mod common;
 mod determinism;
 pub mod explore;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use idem_core::design::Design;
-use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
 use idem_reports::SweepSummary;
+use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
 use idem_sim::bench::{Capture, ReplayWorld, Traffic, replay};
 use idem_sim::run::RunOutcome;
 
@@ -59,6 +59,14 @@ pub struct ScenarioBench {
     pub exact_wall_per_seed_ms: f64,
     pub exact_steps_per_seed: f64,
     pub exact_vs_turmoil_cost_ratio: f64,
+    /// Where the steps went, per seed: skipping ahead, held back by a
+    /// message in flight, by a timer or deadline within two ticks, or by
+    /// the driver's own action.
+    pub steps_skipping_per_seed: f64,
+    pub skipped_ms_per_seed: f64,
+    pub steps_in_flight_per_seed: f64,
+    pub steps_timer_due_per_seed: f64,
+    pub steps_driver_per_seed: f64,
     /// Runs that did not pass (either way of running); should be 0.
     pub not_passed: u64,
 }
@@ -147,7 +155,17 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
     );
     let per_catalogue = |runs: u64| runs.div_ceil(scenarios.len().max(1) as u64).max(1);
     let small = sweep_bench(scenarios, per_catalogue(plan.rss_small_runs), plan.jobs);
-    let large = sweep_bench(scenarios, per_catalogue(plan.rss_large_runs), plan.jobs);
+    let catalogue = sweep_bench(scenarios, plan.catalogue_seeds, plan.jobs);
+    eprintln!(
+        "  catalogue x {} seeds: {:.1} s on {} jobs",
+        catalogue.seeds, catalogue.wall_seconds, catalogue.jobs
+    );
+    // The catalogue sweep is the large one when it is large enough.
+    let large = if catalogue.runs >= plan.rss_large_runs {
+        catalogue.clone()
+    } else {
+        sweep_bench(scenarios, per_catalogue(plan.rss_large_runs), plan.jobs)
+    };
     let peak_ratio = match (small.rss_peak_kib, large.rss_peak_kib) {
         (Some(s), Some(l)) if s > 0 => Some(l as f64 / s as f64),
         _ => None,
@@ -156,13 +174,8 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
         "  memory: peak {:?} KiB over {} runs, {:?} KiB over {} runs",
         small.rss_peak_kib, small.runs, large.rss_peak_kib, large.runs
     );
-    let catalogue = sweep_bench(scenarios, plan.catalogue_seeds, plan.jobs);
     let catalogue_x1000_seconds =
         catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
-    eprintln!(
-        "  catalogue x {} seeds: {:.1} s on {} jobs",
-        catalogue.seeds, catalogue.wall_seconds, catalogue.jobs
-    );
     let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
     SimBench {
         seeds_per_scenario: plan.seeds,
@@ -193,6 +206,7 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut steps, mut exact_steps, mut turmoil_steps, mut sim_ms) = (0u64, 0u64, 0u64, 0u64);
     let (mut connections, mut segments, mut hosts, mut not_passed) = (0u64, 0u64, 0u64, 0u64);
+    let mut kinds = idem_sim::quiet::StepCounts::default();
     for seed in 0..seeds {
         let capture = Capture::start();
         let (outcome, took) = timed(|| execute(scenario, seed, Design::Correct));
@@ -208,6 +222,11 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         let Ok(outcome) = outcome else { continue };
         steps += outcome.report.steps;
         sim_ms += outcome.report.sim_ms;
+        kinds.skipping += outcome.quiet.skipping;
+        kinds.skipped_ms += outcome.quiet.skipped_ms;
+        kinds.in_flight += outcome.quiet.in_flight;
+        kinds.timer_due += outcome.quiet.timer_due;
+        kinds.driver += outcome.quiet.driver;
         connections += traffic.connections.len() as u64;
         segments += traffic.segments();
         hosts = outcome.hosts.len() as u64;
@@ -242,6 +261,11 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         exact_wall_per_seed_ms: ms(exact_wall),
         exact_steps_per_seed: exact_steps as f64 / n,
         exact_vs_turmoil_cost_ratio: ratio(exact_wall, turmoil_wall),
+        steps_skipping_per_seed: kinds.skipping as f64 / n,
+        skipped_ms_per_seed: kinds.skipped_ms as f64 / n,
+        steps_in_flight_per_seed: kinds.in_flight as f64 / n,
+        steps_timer_due_per_seed: kinds.timer_due as f64 / n,
+        steps_driver_per_seed: kinds.driver as f64 / n,
         not_passed,
     }
 }
