@@ -629,6 +629,55 @@ mod tests {
     }
 
     #[test]
+    fn a_tally_counts_distinct_seeds_and_fingerprints_runs_in_any_order() {
+        let scenarios = [
+            SweptScenario {
+                name: "a".to_owned(),
+                expect_windows: vec!["duplicate_create".to_owned()],
+            },
+            SweptScenario {
+                name: "b".to_owned(),
+                expect_windows: Vec::new(),
+            },
+        ];
+        let runs = vec![
+            record("a", 1, &[("duplicate_create", 1)], false),
+            record("b", 1, &[("duplicate_create", 3)], false),
+            record("a", 70, &[("duplicate_create", 1)], false),
+            // Outside the range: only a hand-made summary has one.
+            record("b", 500, &[("duplicate_create", 1)], false),
+            record("a", 2, &[("duplicate_create", 0)], true),
+        ];
+        let seeds = SeedRange { start: 1, end: 100 };
+        let shard = Shard { index: 0, count: 1 };
+        let build = crate::BuildStamp::from_build("0.1.0", None, None);
+        let summary = |runs: Vec<RunRecord>| {
+            let mut tally = SweepTally::new("correct", seeds, shard, &scenarios);
+            for run in runs {
+                let position = run.seed - seeds.start + 1;
+                tally.add(run, position);
+            }
+            tally.finish(build.clone())
+        };
+        let one = summary(runs.clone());
+        let mut reversed = runs.clone();
+        reversed.reverse();
+        assert_eq!(one, summary(reversed));
+        assert_eq!(one.runs_fingerprint.len(), 64);
+        let tally = &one.coverage.windows[0];
+        assert_eq!(
+            (tally.seeds, tally.runs, tally.total),
+            (3, 4, 6),
+            "seeds 1, 70 and 500 reached it; seed 1 twice"
+        );
+        assert_eq!(one.scenarios[0].first_failing_seed, Some(2));
+        assert_eq!(one.failures.len(), 1);
+        let mut changed = runs;
+        changed[0].trace_hash = "another".to_owned();
+        assert_ne!(summary(changed).runs_fingerprint, one.runs_fingerprint);
+    }
+
+    #[test]
     fn order_of_arrival_does_not_matter_and_coverage_is_judged() {
         let scenarios = [SweptScenario {
             name: "a".to_owned(),
