@@ -313,7 +313,8 @@ mod tests {
         assert!(observing.is_current());
         let never_polled = sleep(Duration::from_millis(5));
         assert_eq!(observing.earliest(), None, "an unpolled timer is not armed");
-        let mut long = std::pin::pin!(sleep(Duration::from_millis(50)));
+        // Boxed, so that dropping it drops the timer.
+        let mut long = Box::pin(sleep(Duration::from_millis(50)));
         let short = sleep(Duration::from_millis(10));
         assert!(futures_poll(long.as_mut()).is_pending());
         assert_eq!(observing.earliest(), Some(Duration::from_millis(150)));
