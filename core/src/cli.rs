@@ -599,7 +599,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                 .ok_or_else(|| CliError::Usage(format!("--certified {name}: no such provider")))?;
             // Recorded so that a later model switch revokes even an asserted
             // certificate.
-            let identity = tokio::time::timeout(
+            let identity = crate::timer::timeout(
                 std::time::Duration::from_millis(MODEL_PROBE_TIMEOUT_MS_DEFAULT),
                 clients[name].model_identity(),
             )

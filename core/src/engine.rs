@@ -223,7 +223,7 @@ impl ModelProbes {
         let Some(client) = self.providers.get(provider) else {
             return Ok(None);
         };
-        match tokio::time::timeout(
+        match crate::timer::timeout(
             std::time::Duration::from_millis(self.timeout_ms),
             client.model_identity(),
         )
@@ -635,7 +635,7 @@ impl Engine {
                         && tries < SLOT_WAITS_MAX =>
                 {
                     tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
+                    crate::timer::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
                 }
                 other => return other,
             }

@@ -38,6 +38,7 @@ pub mod retention;
 pub mod service;
 pub mod stamp;
 pub mod store;
+pub mod timer;
 pub mod transition;
 pub mod worker;
 

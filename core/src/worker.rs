@@ -185,7 +185,7 @@ impl Worker {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(interval) => {}
+                () = crate::timer::sleep(interval) => {}
             }
         }
         while running.join_next().await.is_some() {}
@@ -363,7 +363,7 @@ impl Worker {
                 return Ok(AttemptEnd::Failed);
             };
             let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
-            let connected = tokio::time::timeout(connect_timeout, provider.connect())
+            let connected = crate::timer::timeout(connect_timeout, provider.connect())
                 .await
                 .unwrap_or_else(|_| {
                     Err(ProviderError::Unreachable("connect timed out".to_owned()))
@@ -395,13 +395,13 @@ impl Worker {
             let dispatched_at = engine.clock().now();
             let send = connection.send(call);
             let deadline =
-                tokio::time::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
+                crate::timer::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
             let hedge_after_ms = match engine.policy() {
                 Policy::Hedged { hedge_after_ms } if may_hedge => Some(hedge_after_ms),
                 _ => None,
             };
             let hedge_timer =
-                tokio::time::sleep(Duration::from_millis(hedge_after_ms.unwrap_or(0)));
+                crate::timer::sleep(Duration::from_millis(hedge_after_ms.unwrap_or(0)));
             tokio::pin!(send, deadline, hedge_timer);
             let mut hedge_armed = hedge_after_ms.is_some();
             let mut hedges = JoinSet::new();

@@ -54,6 +54,7 @@ pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> 
                 "latency_ms_max",
                 int("latency_ms_max", timing.latency_ms_max)?,
             ),
+            ("skip_quiet", Value::Boolean(timing.skip_quiet)),
         ]),
     );
     let topology = &scenario.topology;

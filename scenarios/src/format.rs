@@ -68,6 +68,7 @@ pub struct TimingFile {
     pub settle_ms: Field<u64>,
     pub latency_ms_min: Field<u64>,
     pub latency_ms_max: Field<u64>,
+    pub skip_quiet: Field<bool>,
 }
 
 /// `[topology]`.

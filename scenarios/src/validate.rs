@@ -303,6 +303,7 @@ impl Checker {
             settle_ms,
             latency_ms_min,
             latency_ms_max,
+            skip_quiet: value(&t.skip_quiet, defaults.skip_quiet),
         }
     }
 

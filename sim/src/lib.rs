@@ -22,6 +22,7 @@ pub mod client;
 pub mod determinism;
 pub mod net;
 pub mod oracle;
+pub mod quiet;
 pub mod rpc;
 pub mod run;
 pub mod scenario;

@@ -11,6 +11,8 @@ use idem_core::model::Timestamp;
 use idem_core::provider::connect::Connector;
 use sha2::{Digest, Sha256};
 
+use crate::bench::Metered;
+
 /// The port every simulated service listens on.
 pub const SERVICE_PORT: u16 = 80;
 
@@ -34,16 +36,16 @@ impl SimListener {
 }
 
 impl axum::serve::Listener for SimListener {
-    type Io = turmoil::net::TcpStream;
+    type Io = Metered;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             match self.0.accept().await {
-                Ok(accepted) => return accepted,
+                Ok((stream, peer)) => return (Metered::server(stream), peer),
                 // A failed accept is transient in the simulator; try again
                 // after a beat rather than spin.
-                Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                Err(_) => idem_core::timer::sleep(Duration::from_millis(1)).await,
             }
         }
     }
@@ -58,11 +60,15 @@ impl axum::serve::Listener for SimListener {
 pub struct SimConnector;
 
 impl Connector for SimConnector {
-    type Stream = turmoil::net::TcpStream;
+    type Stream = Metered;
 
     fn connect(&self, authority: &str) -> impl Future<Output = io::Result<Self::Stream>> + Send {
         let authority = authority.to_owned();
-        async move { turmoil::net::TcpStream::connect(authority.as_str()).await }
+        async move {
+            turmoil::net::TcpStream::connect(authority.as_str())
+                .await
+                .map(Metered::client)
+        }
     }
 }
 
@@ -81,7 +87,7 @@ impl SimClock {
 
 impl Clock for SimClock {
     fn now(&self) -> Timestamp {
-        let elapsed_us = turmoil::sim_elapsed().map_or(0, |d| {
+        let elapsed_us = crate::quiet::sim_elapsed().map_or(0, |d| {
             i64::try_from(d.as_micros()).expect("simulated time fits i64 microseconds")
         });
         micros_to_timestamp(self.epoch_us + elapsed_us)

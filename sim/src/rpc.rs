@@ -98,8 +98,10 @@ impl CallStore for RemoteStore {
     async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
-            match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
-                Ok(Ok(stream)) => stream,
+            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
+                .await
+            {
+                Ok(Ok(stream)) => crate::bench::Metered::client(stream),
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
                 Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
             };
@@ -107,7 +109,7 @@ impl CallStore for RemoteStore {
             write_frame(&mut stream, &request).await?;
             read_frame::<_, Result<StoreReply, StoreError>>(&mut stream).await
         };
-        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
+        match idem_core::timer::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
             Ok(Ok(Some(answer))) => answer,
             Ok(Ok(None)) => Err(StoreError::Indeterminate(
                 "the store closed the connection before answering".to_owned(),
@@ -275,9 +277,10 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((mut stream, peer)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
+        let mut stream = crate::bench::Metered::server(stream);
         // The calling host, for the trace (reports draw the call as an
         // arrow from it); turmoil names every simulated address.
         let caller = turmoil::reverse_lookup(peer.ip());
@@ -312,7 +315,7 @@ pub async fn serve_store(
                     "the store refused the operation (injected)".to_owned(),
                 )),
                 Some(StoreFault::Latency { latency_ms }) => {
-                    tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                    idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
                     apply(store.as_ref(), request.clone()).await
                 }
                 Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,

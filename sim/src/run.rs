@@ -67,6 +67,10 @@ pub struct RunOutcome {
     pub report: RunReport,
     pub trace: Trace,
     pub dump: StoreDump,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// A run that could not complete: a host's software failed.
@@ -96,6 +100,10 @@ pub struct Simulated {
     pub steps: u64,
     pub sim_ms: u64,
     pub stop: Stop,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// Runs `scenario` under `seed` with `design` to its end and judges it.
@@ -131,6 +139,8 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
         report,
         trace: simulated.trace,
         dump: simulated.dump,
+        hosts: simulated.hosts,
+        quiet: simulated.quiet,
     })
 }
 
@@ -169,15 +179,43 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
             }
         }
         let due: Vec<u64> = timed.range(..=now_ms).map(|(t, _)| *t).collect();
+        let acted = !due.is_empty();
         for t in due {
             for step in timed.remove(&t).unwrap_or_default() {
                 perform(&mut world, step, now_ms, &mut timed);
             }
         }
+        // Quiet time is skipped only when the driver did nothing now (what
+        // it did may have woken a host) and the run has started.
+        let skip = if acted || steps == 0 {
+            world.quiet.driver_step();
+            None
+        } else {
+            let bound_ms = [Some(next_check_ms), Some(scenario.timing.settle_ms)]
+                .into_iter()
+                .chain([timed.keys().next().copied()])
+                .flatten()
+                .min()
+                .unwrap_or(scenario.timing.settle_ms);
+            world.quiet.plan(
+                &world.sim,
+                Duration::from_millis(now_ms),
+                Duration::from_millis(bound_ms),
+            )
+        };
         let clients_done = world.sim.step().map_err(|e| RunError::Host {
             sim_ms: elapsed_ms(&world),
             message: e.to_string(),
         })?;
+        if let Some(skip) = skip {
+            world
+                .quiet
+                .settle(&mut world.sim, skip)
+                .map_err(|message| RunError::Host {
+                    sim_ms: elapsed_ms(&world),
+                    message,
+                })?;
+        }
         steps += 1;
         let now_ms = elapsed_ms(&world);
         if now_ms >= scenario.timing.settle_ms {
@@ -207,11 +245,14 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         steps,
         sim_ms,
         stop,
+        hosts: world.quiet.hosts(),
+        quiet: world.quiet.counts(),
     })
 }
 
 fn elapsed_ms(world: &World) -> u64 {
-    u64::try_from(world.sim.elapsed().as_millis()).expect("simulated time fits u64 milliseconds")
+    u64::try_from(crate::quiet::elapsed(&world.sim).as_millis())
+        .expect("simulated time fits u64 milliseconds")
 }
 
 fn record_fault(world: &World, now_ms: u64, name: &str, detail: serde_json::Value) {
@@ -261,6 +302,7 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                 }
                 Fault::Hold { a, b, duration_ms } => {
                     world.sim.hold(a.as_str(), b.as_str());
+                    world.quiet.hold(&world.sim, a, b);
                     heal_after(*duration_ms, &fault, timed);
                 }
                 Fault::Partition {
@@ -361,7 +403,10 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                         .sim
                         .set_link_max_message_latency(a.as_str(), b.as_str(), base);
                 }
-                Fault::Hold { a, b, .. } => world.sim.release(a.as_str(), b.as_str()),
+                Fault::Hold { a, b, .. } => {
+                    world.sim.release(a.as_str(), b.as_str());
+                    world.quiet.release(&world.sim, a, b);
+                }
                 Fault::Partition { a, b, oneway, .. } => {
                     if *oneway {
                         world.sim.repair_oneway(a.as_str(), b.as_str());

@@ -107,6 +107,14 @@ pub struct Timing {
     /// Message latency on every link, drawn per message from the seed.
     pub latency_ms_min: u64,
     pub latency_ms_max: u64,
+    /// Skip simulated time in which every host waits on a timer and no
+    /// message is in flight (`crate::quiet`).
+    #[serde(default = "skip_quiet_default")]
+    pub skip_quiet: bool,
+}
+
+fn skip_quiet_default() -> bool {
+    true
 }
 
 /// A user (or a browser, or a retrying SDK) with a bearer token.
@@ -331,13 +339,15 @@ impl Default for Topology {
 }
 
 impl Default for Timing {
-    /// 1 ms steps, 1–5 ms per message, settled within two minutes.
+    /// 1 ms steps, 1–5 ms per message, settled within two minutes, quiet
+    /// time skipped.
     fn default() -> Self {
         Self {
             tick_ms: 1,
             settle_ms: 120_000,
             latency_ms_min: 1,
             latency_ms_max: 5,
+            skip_quiet: true,
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
 use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
+use crate::quiet::Quiet;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
 use crate::trace::{Recorder, TraceBody};
@@ -50,6 +51,27 @@ pub struct World {
     /// The scenario's maximum message latency, to restore after a fault.
     pub base_latency_ms_max: u64,
     pub facts: WorldFacts,
+    /// Skips of quiet simulated time; every host's software runs inside it.
+    pub quiet: Quiet,
+}
+
+impl World {
+    /// Registers host `name` running `software` (again after a restart).
+    fn host<F, Fut>(&mut self, name: &str, software: F)
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = turmoil::Result> + 'static,
+    {
+        let (quiet, slot) = (self.quiet.clone(), self.quiet.slot(name));
+        self.sim.host(name, move || quiet.hosted(slot, software()));
+    }
+
+    /// Registers client `name` running `future` once.
+    fn client(&mut self, name: &str, future: impl Future<Output = turmoil::Result> + 'static) {
+        let slot = self.quiet.slot(name);
+        let future = self.quiet.hosted(slot, future);
+        self.sim.client(name, future);
+    }
 }
 
 impl std::fmt::Debug for World {
@@ -110,6 +132,12 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
+        // A zero latency can deliver a message in the step that sent it,
+        // where the in-flight check cannot see it: no skips then.
+        quiet: Quiet::new(
+            timing.skip_quiet && timing.latency_ms_min > 0,
+            Duration::from_millis(timing.tick_ms),
+        ),
         facts: WorldFacts {
             client_owners: scenario
                 .clients
@@ -280,7 +308,7 @@ fn register_store(world: &mut World) {
     let store: Arc<dyn Store> = world.store.clone();
     let (plan, recorder) = (world.store_plan.clone(), world.recorder.clone());
     let observer = StoreObserver::default();
-    world.sim.host(host::STORE, move || {
+    world.host(host::STORE, move || {
         let serving = serve_store(
             store.clone(),
             plan.clone(),
@@ -317,7 +345,7 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
             );
         }));
         world.providers.insert(profile.name.clone(), server.clone());
-        world.sim.host(host_name.as_str(), move || {
+        world.host(host_name.as_str(), move || {
             let server = server.clone();
             async move {
                 let listener = SimListener::bind(SERVICE_PORT).await?;
@@ -344,7 +372,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
             scenario.topology.worker.clone(),
         );
         let state = AppState::new(engine, auth.clone()).with_runner(Arc::new(runner));
-        world.sim.host(name.as_str(), move || {
+        world.host(name.as_str(), move || {
             let state = state.clone();
             async move {
                 let listener = SimListener::bind(SERVICE_PORT).await?;
@@ -364,7 +392,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
-        world.sim.host(name.as_str(), move || {
+        world.host(name.as_str(), move || {
             let worker = worker.clone();
             async move {
                 worker.run(std::future::pending()).await;
@@ -379,7 +407,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );
-        world.sim.host(host::RECONCILER, move || {
+        world.host(host::RECONCILER, move || {
             let reconciler = reconciler.clone();
             async move {
                 reconciler.run(std::future::pending()).await;
@@ -403,8 +431,6 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
             known_jobs: known_jobs.clone(),
             seed: child_seed(seed, &format!("client/{}", spec.name)),
         };
-        world
-            .sim
-            .client(host::client(&spec.name).as_str(), run_client(ctx));
+        world.client(host::client(&spec.name).as_str(), run_client(ctx));
     }
 }

@@ -152,12 +152,12 @@ pub async fn certify(
         detail: e.to_string(),
     };
     let timeout = Duration::from_millis(limits.call_timeout_ms);
-    tokio::time::timeout(timeout, endpoint.reach())
+    crate::timer::timeout(timeout, endpoint.reach())
         .await
         .unwrap_or_else(|_| Err(ProviderError::Unreachable("connect timed out".to_owned())))
         .map_err(unreachable)?;
     let model_identity =
-        match tokio::time::timeout(timeout, endpoint.model_identity(&target.model)).await {
+        match crate::timer::timeout(timeout, endpoint.model_identity(&target.model)).await {
             Ok(Ok(identity)) => identity,
             Ok(Err(e)) if is_unauthorized(&e) => {
                 return Err(CertifyError::Unauthorized {
@@ -422,7 +422,7 @@ async fn call_with_retries(
     for tries in 1..=limits.call_tries_max {
         // The same key on every try: a provider that honours keys replays a
         // request it already executed instead of billing it again.
-        match tokio::time::timeout(timeout, endpoint.chat(request, key)).await {
+        match crate::timer::timeout(timeout, endpoint.chat(request, key)).await {
             Ok(Ok(answer)) => {
                 return SampleAnswer {
                     answer: Ok(answer),

@@ -14,7 +14,7 @@
 //! The client speaks HTTP/1 with hyper directly over a [`Connector`]'s
 //! stream, one request per connection, so it runs unchanged over turmoil.
 //! It sets no deadlines of its own: the caller wraps each call in
-//! `tokio::time::timeout`, which under turmoil runs on sim time.
+//! `crate::timer::timeout`, which under turmoil runs on sim time.
 //!
 //! How an answer is classified decides the attempt's next state, so the
 //! rules are strict and conservative: only an answer that says so is
@@ -282,7 +282,7 @@ impl<C: Connector> OpenAiClient<C> {
         let authority = &self.shared.config.authority;
         let connect = self.connector.connect(authority);
         let connected = match self.shared.config.connect_timeout_ms {
-            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), connect)
+            Some(ms) => crate::timer::timeout(Duration::from_millis(ms), connect)
                 .await
                 .unwrap_or_else(|_| {
                     Err(std::io::Error::new(
@@ -576,7 +576,7 @@ async fn complete_on(
     request.headers_mut().insert("idempotency-key", key);
     let exchange = round_trip(sender, request);
     match shared.config.request_timeout_ms {
-        Some(ms) => tokio::time::timeout(Duration::from_millis(ms), exchange)
+        Some(ms) => crate::timer::timeout(Duration::from_millis(ms), exchange)
             .await
             .unwrap_or_else(|_| Err(ProviderError::Broken(format!("no answer within {ms} ms")))),
         None => exchange.await,

@@ -3,7 +3,7 @@
 //!
 //! The same code serves on tokio's `TcpListener` in tests and on a turmoil
 //! listener in the simulator ([`serve`] is generic over the listener), so it
-//! must be deterministic: delays are `tokio::time::sleep` (sim time under
+//! must be deterministic: delays are `crate::timer::sleep` (sim time under
 //! turmoil), randomness comes from a ChaCha generator seeded by the profile,
 //! and everything that is iterated is ordered.
 //!
@@ -821,7 +821,7 @@ async fn chat_completions(
             if fails || !stalls {
                 let worker = server.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    crate::timer::sleep(Duration::from_millis(delay_ms)).await;
                     let outcome = if fails {
                         ExecutionOutcome::Failed
                     } else {
@@ -1029,12 +1029,12 @@ impl Listener for TlsListener {
         loop {
             let Ok((stream, addr)) = self.tcp.accept().await else {
                 // Transient (out of file descriptors, a reset): pause, go on.
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                crate::timer::sleep(Duration::from_millis(10)).await;
                 continue;
             };
             let handshake = self.acceptor.accept(stream);
             if let Ok(Ok(tls)) =
-                tokio::time::timeout(Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS), handshake)
+                crate::timer::timeout(Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS), handshake)
                     .await
             {
                 return (tls, addr);

@@ -165,7 +165,7 @@ impl FaultyStore {
                 Err(StoreError::Indeterminate(LOST_ACK.to_owned()))
             }
             Some(StoreFault::Latency { latency_ms }) => {
-                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                crate::timer::sleep(Duration::from_millis(latency_ms)).await;
                 apply.await
             }
         }

@@ -524,7 +524,7 @@ async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
         if job["state"] == json!(JobState::Succeeded) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        idem_core::timer::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(job["state"], json!(JobState::Succeeded), "{job}");
     assert_eq!(job["result"]["orders"], json!(["ORD-20931"]), "{job}");

@@ -1218,7 +1218,7 @@ async fn wait_for_lock_waiters(
                  it decided its outcome without the row lock"
             ));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(GATE_POLL_MS)).await;
+        idem_core::timer::sleep(std::time::Duration::from_millis(GATE_POLL_MS)).await;
     }
     Err(format!(
         "a forced schedule waited {} ms for {count} sessions to queue on the gate",

@@ -78,7 +78,7 @@ async fn list_jobs_pages_the_callers_jobs_newest_first(backend: Backend) -> Test
         let reply = create(&app, &format!("k{i}"), json!({"i": i})).await;
         created.push(reply.body["id"].as_str().ok_or("an id")?.to_owned());
         // Distinct creation times, so that newest-first is this order reversed.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        idem_core::timer::sleep(Duration::from_millis(2)).await;
     }
     created.reverse();
     let mut seen = Vec::new();
@@ -249,7 +249,7 @@ async fn retention_prunes_finished_jobs_and_their_keys_make_new_jobs(
     )
     .await;
     assert_eq!(pending.status, 201, "{:?}", pending.body);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    idem_core::timer::sleep(Duration::from_millis(5)).await;
     let report = pruner.pass().await;
     assert_eq!((report.pruned, report.errors.len()), (1, 0), "{report:?}");
     assert_eq!(

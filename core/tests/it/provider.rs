@@ -14,10 +14,10 @@ use idem_core::provider::server::{
     Behaviour, ContractMode, ExecutionOutcome, ProviderServer, router, serve,
 };
 use idem_core::provider::{Provider, ProviderCall, ProviderError, RemoteStatus};
+use idem_core::timer::{sleep, timeout};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout};
 use tower::ServiceExt;
 use uuid::Uuid;
 

@@ -52,7 +52,7 @@ impl Dispatch for Connection {
     async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Value, ProviderError> {
         match self.latency_ms {
             Some(ms) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+                idem_core::timer::sleep(Duration::from_millis(ms)).await;
                 Ok(json!({"answer": "done"}))
             }
             None => std::future::pending().await,
@@ -160,7 +160,7 @@ impl Bench {
             if self.all_in(jobs, JobState::Succeeded).await {
                 return Ok(looks * LOOK_MS);
             }
-            tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+            idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
         }
         Err(format!("{} jobs did not all succeed", jobs.len()))
     }
@@ -210,7 +210,7 @@ async fn worker_quick_jobs_do_not_wait_behind_stalled_ones() -> TestResult {
         vec![AttemptState::Running; STALLED_JOBS]
     );
     // At their deadline they become unknown, never failed.
-    tokio::time::sleep(Duration::from_millis(DEADLINE_MS - mixed_ms + 100)).await;
+    idem_core::timer::sleep(Duration::from_millis(DEADLINE_MS - mixed_ms + 100)).await;
     assert_eq!(
         mixed.attempt_states(&stalled).await?,
         vec![AttemptState::Unknown; STALLED_JOBS]
@@ -227,7 +227,7 @@ async fn worker_runs_at_most_its_slots_at_once() -> TestResult {
     let stalled = bench.create("stuck", 40).await?;
     let worker = bench.worker.clone();
     let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    idem_core::timer::sleep(Duration::from_millis(1_000)).await;
     let states = bench.attempt_states(&stalled).await?;
     let slots = usize::try_from(WorkerConfig::default().attempts_concurrent_max)?;
     assert_eq!(states.len(), slots, "one attempt per slot, no more");
@@ -284,7 +284,7 @@ async fn worker_a_cancelled_task_releases_its_job() -> TestResult {
         .clone();
 
     let first = worker.clone();
-    let crashed = tokio::time::timeout(
+    let crashed = idem_core::timer::timeout(
         Duration::from_millis(100),
         first.run(std::future::pending()),
     )
@@ -292,7 +292,7 @@ async fn worker_a_cancelled_task_releases_its_job() -> TestResult {
     assert!(crashed.is_err(), "the run was cut short");
     // Let the aborted task be dropped, then give the slow start time to
     // have applied if it were going to (it was cancelled: it does not).
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    idem_core::timer::sleep(Duration::from_millis(2_000)).await;
     assert!(store.attempts(job.id).await?.is_empty());
 
     let restarted = worker.clone();
@@ -303,7 +303,7 @@ async fn worker_a_cancelled_task_releases_its_job() -> TestResult {
         if state == JobState::Succeeded {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+        idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
     }
     running.abort();
     assert_eq!(

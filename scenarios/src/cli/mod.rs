@@ -8,8 +8,7 @@
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
 //!   scenario, unreachable database).
 
-mod bench;
-mod bench_pg;
+pub mod bench;
 mod common;
 mod determinism;
 pub mod explore;
@@ -115,12 +114,10 @@ enum Command {
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
-    /// Measure the simulator against an idle world of the same size.
-    Bench(bench::BenchArgs),
-    /// The PostgreSQL create path (HTTP and the store alone) against
-    /// pgbench's raw statements, on a throwaway server.
+    /// Measure what a seed, a sweep and a PostgreSQL create cost, against
+    /// bare turmoil and pgbench measured in the same run.
     #[command(after_help = EXIT_CODES)]
-    BenchPg(bench_pg::BenchPgArgs),
+    Bench(bench::BenchArgs),
     /// Apply the database migrations (as `idem-server migrate` does).
     Migrate(idem_core::cli::MigrateArgs),
     /// Run the HTTP API, worker and reconciler (as `idem-server serve` does).
@@ -148,7 +145,6 @@ pub fn main() -> ExitCode {
         Command::Report(args) => report::report(args),
         Command::Regress(args) => regress::regress(args),
         Command::Bench(args) => bench::bench(args),
-        Command::BenchPg(args) => bench_pg::bench_pg(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)
             .map(|()| Exit::Pass)
             .map_err(CliError::from),

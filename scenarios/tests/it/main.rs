@@ -1,6 +1,7 @@
 //! Integration tests of idem-scenarios: the catalogue, validation errors,
 //! and the command line.
 
+mod bench;
 mod catalog;
 mod cli;
 mod explore;

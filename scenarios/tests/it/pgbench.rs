@@ -1,4 +1,4 @@
-//! `idem bench-pg` on a tiny budget, so that the bench cannot rot: every
+//! The PostgreSQL section of `idem bench` on a tiny budget, so that the bench cannot rot: every
 //! path measured at two client counts, the report well-formed, and every
 //! answer and row checked (no duplicate row, every repeat got its job).
 
