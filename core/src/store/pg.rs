@@ -206,17 +206,23 @@ impl PgStore {
             Ok(None) => return Ok(None),
             Err(e) => {
                 return match unique_violation(&e) {
-                    // The id is taken by a row of another key: running
-                    // again cannot help, unless that row is gone (pruned).
-                    Some(constraint::JOBS_PKEY) => {
-                        if self.job(new.id).await?.is_some() {
+                    // The id is taken. By a create of the same key (the same
+                    // request sent twice with one id) whose row this
+                    // statement's arbiter check ran too early to see: the
+                    // next try finds the key and replays it, as a serial
+                    // order would. By a row of another key: running again
+                    // cannot help, unless that row is gone (pruned).
+                    Some(constraint::JOBS_PKEY) => match self.job(new.id).await? {
+                        Some(taken)
+                            if taken.owner_id != new.owner_id
+                                || taken.idempotency_key != new.idempotency_key =>
+                        {
                             Err(StoreError::Constraint {
                                 constraint: constraint::JOBS_PKEY.to_owned(),
                             })
-                        } else {
-                            Ok(None)
                         }
-                    }
+                        Some(_) | None => Ok(None),
+                    },
                     _ if is_job_gone(&e) => Ok(None),
                     _ => Err(classify(e)),
                 };
