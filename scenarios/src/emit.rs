@@ -369,6 +369,32 @@ fn fault(fault: &Fault) -> Result<Table, EmitError> {
             t.insert("count".into(), Value::Integer(i64::from(*count)));
             t.insert("latency_ms".into(), int("latency_ms", *latency_ms)?);
         }
+        Fault::ClockOffset {
+            host,
+            offset_ms,
+            duration_ms,
+        } => {
+            t.insert("host".into(), s(host));
+            t.insert("offset_ms".into(), Value::Integer(*offset_ms));
+            if let Some(duration_ms) = duration_ms {
+                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+            }
+        }
+        Fault::ClockDrift {
+            host,
+            drift_ppm,
+            duration_ms,
+        } => {
+            t.insert("host".into(), s(host));
+            t.insert("drift_ppm".into(), Value::Integer(*drift_ppm));
+            if let Some(duration_ms) = duration_ms {
+                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+            }
+        }
+        Fault::ClockJump { host, jump_ms } => {
+            t.insert("host".into(), s(host));
+            t.insert("jump_ms".into(), Value::Integer(*jump_ms));
+        }
     }
     Ok(t)
 }

@@ -239,6 +239,9 @@ pub enum FaultKind {
     StoreLoseAck,
     StoreFailBeforeApply,
     StoreLatency,
+    ClockOffset,
+    ClockDrift,
+    ClockJump,
 }
 
 impl FaultKind {
@@ -254,6 +257,9 @@ impl FaultKind {
             FaultKind::StoreLoseAck => "store_lose_ack",
             FaultKind::StoreFailBeforeApply => "store_fail_before_apply",
             FaultKind::StoreLatency => "store_latency",
+            FaultKind::ClockOffset => "clock_offset",
+            FaultKind::ClockDrift => "clock_drift",
+            FaultKind::ClockJump => "clock_jump",
         }
     }
 }
@@ -280,6 +286,12 @@ pub struct FaultFile {
     pub nth: Field<u32>,
     pub count: Field<u32>,
     pub latency_ms: Field<u64>,
+    /// clock_offset: how far the host's clock reads from true time.
+    pub offset_ms: Field<i64>,
+    /// clock_drift: microseconds gained per second (lost, if negative).
+    pub drift_ppm: Field<i64>,
+    /// clock_jump: how far the clock steps.
+    pub jump_ms: Field<i64>,
 }
 
 /// `after = { kind = "attempt_dispatched", nth = 1 }`.

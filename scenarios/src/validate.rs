@@ -21,9 +21,9 @@ use idem_core::engine::Policy;
 use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;
 use idem_sim::scenario::{
-    ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, ClientSpec, FAULTS_MAX, Fault,
-    FaultSpec, PROVIDERS_MAX, ProviderProfile, RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing,
-    Topology, WORKERS_MAX, When, host,
+    ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, CLOCK_DRIFT_PPM_MAX,
+    CLOCK_OFFSET_MS_MAX, ClientSpec, FAULTS_MAX, Fault, FaultSpec, PROVIDERS_MAX, ProviderProfile,
+    RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When, host,
 };
 
 use crate::error::{ScenarioError, ScenarioErrors};
@@ -97,6 +97,8 @@ struct Hosts {
     apis: Vec<String>,
     workers: Vec<String>,
     clients: BTreeSet<String>,
+    /// The hosts whose software reads a clock (the engine's hosts).
+    clocked: BTreeSet<String>,
 }
 
 impl Hosts {
@@ -113,11 +115,16 @@ impl Hosts {
         all.extend(workers.iter().cloned());
         all.extend(topology.providers.iter().map(|p| host::provider(&p.name)));
         all.extend(clients.iter().cloned());
+        let mut clocked: BTreeSet<String> = apis.iter().chain(&workers).cloned().collect();
+        if topology.reconciler {
+            clocked.insert(host::RECONCILER.to_owned());
+        }
         Self {
             all,
             apis,
             workers,
             clients,
+            clocked,
         }
     }
 
@@ -1070,6 +1077,9 @@ impl Checker {
             ("nth", f.nth.as_ref().map(Spanned::span)),
             ("count", f.count.as_ref().map(Spanned::span)),
             ("latency_ms", f.latency_ms.as_ref().map(Spanned::span)),
+            ("offset_ms", f.offset_ms.as_ref().map(Spanned::span)),
+            ("drift_ppm", f.drift_ppm.as_ref().map(Spanned::span)),
+            ("jump_ms", f.jump_ms.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match kind {
             FaultKind::LinkLatency => &["a", "b", "latency_ms_max", "duration_ms"],
@@ -1080,6 +1090,9 @@ impl Checker {
             FaultKind::ProviderError => &["provider", "error_per_mille", "duration_ms"],
             FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply => &["op", "nth", "count"],
             FaultKind::StoreLatency => &["op", "nth", "count", "latency_ms"],
+            FaultKind::ClockOffset => &["host", "offset_ms", "duration_ms"],
+            FaultKind::ClockDrift => &["host", "drift_ppm", "duration_ms"],
+            FaultKind::ClockJump => &["host", "jump_ms"],
         };
         self.only(kind.name(), "fault", &present, allowed);
         match kind {
@@ -1239,7 +1252,66 @@ impl Checker {
                     },
                 }]
             }
+            FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => {
+                self.clock_fault(f, kind, hosts)
+            }
         }
+    }
+
+    /// A clock fault on every host `host` stands for. Only hosts that read
+    /// a clock take one: the API replicas, the workers and the reconciler.
+    fn clock_fault(&mut self, f: &FaultFile, kind: FaultKind, hosts: &Hosts) -> Vec<Fault> {
+        let at = &f.fault;
+        let targets = self.hosts(&f.host, "host", kind, at, hosts);
+        let (field, name, max) = match kind {
+            FaultKind::ClockOffset => (&f.offset_ms, "offset_ms", CLOCK_OFFSET_MS_MAX),
+            FaultKind::ClockDrift => (&f.drift_ppm, "drift_ppm", CLOCK_DRIFT_PPM_MAX),
+            _ => (&f.jump_ms, "jump_ms", CLOCK_OFFSET_MS_MAX),
+        };
+        let amount = self
+            .required(field, name, kind, at)
+            .map(|v| self.bounded(field, name, v, -max, max, ""));
+        let duration_ms = f
+            .duration_ms
+            .as_ref()
+            .map(|_| self.bounded(&f.duration_ms, "duration_ms", 1, 1, SETTLE_MS_MAX, ""));
+        let Some(amount) = amount else {
+            return Vec::new();
+        };
+        let mut faults = Vec::new();
+        for host in targets {
+            if !hosts.clocked.contains(&host) {
+                let span = f
+                    .host
+                    .as_ref()
+                    .map(Spanned::span)
+                    .unwrap_or_else(|| at.span());
+                self.error(
+                    span,
+                    format!(
+                        "{host:?} reads no clock; clock faults apply to the API replicas, the workers and the reconciler"
+                    ),
+                );
+                continue;
+            }
+            faults.push(match kind {
+                FaultKind::ClockOffset => Fault::ClockOffset {
+                    host,
+                    offset_ms: amount,
+                    duration_ms,
+                },
+                FaultKind::ClockDrift => Fault::ClockDrift {
+                    host,
+                    drift_ppm: amount,
+                    duration_ms,
+                },
+                _ => Fault::ClockJump {
+                    host,
+                    jump_ms: amount,
+                },
+            });
+        }
+        faults
     }
 }
 

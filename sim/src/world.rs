@@ -29,7 +29,7 @@ use idem_core::worker::Worker;
 use serde_json::json;
 
 use crate::client::{ClientContext, KnownJobs, run_client};
-use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
+use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{Scenario, host};
@@ -51,6 +51,9 @@ pub struct World {
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
     /// The scenario's maximum message latency, to restore after a fault.
     pub base_latency_ms_max: u64,
+    /// The realtime clock of every host that reads one (API replicas,
+    /// workers, the reconciler), by host name: clock faults change them.
+    pub clocks: BTreeMap<String, HostClock>,
     pub facts: WorldFacts,
 }
 
@@ -59,6 +62,13 @@ impl std::fmt::Debug for World {
         f.debug_struct("World")
             .field("facts", &self.facts)
             .finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// The clock of host `name`, made on first use.
+    fn clock(&mut self, name: &str) -> HostClock {
+        self.clocks.entry(name.to_owned()).or_default().clone()
     }
 }
 
@@ -112,6 +122,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
+        clocks: BTreeMap::new(),
         facts: WorldFacts {
             client_owners: scenario
                 .clients
@@ -127,6 +138,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                 .collect::<BTreeSet<_>>(),
             policy: scenario.policy,
             reconciler: scenario.topology.reconciler,
+            reconciler_config: Some(scenario.topology.reconciler_config.clone()),
         },
     };
     let contract = Providers {
@@ -184,15 +196,16 @@ struct EngineParts {
 }
 
 impl EngineParts {
-    /// The engine of host `session`, running the design under test.
-    fn engine(&self, session: &str, ids: Arc<SeededIds>) -> Engine {
+    /// The engine of host `session`, running the design under test, on
+    /// that host's own (possibly faulty) clock.
+    fn engine(&self, session: &str, ids: Arc<SeededIds>, clock: HostClock) -> Engine {
         let store = RemoteStore::new(
             format!("{}:{SERVICE_PORT}", host::STORE),
             self.store_timeout_ms,
         );
         Engine::new(
             Arc::new(store),
-            Arc::new(SimClock::new(FIXED_EPOCH_US)),
+            Arc::new(SimClock::skewed(FIXED_EPOCH_US, clock)),
             ids,
             self.contract.clone(),
             self.policy,
@@ -278,7 +291,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
     for index in 1..=scenario.topology.api_replicas {
         let name = host::api(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
-        let engine = parts.engine(&name, ids);
+        let engine = parts.engine(&name, ids, world.clock(&name));
         // The replica runs the attempts its backup button starts.
         let runner = Worker::new(
             engine.clone(),
@@ -302,7 +315,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
         let name = host::worker(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
         let worker = Worker::new(
-            parts.engine(&name, ids),
+            parts.engine(&name, ids, world.clock(&name)),
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
@@ -317,7 +330,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
     if scenario.topology.reconciler {
         let ids = Arc::new(SeededIds::new(child_seed(seed, "ids/reconciler")));
         let reconciler = Reconciler::new(
-            parts.engine(host::RECONCILER, ids),
+            parts.engine(host::RECONCILER, ids, world.clock(host::RECONCILER)),
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );

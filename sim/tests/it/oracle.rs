@@ -88,6 +88,7 @@ impl Run {
                 certified: [PRIMARY, FALLBACK].into_iter().map(str::to_owned).collect(),
                 policy,
                 reconciler: true,
+                reconciler_config: None,
             },
             next_request: BTreeMap::new(),
         }
