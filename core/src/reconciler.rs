@@ -114,6 +114,17 @@ pub struct Reconciler {
     sightings: Arc<Mutex<BTreeMap<AttemptId, Duration>>>,
 }
 
+/// Why the reconciler cancels an unknown attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cancel {
+    /// The provider says it never received the request: cancelling
+    /// tombstones the key, so a copy still on the network cannot run late.
+    NeverReceived,
+    /// It outlived `unknown_max_ms`; `can_ask` says whether the provider
+    /// offers a status lookup.
+    Overdue { can_ask: bool },
+}
+
 /// Past every timestamp a clock could write: the store's queries for open
 /// attempts filter nothing by time, since no clock here is trusted to.
 fn horizon() -> Timestamp {
@@ -234,14 +245,28 @@ impl Reconciler {
             // Never received. Cancelling tombstones the key, so a request
             // still in flight on the network cannot execute later.
             Ok(RemoteStatus::NotFound) => {
-                return self.cancel(attempt, provider.as_ref(), true).await;
+                return self
+                    .cancel(attempt, provider.as_ref(), Cancel::NeverReceived)
+                    .await;
             }
             Ok(RemoteStatus::Running) if overdue => {
-                return self.cancel(attempt, provider.as_ref(), false).await;
+                return self
+                    .cancel(
+                        attempt,
+                        provider.as_ref(),
+                        Cancel::Overdue { can_ask: true },
+                    )
+                    .await;
             }
             Ok(RemoteStatus::Running) => return Ok(Action::StillRunning),
             Err(ProviderError::Unsupported(_)) if overdue => {
-                return self.cancel(attempt, provider.as_ref(), false).await;
+                return self
+                    .cancel(
+                        attempt,
+                        provider.as_ref(),
+                        Cancel::Overdue { can_ask: false },
+                    )
+                    .await;
             }
             Err(ProviderError::Unsupported(_)) => return Ok(Action::StillRunning),
             Err(_) => return Ok(Action::Unreachable),
@@ -249,23 +274,33 @@ impl Reconciler {
         self.resolve(attempt, resolution, false).await
     }
 
-    /// Cancels at the provider, then resolves the attempt as cancelled;
-    /// `never_received` says why (else it is overdue).
+    /// Cancels at the provider, then resolves the attempt as cancelled.
     async fn cancel(
         &self,
         attempt: &Attempt,
         provider: &dyn crate::provider::Provider,
-        never_received: bool,
+        why: Cancel,
     ) -> Result<Action, EngineError> {
         match provider.cancel(attempt.id).await {
             Ok(true) => {
-                self.resolve(attempt, Resolution::Cancelled, !never_received)
-                    .await
+                let overdue = matches!(why, Cancel::Overdue { .. });
+                self.resolve(attempt, Resolution::Cancelled, overdue).await
             }
             // It finished meanwhile; the next pass reads its status.
-            Ok(false) => Ok(Action::StillRunning),
+            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(Action::StillRunning),
+            // It finished, and the provider cannot say with what result:
+            // no pass will ever learn more, so an operator must look (found
+            // by `idem fuzz`: such a job stayed blocked, unreported, for
+            // ever, the reconciler cancelling in vain every pass).
+            Ok(false) => {
+                self.blocked(
+                    attempt,
+                    "the provider finished the work and cannot say with what result (no status lookup)",
+                )
+                .await
+            }
             Err(ProviderError::Unsupported(_)) => {
-                let reason = if never_received {
+                let reason = if why == Cancel::NeverReceived {
                     "the provider never received the request, and cannot refuse a late copy"
                 } else {
                     "the provider cannot cancel"

@@ -12,15 +12,27 @@
 //! so one sweep always renders to the same bytes whatever the number of
 //! threads that ran it.
 
+pub mod fuzz;
 pub mod junit;
 pub mod mutants;
 pub mod run;
 pub mod sweep;
 
+pub use fuzz::FuzzSummary;
 pub use idem_core::stamp::BuildStamp;
 pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
 pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
+
+/// Why summaries could not be merged into one.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge")]
+    Empty,
+    /// They are not the shards of one run.
+    #[error("{0}")]
+    Mismatch(String),
+}
 
 /// The version of the JSON schema; bumped on any incompatible change.
 /// Schema 2 added the build stamp (`build`) to every record that names a

@@ -11,6 +11,8 @@ use toml::{Table, Value};
 use idem_core::engine::Policy;
 use idem_sim::scenario::{Action, Fault, Scenario, When};
 
+use crate::validate::Kept;
+
 /// Why a scenario cannot be written as a file.
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
@@ -24,6 +26,16 @@ pub enum EmitError {
 
 /// The scenario as file text, headed by `comment` (one `#` line per line).
 pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> {
+    to_file_kept(scenario, comment, None)
+}
+
+/// The scenario as file text with a `[kept]` table: what the file was
+/// kept for (its seed, the design it failed under, the path it took).
+pub fn to_file_kept(
+    scenario: &Scenario,
+    comment: &str,
+    kept: Option<&Kept>,
+) -> Result<String, EmitError> {
     let mut root = Table::new();
     root.insert(
         "description".into(),
@@ -191,6 +203,30 @@ pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> 
         faults.push(Value::Table(entry));
     }
     root.insert("faults".into(), Value::Array(faults));
+    if let Some(kept) = kept {
+        let mut t = Table::new();
+        t.insert("seed".into(), int("seed", kept.seed)?);
+        t.insert(
+            "design".into(),
+            Value::String(kept.design.name().to_owned()),
+        );
+        if let Some(path) = &kept.path {
+            t.insert(
+                "windows".into(),
+                Value::Array(
+                    path.windows
+                        .iter()
+                        .map(|w| Value::String(name_of(w)))
+                        .collect(),
+                ),
+            );
+            t.insert(
+                "event_kinds".into(),
+                Value::String(path.event_kinds.clone()),
+            );
+        }
+        root.insert("kept".into(), Value::Table(t));
+    }
     let mut text = String::new();
     for line in comment.lines() {
         text.push_str("# ");

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_spanned::Spanned;
 
+use idem_core::design::Design;
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;
 use idem_sim::scenario::{TriggerKind, Window};
@@ -41,6 +42,23 @@ pub struct ScenarioFile {
     pub clients: Vec<Spanned<ClientFile>>,
     #[serde(default)]
     pub faults: Vec<Spanned<FaultFile>>,
+    /// What a saved regression or corpus file was kept for; the simulator
+    /// ignores it, `idem regress` checks it.
+    pub kept: Field<KeptFile>,
+}
+
+/// `[kept]`: the seed a saved file runs under, the design it was found
+/// failing under, and the path it was saved for (the race windows the
+/// correct design reached under that seed, and a fingerprint of the kinds
+/// of its events), so that `idem regress` can tell when a change of code
+/// moved the seed off that path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptFile {
+    pub seed: Spanned<u64>,
+    pub design: Field<Design>,
+    pub windows: Field<Vec<Spanned<Window>>>,
+    pub event_kinds: Field<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -245,6 +263,23 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind, in the order the format documents them.
+    pub const ALL: &'static [FaultKind] = &[
+        FaultKind::LinkLatency,
+        FaultKind::Hold,
+        FaultKind::Partition,
+        FaultKind::Crash,
+        FaultKind::ProviderHang,
+        FaultKind::ProviderStall,
+        FaultKind::ProviderError,
+        FaultKind::StoreLoseAck,
+        FaultKind::StoreFailBeforeApply,
+        FaultKind::StoreLatency,
+        FaultKind::ClockOffset,
+        FaultKind::ClockDrift,
+        FaultKind::ClockJump,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::LinkLatency => "link_latency",

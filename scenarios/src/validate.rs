@@ -17,13 +17,14 @@ use std::ops::Range;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
+use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;
 use idem_sim::scenario::{
     ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, CLOCK_DRIFT_PPM_MAX,
     CLOCK_OFFSET_MS_MAX, ClientSpec, FAULTS_MAX, Fault, FaultSpec, PROVIDERS_MAX, ProviderProfile,
-    RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When, host,
+    RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When, Window, host,
 };
 
 use crate::error::{ScenarioError, ScenarioErrors};
@@ -31,6 +32,7 @@ use crate::format::{
     ActionFile, ActionKind, ClientFile, FaultFile, FaultKind, Field, Jitter, PolicyKind,
     ProviderFile, ScenarioFile,
 };
+use crate::fuzz::RunPath;
 
 /// One simulation step is at most this long; longer steps would hide the
 /// interleavings the bench exists to find.
@@ -61,14 +63,37 @@ pub mod defaults {
     pub const COUNT: u32 = 1;
 }
 
+/// What a saved file was kept for (its `[kept]` table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The seed it runs under.
+    pub seed: u64,
+    /// The design it was found failing under (`correct` if none is named).
+    pub design: Design,
+    /// The path the correct design took under that seed when it was saved;
+    /// `None` when the file does not record one.
+    pub path: Option<RunPath>,
+}
+
 /// Validates `text` (the contents of `path`) and builds the scenario
 /// `name`.
 pub fn scenario_from_str(name: &str, path: &str, text: &str) -> Result<Scenario, ScenarioErrors> {
+    file_from_str(name, path, text).map(|(scenario, _)| scenario)
+}
+
+/// Validates `text` and builds the scenario `name`, with what the file was
+/// kept for, if it says.
+pub fn file_from_str(
+    name: &str,
+    path: &str,
+    text: &str,
+) -> Result<(Scenario, Option<Kept>), ScenarioErrors> {
     let file = crate::format::parse(text).map_err(|e| ScenarioError::syntax(path, text, &e))?;
     let mut checker = Checker::default();
+    let kept = checker.kept(&file);
     let scenario = checker.scenario(name, file);
     if checker.errors.is_empty() {
-        return Ok(scenario);
+        return Ok((scenario, kept));
     }
     // In file order; errors at one position keep the order they were found.
     checker.errors.sort_by_key(|(span, _)| span.start);
@@ -209,6 +234,45 @@ impl Checker {
                 ),
             );
         }
+    }
+
+    fn kept(&mut self, file: &ScenarioFile) -> Option<Kept> {
+        let kept = file.kept.as_ref()?.get_ref();
+        let event_kinds = kept.event_kinds.as_ref().map(|e| {
+            let text = e.get_ref();
+            if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                self.error(
+                    e.span(),
+                    "`event_kinds` is a fingerprint of 16 hex digits, as `idem fuzz` and `idem regress --update` write it",
+                );
+            }
+            text.to_ascii_lowercase()
+        });
+        let windows = kept.windows.as_ref().map(|ws| {
+            let mut windows: Vec<Window> = ws.get_ref().iter().map(|w| *w.get_ref()).collect();
+            windows.sort();
+            windows.dedup();
+            windows
+        });
+        let path = match (windows, event_kinds) {
+            (Some(windows), Some(event_kinds)) => Some(RunPath {
+                windows,
+                event_kinds,
+            }),
+            (None, None) => None,
+            _ => {
+                self.error(
+                    file.kept.as_ref().map(Spanned::span).unwrap_or_default(),
+                    "a recorded path names both `windows` and `event_kinds`",
+                );
+                None
+            }
+        };
+        Some(Kept {
+            seed: *kept.seed.get_ref(),
+            design: value(&kept.design, Design::Correct),
+            path,
+        })
     }
 
     fn scenario(&mut self, name: &str, file: ScenarioFile) -> Scenario {

@@ -12,7 +12,9 @@ mod bench;
 mod common;
 mod determinism;
 pub mod explore;
+mod fuzz;
 mod list;
+mod merge;
 mod mutants;
 mod regress;
 mod run;
@@ -108,6 +110,14 @@ enum Command {
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
+    /// Search beyond the catalogue: a whole generated world per seed, a
+    /// swarm of faults, failures shrunk and kept in a corpus.
+    #[command(after_help = EXIT_CODES)]
+    Fuzz(fuzz::FuzzArgs),
+    /// Merge the JSON summaries of the shards of one sweep or fuzz run
+    /// into the summary, verdict and exit code of the unsharded run.
+    #[command(after_help = EXIT_CODES)]
+    Merge(merge::MergeArgs),
     /// Measure the simulator against an idle world of the same size.
     Bench(bench::BenchArgs),
     /// Apply the database migrations (as `idem-server migrate` does).
@@ -131,6 +141,8 @@ pub fn main() -> ExitCode {
         Command::Mutants(args) => mutants::mutants(args),
         Command::Explore(args) => explore::explore(args),
         Command::Regress(args) => regress::regress(args),
+        Command::Fuzz(args) => fuzz::fuzz(args),
+        Command::Merge(args) => merge::merge(args),
         Command::Bench(args) => bench::bench(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)
             .map(|()| Exit::Pass)
