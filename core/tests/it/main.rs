@@ -7,4 +7,5 @@ mod differential;
 mod http;
 mod pg_engine;
 mod provider;
+mod reconciler;
 mod support;
