@@ -15,10 +15,11 @@ use crate::model::OwnerId;
 use crate::provider::connect::TcpConnector;
 use crate::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
 use crate::provider::{Provider, ProviderSet};
+use crate::retention::RetentionConfig;
 use crate::service::{Service, ServiceConfig, os_signal, shutdown_pair};
 use crate::store::Store;
 use crate::store::mem::MemStore;
-use crate::store::pg::PgStore;
+use crate::store::pg::{PgStore, SCHEMA_DEFAULT, check_schema};
 
 /// The output schema version certificates name.
 const SCHEMA_VERSION: &str = "v1";
@@ -39,6 +40,39 @@ pub struct MigrateArgs {
     /// PostgreSQL URL, e.g. postgres://user@host/db.
     #[arg(long, env = "DATABASE_URL")]
     database_url: String,
+    /// The PostgreSQL schema of idem's tables and of its migrations' bookkeeping.
+    #[arg(long, env = "IDEM_DATABASE_SCHEMA", default_value = SCHEMA_DEFAULT)]
+    database_schema: String,
+}
+
+/// Operations: where the tables live, how long keys are kept, how many
+/// attempts run at once, and how long slow clients may take.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Operations")]
+pub struct OpsArgs {
+    /// The PostgreSQL schema of idem's tables and of its migrations' bookkeeping.
+    #[arg(long, env = "IDEM_DATABASE_SCHEMA", default_value = SCHEMA_DEFAULT)]
+    database_schema: String,
+    /// How long a connection may take to send its headers, and stay idle
+    /// between requests, before it is closed.
+    #[arg(long, default_value_t = crate::api::HEADER_READ_TIMEOUT_MS_DEFAULT)]
+    header_read_timeout_ms: u64,
+    /// How long a request body may take to arrive (408 past it).
+    #[arg(long, default_value_t = crate::api::BODY_READ_TIMEOUT_MS_DEFAULT)]
+    body_read_timeout_ms: u64,
+    /// How long a finished job, and so its idempotency key, is kept; then a
+    /// background pass prunes it (and a retry with its key makes a new job).
+    #[arg(long, default_value_t = RetentionConfig::default().retention_ms)]
+    retention_ms: u64,
+    /// Jobs pruned per batch (one transaction).
+    #[arg(long, default_value_t = RetentionConfig::default().prune_batch_max)]
+    prune_batch_max: u32,
+    /// Do not run the retention pass in this process.
+    #[arg(long)]
+    no_pruner: bool,
+    /// Attempts the worker runs at once.
+    #[arg(long, default_value_t = crate::worker::WorkerConfig::default().attempts_concurrent_max)]
+    attempts_concurrent_max: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -123,6 +157,8 @@ pub struct ServeArgs {
     no_api: bool,
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 /// Logs to stderr, as text or as JSON lines, filtered by `RUST_LOG`.
@@ -169,8 +205,13 @@ fn authority(url: &str) -> Result<String, CliError> {
 
 /// Opens a pool and brings the schema up to date: a server never runs
 /// against a schema older than its code.
-async fn connect_and_migrate(url: &str, connections_max: u32) -> Result<PgStore, CliError> {
-    let store = PgStore::connect(url, connections_max)
+async fn connect_and_migrate(
+    url: &str,
+    schema: &str,
+    connections_max: u32,
+) -> Result<PgStore, CliError> {
+    check_schema(schema).map_err(CliError::Usage)?;
+    let store = PgStore::connect(url, schema, connections_max)
         .await
         .map_err(|e| CliError::Usage(format!("cannot connect to the database: {e}")))?;
     store
@@ -182,7 +223,7 @@ async fn connect_and_migrate(url: &str, connections_max: u32) -> Result<PgStore,
 
 pub fn migrate(args: MigrateArgs) -> Result<(), CliError> {
     runtime()?.block_on(async {
-        connect_and_migrate(&args.database_url, 2).await?;
+        connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
         println!("migrations applied");
         Ok(())
     })
@@ -234,6 +275,12 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         run_reconciler: !args.no_reconciler,
         ..ServiceConfig::default()
     };
+    config.body_read_timeout_ms = args.ops.body_read_timeout_ms;
+    config.run_pruner = !args.ops.no_pruner;
+    config.retention.retention_ms = args.ops.retention_ms;
+    config.retention.prune_batch_max = args.ops.prune_batch_max;
+    config.worker.attempts_concurrent_max = args.ops.attempts_concurrent_max;
+    config.http.header_read_timeout_ms = args.ops.header_read_timeout_ms;
     config.worker.attempt_deadline_ms = args.attempt_deadline_ms;
     config.worker.attempts_max = args.attempts_max;
     config.reconciler.unknown_max_ms = args.unknown_max_ms;
@@ -250,7 +297,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                         "--store postgres needs --database-url (or DATABASE_URL)".into(),
                     )
                 })?;
-                Arc::new(connect_and_migrate(url, 16).await?)
+                Arc::new(connect_and_migrate(url, &args.ops.database_schema, 16).await?)
             }
         };
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);

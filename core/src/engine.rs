@@ -12,7 +12,9 @@ use crate::clock::{Clock, IdSource};
 use crate::contract::Providers;
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::fingerprint;
+use crate::fingerprint::Canonical;
+use crate::json::Json;
+use crate::metrics::Metrics;
 use crate::model::{
     Attempt, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobId, JobRequest, JobState,
     KeyError, NewEvent, OwnerId,
@@ -174,6 +176,8 @@ pub struct Engine {
     ids: Arc<dyn IdSource>,
     providers: Providers,
     policy: Policy,
+    /// Counts what the engine decides (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
     /// The design under test. Only the bench has naive designs: without
     /// the `bench` feature the engine is idem's design and nothing else.
     #[cfg(feature = "bench")]
@@ -198,6 +202,7 @@ impl Engine {
             ids,
             providers,
             policy,
+            metrics: Arc::new(Metrics::new()),
             #[cfg(feature = "bench")]
             design: Design::Correct,
             #[cfg(feature = "bench")]
@@ -221,6 +226,10 @@ impl Engine {
         self.policy
     }
 
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Create the job for (owner, key), or replay it. The owner comes from
     /// the caller's credentials. The key is bound to the canonical request.
     pub async fn create_job(
@@ -228,6 +237,41 @@ impl Engine {
         owner: &OwnerId,
         key: &str,
         request: JobRequest,
+    ) -> Result<Created, EngineError> {
+        self.create_job_exact(owner, key, request, None).await
+    }
+
+    /// [`Engine::create_job`] with `params` exactly as the client wrote them
+    /// (see [`crate::json`]): a number serde_json would round keeps its
+    /// digits in the fingerprint and in the stored request. `request.params`
+    /// is then only the rounded view of the same document.
+    pub async fn create_job_exact(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+        params: Option<&Json>,
+    ) -> Result<Created, EngineError> {
+        let created = self.create(owner, key, request, params).await;
+        match &created {
+            Ok(Created::New(_)) => self.metrics.job_created(),
+            Ok(Created::Replayed(_)) => self.metrics.job_replayed(),
+            Err(EngineError::KeyReused { .. }) => self.metrics.job_refused("key_reused"),
+            Err(EngineError::InvalidKey(_)) => self.metrics.job_refused("invalid_key"),
+            Err(EngineError::UnknownProvider { .. }) => {
+                self.metrics.job_refused("unknown_provider");
+            }
+            Err(_) => {}
+        }
+        created
+    }
+
+    async fn create(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+        params: Option<&Json>,
     ) -> Result<Created, EngineError> {
         let key = IdempotencyKey::parse(key)?;
         #[cfg(feature = "bench")]
@@ -239,14 +283,18 @@ impl Engine {
                 });
             }
         }
-        let canonical = fingerprint::canonicalize(
+        let mut body = Json::from_value(
             &serde_json::to_value(&request).expect("a JobRequest always serializes"),
         );
+        if let (Some(params), Json::Object(members)) = (params, &mut body) {
+            members.insert("params".to_owned(), params.clone());
+        }
+        let canonical = Canonical::from_json(&body);
         let new = NewJob {
             id: self.ids.job_id(),
             owner_id: owner.clone(),
             idempotency_key: key,
-            request_fingerprint: fingerprint::fingerprint(&canonical),
+            request_fingerprint: canonical.fingerprint(),
             request: canonical,
             provider: request.provider,
             fallbacks: request.fallbacks,
@@ -515,7 +563,10 @@ impl Engine {
             };
             match self.store.complete(completion).await {
                 Ok(CompleteOutcome::Won(job)) => return Ok(Verdict::Won(job)),
-                Ok(CompleteOutcome::Lost { winner }) => return Ok(Verdict::Lost { winner }),
+                Ok(CompleteOutcome::Lost { winner }) => {
+                    self.metrics.cas_lost();
+                    return Ok(Verdict::Lost { winner });
+                }
                 Ok(CompleteOutcome::NotOpen { state }) => {
                     return Ok(Verdict::Discarded { state });
                 }
@@ -733,7 +784,7 @@ impl Engine {
         }
         Ok(Some(Err(EngineError::KeyReused {
             existing: existing.id,
-            differing_pointers: fingerprint::diff(&existing.request, &new.request),
+            differing_pointers: crate::fingerprint::diff(&existing.request, &new.request.value()),
         })))
     }
 

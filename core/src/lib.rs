@@ -9,7 +9,7 @@
 //! holds the atomic operations and their PostgreSQL implementation;
 //! [`engine`] composes them.
 //!
-//! I/O-free modules: `model`, `transition`, `fingerprint`, `contract`.
+//! I/O-free modules: `model`, `transition`, `json`, `fingerprint`, `contract`.
 //!
 //! The product and the bench: what exists only to be judged (the naive
 //! designs in `design`, the fault-injecting store wrapper in
@@ -26,10 +26,13 @@ pub mod contract;
 pub mod design;
 pub mod engine;
 pub mod fingerprint;
+pub mod json;
+pub mod metrics;
 pub mod model;
 pub mod periodic;
 pub mod provider;
 pub mod reconciler;
+pub mod retention;
 pub mod service;
 pub mod stamp;
 pub mod store;

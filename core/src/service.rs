@@ -1,5 +1,5 @@
-//! The whole service in one process: the HTTP API, the worker and the
-//! reconciler over one engine. `idem serve` runs this; the simulator
+//! The whole service in one process: the HTTP API, the worker, the
+//! reconciler and the key-retention pruner over one engine. `idem serve` runs this; the simulator
 //! instead places the same parts on separate hosts.
 
 use std::sync::Arc;
@@ -7,10 +7,12 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::api::{self, AppState, Auth};
+use crate::api::{self, AppState, Auth, ConnectionLimits};
+use crate::clock::UuidV7Ids;
 use crate::engine::Engine;
 use crate::provider::ProviderSet;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::retention::{Pruner, RetentionConfig};
 use crate::worker::{Worker, WorkerConfig};
 
 /// Which loops run beside the API, and their tunables.
@@ -18,20 +20,31 @@ use crate::worker::{Worker, WorkerConfig};
 #[serde(default, deny_unknown_fields)]
 pub struct ServiceConfig {
     pub body_limit_bytes: usize,
+    /// How long a request body may take to arrive (408 past it).
+    pub body_read_timeout_ms: u64,
+    /// Header read timeout, idle keep-alive, shutdown drain.
+    pub http: ConnectionLimits,
     pub run_worker: bool,
     pub run_reconciler: bool,
     pub worker: WorkerConfig,
     pub reconciler: ReconcilerConfig,
+    /// Key retention's background pass.
+    pub run_pruner: bool,
+    pub retention: RetentionConfig,
 }
 
 impl Default for ServiceConfig {
     fn default() -> Self {
         Self {
             body_limit_bytes: api::BODY_LIMIT_BYTES_DEFAULT,
+            body_read_timeout_ms: api::BODY_READ_TIMEOUT_MS_DEFAULT,
+            http: ConnectionLimits::default(),
             run_worker: true,
             run_reconciler: true,
             worker: WorkerConfig::default(),
             reconciler: ReconcilerConfig::default(),
+            run_pruner: true,
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -70,6 +83,7 @@ pub struct Service {
     pub state: AppState,
     pub worker: Worker,
     pub reconciler: Reconciler,
+    pub pruner: Pruner,
     config: ServiceConfig,
 }
 
@@ -77,13 +91,19 @@ impl Service {
     pub fn new(engine: Engine, auth: Auth, providers: ProviderSet, config: ServiceConfig) -> Self {
         let worker = Worker::new(engine.clone(), providers.clone(), config.worker.clone());
         let reconciler = Reconciler::new(engine.clone(), providers, config.reconciler.clone());
+        let pruner = Pruner::new(engine.clone(), config.retention.clone());
         let state = AppState::new(engine, auth)
             .with_body_limit_bytes(config.body_limit_bytes)
-            .with_runner(Arc::new(worker.clone()));
+            .with_body_read_timeout_ms(config.body_read_timeout_ms)
+            .with_runner(Arc::new(worker.clone()))
+            // Production adapter: request ids name log lines across
+            // replicas and restarts, so they are time-ordered and random.
+            .with_request_ids(Arc::new(UuidV7Ids));
         Self {
             state,
             worker,
             reconciler,
+            pruner,
             config,
         }
     }
@@ -96,7 +116,13 @@ impl Service {
         L::Addr: std::fmt::Debug,
     {
         let mut loops = self.spawn_loops(&shutdown);
-        let served = api::serve(listener, api::router(self.state), shutdown.wait()).await;
+        let served = api::serve_with(
+            listener,
+            api::router(self.state),
+            shutdown.wait(),
+            &self.config.http,
+        )
+        .await;
         while loops.join_next().await.is_some() {}
         served
     }
@@ -117,6 +143,10 @@ impl Service {
         if self.config.run_reconciler {
             let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
             loops.spawn(async move { reconciler.run(stop.wait()).await });
+        }
+        if self.config.run_pruner {
+            let (pruner, stop) = (self.pruner.clone(), shutdown.clone());
+            loops.spawn(async move { pruner.run(stop.wait()).await });
         }
         loops
     }

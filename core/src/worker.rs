@@ -9,19 +9,26 @@
 //! makes the attempt *unknown*, never *failed*: the provider may be working.
 //! Retries and failover are bounded by `attempts_max`; failover and hedging
 //! go only to providers with a valid contract certificate.
+//!
+//! Each attempt runs as a task of its own, at most `attempts_concurrent_max`
+//! at once: a poll starts what the free slots allow and does not wait for
+//! them, so a provider that stalls until the deadline holds one slot, not
+//! the jobs queued behind it.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
-use crate::model::{Attempt, AttemptState, EventKind, Job};
+use crate::model::{Attempt, AttemptState, EventKind, Job, JobId};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 
 /// Runs attempts started elsewhere (the backup button) to their end.
@@ -44,6 +51,10 @@ pub struct WorkerConfig {
     pub attempts_max: u32,
     /// Jobs picked up per poll.
     pub jobs_per_tick_max: u32,
+    /// Attempts this worker runs at once: those its polls start and those
+    /// the backup button hands it. A poll starts no more than the free
+    /// slots allow.
+    pub attempts_concurrent_max: u32,
 }
 
 impl Default for WorkerConfig {
@@ -54,6 +65,7 @@ impl Default for WorkerConfig {
             attempt_deadline_ms: 10_000,
             attempts_max: 3,
             jobs_per_tick_max: 16,
+            attempts_concurrent_max: 32,
         }
     }
 }
@@ -94,6 +106,12 @@ struct WorkerInner {
     engine: Engine,
     providers: ProviderSet,
     config: WorkerConfig,
+    /// One permit per attempt that may run at once.
+    slots: Arc<Semaphore>,
+    /// Jobs a task of this worker holds, so that a poll does not hand the
+    /// same job to a second task before the first has started its attempt.
+    /// At most `attempts_concurrent_max` entries.
+    held: Mutex<BTreeSet<JobId>>,
 }
 
 /// What the provider call came to.
@@ -104,11 +122,16 @@ enum CallOutcome {
 
 impl Worker {
     pub fn new(engine: Engine, providers: ProviderSet, config: WorkerConfig) -> Self {
+        let slots = Arc::new(Semaphore::new(
+            usize::try_from(config.attempts_concurrent_max.max(1)).unwrap_or(1),
+        ));
         Self {
             inner: Arc::new(WorkerInner {
                 engine,
                 providers,
                 config,
+                slots,
+                held: Mutex::default(),
             }),
         }
     }
@@ -121,16 +144,85 @@ impl Worker {
         &self.inner.engine
     }
 
-    /// Polls until `shutdown` resolves.
+    /// Polls until `shutdown` resolves, then waits for the attempts in
+    /// flight (each is bounded by its connect timeout and its deadline).
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
-        let interval_ms = self.config().poll_interval_ms;
-        crate::periodic::every("worker", interval_ms, shutdown, || async {
-            self.tick().await.errors
-        })
-        .await;
+        let interval = Duration::from_millis(self.config().poll_interval_ms);
+        let mut running = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            while running.try_join_next().is_some() {}
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = self.poll(&mut running) => {}
+            }
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+        while running.join_next().await.is_some() {}
     }
 
-    /// One poll: advance every job that needs an attempt, concurrently.
+    /// One poll: start an attempt for as many waiting jobs as there are free
+    /// slots (at most `jobs_per_tick_max`), each as a task in `running`,
+    /// without waiting for them.
+    async fn poll(&self, running: &mut JoinSet<()>) {
+        let free = self.inner.slots.available_permits();
+        if free == 0 {
+            return;
+        }
+        let limit = u32::try_from(free)
+            .unwrap_or(u32::MAX)
+            .min(self.config().jobs_per_tick_max);
+        let jobs = match self.engine().store().jobs_needing_attempt(limit).await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::warn!(error = %e, "worker poll failed");
+                return;
+            }
+        };
+        for job in jobs {
+            let Ok(slot) = self.inner.slots.clone().try_acquire_owned() else {
+                break;
+            };
+            if !self.hold(job.id) {
+                continue;
+            }
+            let worker = self.clone();
+            running.spawn(async move {
+                let id = job.id;
+                if let Err(e) = worker.advance(job).await {
+                    tracing::warn!(job = %id, error = %e, "worker step failed");
+                }
+                worker.release(id);
+                drop(slot);
+            });
+        }
+    }
+
+    /// Marks `job` as held by a task of this worker; false if one holds it.
+    fn hold(&self, job: JobId) -> bool {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(job)
+    }
+
+    fn release(&self, job: JobId) {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job);
+    }
+
+    /// One poll that waits for what it started: every job that needs an
+    /// attempt (up to `jobs_per_tick_max`) is advanced, concurrently. For
+    /// tests and tools that step the worker; [`Worker::run`] does not wait.
     pub async fn tick(&self) -> TickReport {
         let mut report = TickReport::default();
         let jobs = match self
@@ -267,6 +359,7 @@ impl Worker {
                     .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
                 params: job.request.get("params").cloned().unwrap_or(Value::Null),
             };
+            let dispatched_at = engine.clock().now();
             let send = connection.send(call);
             let deadline =
                 tokio::time::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
@@ -294,6 +387,15 @@ impl Worker {
                     }
                 }
             };
+            let elapsed_ms = (engine.clock().now() - dispatched_at).num_milliseconds();
+            let result = match &outcome {
+                CallOutcome::Answered(Ok(_)) => "ok",
+                CallOutcome::Answered(Err(_)) => "error",
+                CallOutcome::TimedOut => "timeout",
+            };
+            engine
+                .metrics()
+                .provider_call(&attempt.provider, result, elapsed_ms);
             let end = self.settle(&running, outcome).await;
             // At most one hedge per attempt, itself bounded by its deadline.
             while hedges.join_next().await.is_some() {}
@@ -368,9 +470,15 @@ impl Worker {
 }
 
 impl AttemptRunner for Worker {
+    /// Runs the attempt in one of the worker's slots, waiting for one if
+    /// all are taken (the attempt holds its job's open slot meanwhile, so
+    /// at most one waits per job).
     fn launch(&self, job: Job, attempt: Attempt) {
         let worker = self.clone();
         tokio::spawn(async move {
+            let Ok(_slot) = worker.inner.slots.clone().acquire_owned().await else {
+                return;
+            };
             if let Err(e) = worker.execute(job, attempt, false).await {
                 tracing::warn!(error = %e, "backup attempt failed to run");
             }

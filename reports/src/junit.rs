@@ -8,7 +8,9 @@
 
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
+use crate::mutants::Role;
 use crate::run::RunVerdict;
+use crate::suite::SuiteReport;
 use crate::sweep::SweepSummary;
 
 /// Why JUnit could not be rendered.
@@ -25,6 +27,58 @@ pub const COVERAGE_SUITE: &str = "race windows";
 /// Renders `summary` as a JUnit XML document.
 pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
     let mut report = Report::new(format!("idem sweep (design {})", summary.design));
+    add_sweep(&mut report, summary);
+    Ok(report.to_string()?)
+}
+
+/// The name of the suite of naive designs in a suite's JUnit file.
+pub const MUTANTS_SUITE: &str = "naive designs";
+
+/// Renders a design-review suite: the correct design's sweep as
+/// [`render`] does (its correct-design runs), then one test case per
+/// naive design, which fails when the design was not caught.
+pub fn render_suite(suite: &SuiteReport, correct: &SweepSummary) -> Result<String, JunitError> {
+    let mut report = Report::new("idem report");
+    add_sweep(&mut report, correct);
+    let mut cases = TestSuite::new(MUTANTS_SUITE);
+    add_build(&mut cases, correct);
+    for design in suite
+        .mutants
+        .designs
+        .iter()
+        .filter(|d| d.role == Role::Mutant)
+    {
+        let status = if design.ok() {
+            TestCaseStatus::success()
+        } else {
+            let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            status.set_message(match &design.first_failure {
+                Some(f) => format!(
+                    "the first failing run could not finish: {}",
+                    f.error.clone().unwrap_or_default()
+                ),
+                None => format!(
+                    "not caught: every run of seeds {}..{} passed",
+                    suite.seeds.start, suite.seeds.end
+                ),
+            });
+            status
+        };
+        let mut case = TestCase::new(design.design.as_str(), status);
+        case.set_classname(MUTANTS_SUITE);
+        if let Some(f) = &design.first_failure {
+            case.set_system_out(format!(
+                "caught after {} seeds by {} seed {}\nreproduce with: {}\n",
+                design.seeds_tried, f.scenario, f.seed, f.reproduce
+            ));
+        }
+        cases.add_test_case(case);
+    }
+    report.add_test_suite(cases);
+    Ok(report.to_string()?)
+}
+
+fn add_sweep(report: &mut Report, summary: &SweepSummary) {
     for scenario in &summary.scenarios {
         let mut suite = TestSuite::new(scenario.name.as_str());
         add_build(&mut suite, summary);
@@ -103,7 +157,6 @@ pub fn render(summary: &SweepSummary) -> Result<String, JunitError> {
         }
         report.add_test_suite(suite);
     }
-    Ok(report.to_string()?)
 }
 
 /// The build and the seeds as suite properties: a seed reproduces a run

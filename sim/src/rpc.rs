@@ -26,8 +26,8 @@ use idem_core::model::{
 use idem_core::store::call::{StoreCall, StoreReply, apply};
 use idem_core::store::faults::{FaultPlan, StoreFault};
 use idem_core::store::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 
 use crate::trace::{Recorder, TraceBody};
@@ -285,6 +285,62 @@ impl Store for RemoteStore {
             other => Err(unexpected(other)),
         }
     }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        let call = StoreCall::JobsOfOwner {
+            owner: owner.clone(),
+            after,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Jobs(jobs) => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let call = StoreCall::AttemptsPage {
+            state,
+            after,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Attempts(attempts) => Ok(attempts),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        match self.call(StoreCall::AttemptCensus).await? {
+            StoreReply::Census(census) => Ok(census),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let call = StoreCall::PruneJobs {
+            updated_before,
+            limit,
+        };
+        match self.call(call).await? {
+            StoreReply::Pruned(jobs) => Ok(jobs),
+            other => Err(unexpected(other)),
+        }
+    }
 }
 
 /// What the store host remembers to describe outcomes in the trace:
@@ -336,7 +392,7 @@ impl StoreObserver {
                         out.push(TraceBody::AttemptStarted {
                             job_id: attempt.job_id,
                             attempt_id: attempt.id,
-                            seq: attempt.seq,
+                            attempt_seq: attempt.seq,
                             provider: attempt.provider.clone(),
                             read_version: attempt.read_version,
                         });
@@ -440,9 +496,12 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((mut stream, peer)) = listener.accept().await else {
             continue;
         };
+        // The calling host, for the trace (reports draw the call as an
+        // arrow from it); turmoil names every simulated address.
+        let caller = turmoil::reverse_lookup(peer.ip());
         let (store, plan, observer, recorder, host) = (
             store.clone(),
             plan.clone(),
@@ -459,8 +518,9 @@ pub async fn serve_store(
             let injected_before = plan.injected().len();
             let fault = plan.next(request.op());
             for injected in plan.injected().into_iter().skip(injected_before) {
-                recorder.record(
+                recorder.record_call(
                     &host,
+                    caller.as_deref(),
                     TraceBody::StoreFaultInjected {
                         op: injected.op,
                         occurrence: injected.occurrence,
@@ -479,7 +539,7 @@ pub async fn serve_store(
                 Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
             };
             for body in observer.describe(&request, &result) {
-                recorder.record(&host, body);
+                recorder.record_call(&host, caller.as_deref(), body);
             }
             if fault == Some(StoreFault::LoseAck) {
                 // Applied, and the answer never leaves: drop the connection.

@@ -328,6 +328,7 @@ impl Default for Topology {
                 attempt_deadline_ms: 2_000,
                 attempts_max: 3,
                 jobs_per_tick_max: 16,
+                attempts_concurrent_max: 32,
             },
             reconciler_config: ReconcilerConfig {
                 poll_interval_ms: 250,

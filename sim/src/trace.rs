@@ -30,6 +30,11 @@ pub struct TraceEvent {
     pub t_ms: u64,
     /// The host that observed it.
     pub host: String,
+    /// For an event the store host records while serving a call: the host
+    /// that made the call (`worker-1`, `api-2`, `reconciler`). Reports draw
+    /// store calls as arrows from this host; the oracle does not read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     #[serde(flatten)]
     pub body: TraceBody,
 }
@@ -93,7 +98,10 @@ pub enum TraceBody {
     AttemptStarted {
         job_id: JobId,
         attempt_id: AttemptId,
-        seq: i32,
+        /// The attempt's number within its job. Not `seq`: a trace line
+        /// flattens the body beside the event's own `seq`, and a JSON
+        /// object's keys must be unique.
+        attempt_seq: i32,
         provider: String,
         read_version: i64,
     },
@@ -232,6 +240,13 @@ impl Trace {
     }
 }
 
+/// Simulated milliseconds since the run started (0 outside a host).
+fn sim_now_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, |d| {
+        u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
+    })
+}
+
 #[derive(Debug, Default)]
 struct RecorderState {
     events: Vec<TraceEvent>,
@@ -257,14 +272,21 @@ impl Recorder {
 
     /// Records `body` as seen by `host` now (simulated time).
     pub fn record(&self, host: &str, body: TraceBody) {
-        let t_ms = turmoil::sim_elapsed().map_or(0, |d| {
-            u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
-        });
-        self.record_at(t_ms, host, body);
+        self.record_at(sim_now_ms(), host, body);
+    }
+
+    /// Records `body` as seen by `host` now, while serving a call from
+    /// `caller`.
+    pub fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody) {
+        self.push(sim_now_ms(), host, caller, body);
     }
 
     /// Records `body` at an explicit time (for the driver, outside hosts).
     pub fn record_at(&self, t_ms: u64, host: &str, body: TraceBody) {
+        self.push(t_ms, host, None, body);
+    }
+
+    fn push(&self, t_ms: u64, host: &str, caller: Option<&str>, body: TraceBody) {
         let mut state = self.lock();
         if state.truncated {
             return;
@@ -283,6 +305,7 @@ impl Recorder {
             seq,
             t_ms,
             host: host.to_owned(),
+            caller: caller.map(str::to_owned),
             body,
         });
     }
@@ -316,6 +339,18 @@ mod tests {
     fn jsonl_round_trips_and_hash_is_stable() {
         let recorder = Recorder::new();
         recorder.record_at(5, "client-a", TraceBody::ClientDone { client: "a".into() });
+        // A body with a number of its own beside the event's `seq`.
+        recorder.record_at(
+            6,
+            "store",
+            TraceBody::AttemptStarted {
+                job_id: JobId(uuid::Uuid::from_u128(1)),
+                attempt_id: AttemptId(uuid::Uuid::from_u128(2)),
+                attempt_seq: 1,
+                provider: "primary".into(),
+                read_version: 0,
+            },
+        );
         recorder.record_at(
             7,
             "store",

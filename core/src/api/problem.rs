@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
+use crate::json::JsonError;
 use crate::store::StoreError;
 
 /// The media type of every error body.
@@ -21,8 +22,13 @@ pub enum ProblemType {
     MissingIdempotencyKey,
     InvalidIdempotencyKey,
     MalformedJson,
+    NulCharacter,
+    InvalidQuery,
     UnsupportedMediaType,
     PayloadTooLarge,
+    RequestTimeout,
+    HeaderFieldsTooLarge,
+    MethodNotAllowed,
     IdempotencyKeyReused,
     UnknownProvider,
     ProviderNotCertified,
@@ -41,8 +47,13 @@ impl ProblemType {
         ProblemType::MissingIdempotencyKey,
         ProblemType::InvalidIdempotencyKey,
         ProblemType::MalformedJson,
+        ProblemType::NulCharacter,
+        ProblemType::InvalidQuery,
         ProblemType::UnsupportedMediaType,
         ProblemType::PayloadTooLarge,
+        ProblemType::RequestTimeout,
+        ProblemType::HeaderFieldsTooLarge,
+        ProblemType::MethodNotAllowed,
         ProblemType::IdempotencyKeyReused,
         ProblemType::UnknownProvider,
         ProblemType::ProviderNotCertified,
@@ -61,8 +72,13 @@ impl ProblemType {
             ProblemType::MissingIdempotencyKey => "missing-idempotency-key",
             ProblemType::InvalidIdempotencyKey => "invalid-idempotency-key",
             ProblemType::MalformedJson => "malformed-json",
+            ProblemType::NulCharacter => "nul-character",
+            ProblemType::InvalidQuery => "invalid-query",
             ProblemType::UnsupportedMediaType => "unsupported-media-type",
             ProblemType::PayloadTooLarge => "payload-too-large",
+            ProblemType::RequestTimeout => "request-timeout",
+            ProblemType::HeaderFieldsTooLarge => "header-fields-too-large",
+            ProblemType::MethodNotAllowed => "method-not-allowed",
             ProblemType::IdempotencyKeyReused => "idempotency-key-reused",
             ProblemType::UnknownProvider => "unknown-provider",
             ProblemType::ProviderNotCertified => "provider-not-certified",
@@ -89,14 +105,30 @@ pub enum ApiError {
     Forbidden,
     #[error("the Idempotency-Key header is required")]
     MissingIdempotencyKey,
+    #[error("the Idempotency-Key header may be sent only once")]
+    DuplicateIdempotencyKey,
     #[error("the body must be application/json")]
     UnsupportedMediaType,
     #[error("the body is larger than {limit_bytes} bytes")]
     PayloadTooLarge { limit_bytes: usize },
     #[error("the body is not valid for this request: {0}")]
     MalformedJson(String),
+    /// The body is not acceptable JSON (see [`crate::json`]).
+    #[error("the body is not acceptable JSON: {0}")]
+    Json(#[from] JsonError),
+    #[error("invalid query parameters: {0}")]
+    InvalidQuery(String),
+    #[error("the request body did not arrive within {timeout_ms} ms")]
+    RequestTimeout { timeout_ms: u64 },
+    #[error("the request headers exceed {headers_max} fields or {bytes_max} bytes")]
+    HeaderFieldsTooLarge {
+        headers_max: usize,
+        bytes_max: usize,
+    },
     #[error("no such resource")]
     NotFound,
+    #[error("this resource does not support this method")]
+    MethodNotAllowed,
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -128,6 +160,47 @@ impl ApiError {
             ApiError::MissingIdempotencyKey => (
                 StatusCode::BAD_REQUEST,
                 ProblemType::MissingIdempotencyKey,
+                json!({}),
+            ),
+            ApiError::DuplicateIdempotencyKey => (
+                StatusCode::BAD_REQUEST,
+                ProblemType::InvalidIdempotencyKey,
+                json!({}),
+            ),
+            ApiError::Json(e @ JsonError::NulCharacter { pointer }) => (
+                StatusCode::BAD_REQUEST,
+                ProblemType::NulCharacter,
+                json!({"pointer": pointer, "reason": e.to_string()}),
+            ),
+            ApiError::Json(e) => (
+                StatusCode::BAD_REQUEST,
+                ProblemType::MalformedJson,
+                match e.pointer() {
+                    Some(pointer) => json!({"pointer": pointer}),
+                    None => json!({}),
+                },
+            ),
+            ApiError::InvalidQuery(_) => (
+                StatusCode::BAD_REQUEST,
+                ProblemType::InvalidQuery,
+                json!({}),
+            ),
+            ApiError::RequestTimeout { timeout_ms } => (
+                StatusCode::REQUEST_TIMEOUT,
+                ProblemType::RequestTimeout,
+                json!({"timeout_ms": timeout_ms}),
+            ),
+            ApiError::HeaderFieldsTooLarge {
+                headers_max,
+                bytes_max,
+            } => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                ProblemType::HeaderFieldsTooLarge,
+                json!({"headers_max": headers_max, "bytes_max": bytes_max}),
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                ProblemType::MethodNotAllowed,
                 json!({}),
             ),
             ApiError::UnsupportedMediaType => (
@@ -220,8 +293,13 @@ fn title(problem_type: ProblemType) -> &'static str {
         ProblemType::MissingIdempotencyKey => "Idempotency-Key header missing",
         ProblemType::InvalidIdempotencyKey => "Idempotency-Key header invalid",
         ProblemType::MalformedJson => "Malformed request body",
+        ProblemType::NulCharacter => "NUL character in a JSON string",
+        ProblemType::InvalidQuery => "Invalid query parameters",
         ProblemType::UnsupportedMediaType => "Unsupported media type",
         ProblemType::PayloadTooLarge => "Request body too large",
+        ProblemType::RequestTimeout => "Request body not received in time",
+        ProblemType::HeaderFieldsTooLarge => "Request header fields too large",
+        ProblemType::MethodNotAllowed => "Method not allowed",
         ProblemType::IdempotencyKeyReused => "Idempotency key reused with a different request",
         ProblemType::UnknownProvider => "Unknown provider",
         ProblemType::ProviderNotCertified => "Provider not certified for failover",
@@ -234,31 +312,120 @@ fn title(problem_type: ProblemType) -> &'static str {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, problem_type, extensions) = self.problem();
-        if status.is_server_error() {
-            tracing::warn!(error = %self, "request failed");
-        }
-        let body = Problem {
+/// What a server error was, for the log only: it is kept in the response's
+/// extensions, never in its body, and [`tag_server_error`] logs it under the
+/// request id that the body names.
+#[derive(Clone, Debug)]
+pub struct ServerErrorDetail(pub String);
+
+impl Problem {
+    /// The response carrying this problem.
+    pub fn into_response_with(self, status: StatusCode) -> Response {
+        let mut response = (status, axum::Json(self)).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        response
+    }
+
+    fn of(
+        problem_type: ProblemType,
+        status: StatusCode,
+        detail: String,
+        extensions: Value,
+    ) -> Self {
+        Problem {
             problem_type: problem_type.uri(),
             title: title(problem_type),
             status: status.as_u16(),
-            detail: self.to_string(),
+            detail,
             extensions: match extensions {
                 Value::Object(map) => map,
                 _ => serde_json::Map::new(),
             },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, problem_type, extensions) = self.problem();
+        // A server error's own text (a database's message, a connection
+        // error) is for the operator, not the client.
+        let detail = if status.is_server_error() {
+            "the request could not be completed; quote the request_id to the operator".to_owned()
+        } else {
+            self.to_string()
         };
-        let mut response = (status, axum::Json(body)).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if status == StatusCode::UNAUTHORIZED {
+        let mut response =
+            Problem::of(problem_type, status, detail, extensions).into_response_with(status);
+        match status {
+            StatusCode::UNAUTHORIZED => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // The rest of the body may never come: do not wait for it.
+            StatusCode::REQUEST_TIMEOUT => {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
+        }
+        if status.is_server_error() {
             response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                .extensions_mut()
+                .insert(ServerErrorDetail(self.to_string()));
         }
         response
     }
+}
+
+/// Gives every 5xx response a request id: the body carries the id and no
+/// internal text; the log carries the id and the detail. Responses that
+/// did not come from [`ApiError`] (a rejection, a panic in a layer) are
+/// replaced by an `internal` problem.
+pub fn tag_server_error(
+    mut response: Response,
+    request_id: &str,
+    method: &str,
+    path: &str,
+) -> Response {
+    let status = response.status();
+    if !status.is_server_error() {
+        return response;
+    }
+    let detail = response
+        .extensions_mut()
+        .remove::<ServerErrorDetail>()
+        .map_or_else(
+            || "a server error outside the API's errors".to_owned(),
+            |d| d.0,
+        );
+    tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
+    let (problem_type, problem_detail) = match status {
+        StatusCode::SERVICE_UNAVAILABLE => (
+            ProblemType::StoreUnavailable,
+            "the store is unavailable; retry with the same Idempotency-Key",
+        ),
+        _ => (
+            ProblemType::Internal,
+            "the request could not be completed; quote the request_id to the operator",
+        ),
+    };
+    let headers = std::mem::take(response.headers_mut());
+    let mut tagged = Problem::of(
+        problem_type,
+        status,
+        problem_detail.to_owned(),
+        json!({"request_id": request_id}),
+    )
+    .into_response_with(status);
+    for (name, value) in &headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            tagged.headers_mut().insert(name, value.clone());
+        }
+    }
+    tagged
 }

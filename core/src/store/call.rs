@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::faults::StoreOp;
 use super::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
@@ -58,6 +58,21 @@ pub enum StoreCall {
     Attempts(JobId),
     Events(JobId),
     Dump,
+    JobsOfOwner {
+        owner: OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    },
+    AttemptsPage {
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    },
+    AttemptCensus,
+    PruneJobs {
+        updated_before: Timestamp,
+        limit: u32,
+    },
 }
 
 /// One store answer.
@@ -76,6 +91,8 @@ pub enum StoreReply {
     Attempts(Vec<Attempt>),
     Events(Vec<Event>),
     Dump(StoreDump),
+    Census(AttemptCensus),
+    Pruned(Vec<JobId>),
 }
 
 impl StoreCall {
@@ -89,6 +106,7 @@ impl StoreCall {
             StoreCall::FailJob { .. } => StoreOp::FailJob,
             StoreCall::RecordEvent(_) => StoreOp::RecordEvent,
             StoreCall::PutCertificate(_) => StoreOp::PutCertificate,
+            StoreCall::PruneJobs { .. } => StoreOp::PruneJobs,
             _ => StoreOp::Read,
         }
     }
@@ -141,5 +159,20 @@ pub async fn apply(store: &dyn Store, call: StoreCall) -> Result<StoreReply, Sto
         StoreCall::Attempts(job_id) => StoreReply::Attempts(store.attempts(job_id).await?),
         StoreCall::Events(job_id) => StoreReply::Events(store.events(job_id).await?),
         StoreCall::Dump => StoreReply::Dump(store.dump().await?),
+        StoreCall::JobsOfOwner {
+            owner,
+            after,
+            limit,
+        } => StoreReply::Jobs(store.jobs_of_owner(&owner, after, limit).await?),
+        StoreCall::AttemptsPage {
+            state,
+            after,
+            limit,
+        } => StoreReply::Attempts(store.attempts_page(state, after, limit).await?),
+        StoreCall::AttemptCensus => StoreReply::Census(store.attempt_census().await?),
+        StoreCall::PruneJobs {
+            updated_before,
+            limit,
+        } => StoreReply::Pruned(store.prune_jobs(updated_before, limit).await?),
     })
 }

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
@@ -37,6 +37,7 @@ pub enum StoreOp {
     FailJob,
     RecordEvent,
     PutCertificate,
+    PruneJobs,
     /// Any read.
     Read,
 }
@@ -286,6 +287,42 @@ impl Store for FaultyStore {
 
     async fn dump(&self) -> Result<StoreDump, StoreError> {
         self.inner.dump().await
+    }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        self.run(StoreOp::Read, self.inner.jobs_of_owner(owner, after, limit))
+            .await
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        self.run(StoreOp::Read, self.inner.attempts_page(state, after, limit))
+            .await
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        self.run(StoreOp::Read, self.inner.attempt_census()).await
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        self.run(
+            StoreOp::PruneJobs,
+            self.inner.prune_jobs(updated_before, limit),
+        )
+        .await
     }
 }
 

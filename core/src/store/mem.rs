@@ -25,19 +25,21 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use self::pg_value::{jsonb, text, timestamptz};
+use self::pg_value::{jsonb, jsonb_text, text, timestamptz};
 
 use super::shared::{
-    assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
-    won_events,
+    assert_transition_target, completion_allowed, found_key, lost_event, refusal_event,
+    transition_event, won_events,
 };
 use super::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
 use crate::design::Design;
+use crate::fingerprint::Canonical;
+use crate::json::Json;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -91,6 +93,10 @@ impl Constraints {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemSnapshot {
     jobs: BTreeMap<JobId, Job>,
+    /// Each job's request exactly as `jsonb` holds it (`numeric` keeps every
+    /// digit; `Job::request` is serde_json's reading of it).
+    #[serde(default)]
+    requests: BTreeMap<JobId, Canonical>,
     /// (owner, key) -> jobs in insertion order; one entry per key while the
     /// unique constraint is in force.
     #[serde(with = "entries")]
@@ -281,14 +287,16 @@ impl MemSnapshot {
 #[async_trait]
 impl Store for MemStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
-        // The insert's parameters, in the order PostgreSQL binds them.
+        // The insert's parameters, in the order PostgreSQL binds them; then
+        // the request's cast from text to jsonb, when the row is built.
         text(&new.owner_id.0)?;
         text(&new.request_fingerprint)?;
-        let request = jsonb(&new.request)?;
+        text(new.request.text())?;
         text(&new.provider)?;
         for fallback in &new.fallbacks {
             text(fallback)?;
         }
+        let request = jsonb_text(new.request.text())?;
         let at = timestamptz(new.at);
         let mut t = self.lock();
         // The insert fails on the primary key (checked first) or on the
@@ -306,7 +314,11 @@ impl Store for MemStore {
                     constraint: constraint::JOBS_PKEY.to_owned(),
                 });
             };
-            let (outcome, event) = found_key(&existing, &new, at);
+            let stored = t
+                .requests
+                .get(&existing.id)
+                .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
+            let (outcome, event) = found_key(&existing, &stored, &new, at);
             t.push_event(event)?;
             return Ok(outcome);
         }
@@ -326,6 +338,7 @@ impl Store for MemStore {
             updated_at: at,
         };
         t.jobs.insert(job.id, job.clone());
+        t.requests.insert(job.id, new.request.clone());
         t.jobs_by_key
             .entry((new.owner_id, new.idempotency_key))
             .or_default()
@@ -379,24 +392,7 @@ impl Store for MemStore {
             }
         };
         if let Some(refusal) = refusal {
-            let (attempt_id, detail) = match &refusal {
-                StartOutcome::InFlight { attempt, state } => (
-                    Some(*attempt),
-                    json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
-                ),
-                StartOutcome::Completed { state } => (
-                    None,
-                    json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
-                ),
-                StartOutcome::Started(_) => unreachable!("a refusal is never a start"),
-            };
-            t.push_event(NewEvent {
-                job_id: new.job_id,
-                attempt_id,
-                at,
-                kind: EventKind::AttemptRefused,
-                detail,
-            })?;
+            t.push_event(refusal_event(&NewAttempt { at, ..new }, &refusal))?;
             return Ok(refusal);
         }
         let seq = t
@@ -677,6 +673,109 @@ impl Store for MemStore {
             events: t.events.clone(),
         })
     }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        text(&owner.0)?;
+        let after = after.map(|(at, id)| (timestamptz(at), id));
+        let t = self.lock();
+        let mut jobs: Vec<&Job> = t
+            .jobs
+            .values()
+            .filter(|j| &j.owner_id == owner)
+            .filter(|j| after.is_none_or(|cursor| (j.created_at, j.id) < cursor))
+            .collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse((j.created_at, j.id)));
+        Ok(jobs.into_iter().take(limit as usize).cloned().collect())
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let after = after.map(|(at, id)| (timestamptz(at), id));
+        let t = self.lock();
+        let mut attempts: Vec<&Attempt> = t
+            .attempts
+            .values()
+            .filter(|a| a.state == state)
+            .filter(|a| after.is_none_or(|cursor| (a.started_at, a.id) > cursor))
+            .collect();
+        attempts.sort_by_key(|a| (a.started_at, a.id));
+        Ok(attempts.into_iter().take(limit as usize).cloned().collect())
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        let t = self.lock();
+        let mut counts: BTreeMap<AttemptState, i64> = BTreeMap::new();
+        for attempt in t.attempts.values() {
+            *counts.entry(attempt.state).or_default() += 1;
+        }
+        let oldest = t
+            .attempts
+            .values()
+            .filter(|a| a.state == AttemptState::Unknown)
+            .map(|a| a.started_at)
+            .min();
+        Ok(AttemptCensus::of(counts, oldest))
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let updated_before = timestamptz(updated_before);
+        let mut t = self.lock();
+        let mut pruned: Vec<(Timestamp, JobId)> = t
+            .jobs
+            .values()
+            .filter(|j| j.state.is_terminal() && j.updated_at < updated_before)
+            .filter(|j| {
+                !t.job_attempts(j.id)
+                    .any(|a| !transition::is_terminal(a.state))
+            })
+            .map(|j| (j.updated_at, j.id))
+            .collect();
+        pruned.sort();
+        pruned.truncate(limit as usize);
+        let ids: Vec<JobId> = pruned.into_iter().map(|(_, id)| id).collect();
+        let mut attempts = std::collections::BTreeSet::new();
+        for id in &ids {
+            attempts.extend(
+                t.attempts_by_job
+                    .remove(id)
+                    .into_iter()
+                    .flat_map(|s| s.into_values()),
+            );
+        }
+        let jobs: std::collections::BTreeSet<JobId> = ids.iter().copied().collect();
+        t.events.retain(|e| {
+            !jobs.contains(&e.job_id) && !e.attempt_id.is_some_and(|a| attempts.contains(&a))
+        });
+        for attempt in &attempts {
+            t.attempts.remove(attempt);
+        }
+        for id in &ids {
+            t.requests.remove(id);
+            if let Some(job) = t.jobs.remove(id) {
+                let key = (job.owner_id, job.idempotency_key);
+                if let Some(holders) = t.jobs_by_key.get_mut(&key) {
+                    holders.retain(|held| held != id);
+                    if holders.is_empty() {
+                        t.jobs_by_key.remove(&key);
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
 }
 
 fn certificate_key(key: &CertificateKey) -> Result<(), StoreError> {
@@ -731,6 +830,27 @@ pub mod pg_value {
             ),
             Value::Null | Value::Bool(_) => value.clone(),
         })
+    }
+
+    /// SQLSTATE invalid_text_representation: text that is not JSON.
+    pub const SQLSTATE_INVALID_TEXT: &str = "22P02";
+
+    /// `$n::jsonb` of a `text` parameter: the text is parsed as PostgreSQL's
+    /// `jsonb` input does (refused if a string or key holds a NUL
+    /// character), numbers kept as `numeric` and read back as PostgreSQL
+    /// prints them.
+    pub fn jsonb_text(text: &str) -> Result<Value, StoreError> {
+        match crate::json::parse(text.as_bytes()) {
+            Ok(json) => Ok(json.to_value_with(&|n| numeric_text(&n.canonical_text()))),
+            Err(crate::json::JsonError::NulCharacter { .. }) => Err(StoreError::Database {
+                sqlstate: SQLSTATE_NUL_IN_JSONB.to_owned(),
+                message: "unsupported Unicode escape sequence".to_owned(),
+            }),
+            Err(e) => Err(StoreError::Database {
+                sqlstate: SQLSTATE_INVALID_TEXT.to_owned(),
+                message: format!("invalid input syntax for type json: {e}"),
+            }),
+        }
     }
 
     fn nul_free(s: &str) -> Result<(), StoreError> {
@@ -883,7 +1003,7 @@ mod tests {
                 owner_id: OwnerId("alice".to_owned()),
                 idempotency_key: IdempotencyKey::parse("k").expect("valid key"),
                 request_fingerprint: fingerprint::fingerprint(&request),
-                request,
+                request: Canonical::from_value(&request),
                 provider: "primary".to_owned(),
                 fallbacks: vec![],
                 at,

@@ -14,11 +14,14 @@ pub mod mem;
 pub mod pg;
 mod shared;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::{Certificate, CertificateKey};
+use crate::fingerprint::Canonical;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, JobState, NewEvent,
     OwnerId, Timestamp,
@@ -46,8 +49,8 @@ pub struct NewJob {
     pub id: JobId,
     pub owner_id: OwnerId,
     pub idempotency_key: IdempotencyKey,
-    /// The canonical request body (see [`crate::fingerprint`]).
-    pub request: Value,
+    /// The canonical request body, exact (see [`crate::fingerprint`]).
+    pub request: Canonical,
     pub request_fingerprint: String,
     pub provider: String,
     pub fallbacks: Vec<String>,
@@ -140,6 +143,34 @@ pub enum FailJobOutcome {
         state: JobState,
         version: i64,
     },
+}
+
+/// Where a page of jobs or attempts resumes: the sort time and id of the
+/// last row of the previous page.
+pub type PageAfter<Id> = Option<(Timestamp, Id)>;
+
+/// How many attempts are in each state (every state, zeros included), and
+/// when the oldest unknown attempt started: what `/metrics` reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptCensus {
+    pub counts: BTreeMap<AttemptState, i64>,
+    pub oldest_unknown_started_at: Option<Timestamp>,
+}
+
+impl AttemptCensus {
+    /// A census with every state present.
+    pub fn of(
+        counts: impl IntoIterator<Item = (AttemptState, i64)>,
+        oldest_unknown_started_at: Option<Timestamp>,
+    ) -> Self {
+        let mut all: BTreeMap<AttemptState, i64> =
+            AttemptState::ALL.iter().map(|s| (*s, 0)).collect();
+        all.extend(counts);
+        Self {
+            counts: all,
+            oldest_unknown_started_at,
+        }
+    }
 }
 
 /// Everything a store holds, in a stable order; for tests and the oracle.
@@ -260,4 +291,37 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError>;
     /// Everything, for tests and the oracle.
     async fn dump(&self) -> Result<StoreDump, StoreError>;
+
+    /// A page of `owner`'s jobs, newest first (by `created_at`, then id),
+    /// after the job `after` names; at most `limit`.
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError>;
+
+    /// A page of the attempts in `state`, oldest first (by `started_at`,
+    /// then id), after the attempt `after` names; at most `limit`.
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Attempts per state, and the start of the oldest unknown one.
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError>;
+
+    /// Key retention: deletes at most `limit` jobs that are terminal, were
+    /// last updated before `updated_before`, and have no attempt starting,
+    /// running or unknown, oldest first (by `updated_at`, then id), with
+    /// their attempts and their events (and any event that names one of
+    /// those attempts). Their keys are free again: a create makes a new
+    /// job. Returns the pruned jobs' ids in that order.
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError>;
 }

@@ -8,16 +8,16 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Acquire, Postgres, Row, Transaction};
 
 use super::shared::{
-    assert_transition_target, completion_allowed, found_key, lost_event, transition_event,
-    won_events,
+    assert_transition_target, completion_allowed, found_key, lost_event, refusal_event,
+    transition_event, won_events,
 };
 use super::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
@@ -26,12 +26,63 @@ use crate::model::{
 };
 use crate::transition;
 
-/// Migrations embedded at build time from `core/migrations`.
+/// Migrations embedded at build time from `core/migrations`. Run them
+/// through [`migrator`], which places them in idem's schema.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The PostgreSQL schema that holds idem's tables, and its migrations' own
+/// bookkeeping (`_sqlx_migrations`), unless configured otherwise. An
+/// application that embeds idem-core and runs its own sqlx migrations keeps
+/// its tables and its `_sqlx_migrations` in its own schema (usually
+/// `public`), and neither side sees the other's.
+pub const SCHEMA_DEFAULT: &str = "idem";
+
+/// Checks a schema name: a lower-case SQL identifier (letters, digits and
+/// `_`, not starting with a digit, at most 63 bytes), so that it is never
+/// quoted and never needs escaping.
+pub fn check_schema(name: &str) -> Result<(), String> {
+    let mut bytes = name.bytes();
+    let valid = name.len() <= 63
+        && bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "schema {name:?} must be a lower-case SQL identifier (a-z, 0-9, _; at most 63 bytes)"
+        ))
+    }
+}
+
+/// The migrations, to be applied in `schema`: the schema is created if it
+/// is missing, and the bookkeeping table is `schema._sqlx_migrations`. The
+/// migration files name no schema; the connection's `search_path` (see
+/// [`connect_options`]) puts their tables in `schema`.
+pub fn migrator(schema: &str) -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate::Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
+    migrator.create_schema(schema.to_owned());
+    migrator.dangerous_set_table_name(format!("{schema}._sqlx_migrations"));
+    migrator
+}
+
+/// Connection options for `url` whose every connection resolves idem's
+/// tables in `schema` (its `search_path` is that schema alone).
+pub fn connect_options(url: &str, schema: &str) -> Result<PgConnectOptions, StoreError> {
+    check_schema(schema).map_err(StoreError::Unavailable)?;
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e: sqlx::Error| StoreError::Unavailable(format!("database URL: {e}")))?;
+    Ok(options.options([("search_path", schema)]))
+}
 
 /// How many times an operation re-runs after losing a benign race (for
 /// example two inserts computing the same attempt seq) before giving up.
 const CONTENTION_TRIES_MAX: u32 = 4;
+
+/// The advisory lock that serializes prunes: "idem" and "prune" in ASCII.
+const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
 
 /// SQLSTATE of unique_violation.
 const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
@@ -42,30 +93,44 @@ const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    schema: String,
 }
 
 impl PgStore {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// A store on `pool`, whose connections must resolve idem's tables in
+    /// `schema` (build it with [`connect_options`]).
+    pub fn new(pool: PgPool, schema: &str) -> Self {
+        Self {
+            pool,
+            schema: schema.to_owned(),
+        }
     }
 
-    /// Connects with a bounded pool.
-    pub async fn connect(url: &str, connections_max: u32) -> Result<Self, StoreError> {
+    /// Connects with a bounded pool, to the tables in `schema`.
+    pub async fn connect(
+        url: &str,
+        schema: &str,
+        connections_max: u32,
+    ) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(connections_max)
-            .connect(url)
+            .connect_with(connect_options(url, schema)?)
             .await
             .map_err(classify)?;
-        Ok(Self::new(pool))
+        Ok(Self::new(pool, schema))
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 
-    /// Applies the embedded migrations.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Applies the embedded migrations in the store's schema.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
+        migrator(&self.schema).run(&self.pool).await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -78,14 +143,16 @@ impl PgStore {
         let inserted = sqlx::query(
             "insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
                                provider, fallbacks, state, version, created_at, updated_at)
-             values ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $8)
+             values ($1, $2, $3, $4, $5::jsonb, $6, $7, 'pending', 0, $8, $8)
              returning *",
         )
         .bind(new.id.0)
         .bind(&new.owner_id.0)
         .bind(new.idempotency_key.as_str())
         .bind(&new.request_fingerprint)
-        .bind(&new.request)
+        // The canonical text, cast by PostgreSQL: `numeric` keeps every
+        // digit, where a serde_json Value would have rounded some.
+        .bind(new.request.text())
         .bind(&new.provider)
         .bind(&new.fallbacks)
         .bind(new.at)
@@ -118,6 +185,37 @@ impl PgStore {
         Ok(Ok(job))
     }
 
+    /// The job that holds `new`'s key, read under `FOR KEY SHARE` together
+    /// with its exact stored request, and the replay or refusal recorded in
+    /// the same transaction: a prune of the job waits for it (or has
+    /// committed, and then there is no row and the key is free), so the
+    /// event never names a job that is gone. Completions are not held up:
+    /// their lock does not conflict with this one.
+    async fn found_existing(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(
+            "select *, request::text as request_text from jobs
+              where owner_id = $1 and idempotency_key = $2 for key share",
+        )
+        .bind(&new.owner_id.0)
+        .bind(new.idempotency_key.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?;
+        let Some(row) = row else {
+            tx.rollback().await.map_err(classify)?;
+            return Ok(None);
+        };
+        let existing = job_from_row(&row)?;
+        let text: String = row.try_get("request_text").map_err(classify)?;
+        let stored = crate::json::parse(text.as_bytes())
+            .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
+        let (outcome, event) = found_key(&existing, &stored, new, new.at);
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await.map_err(classify)?;
+        Ok(Some(outcome))
+    }
+
     async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
         let mut tx = self.begin().await?;
         // FOR SHARE: a concurrent completion (which updates the job row) waits
@@ -132,8 +230,13 @@ impl PgStore {
         let job_state = parse_state::<JobState>(job.try_get("state").map_err(classify)?)?;
         let read_version: i64 = job.try_get("version").map_err(classify)?;
         if job_state.is_terminal() {
-            tx.rollback().await.map_err(classify)?;
-            return Ok(Some(StartOutcome::Completed { state: job_state }));
+            // Recorded under the share lock, so that a prune of the job
+            // waits for it (the event names no attempt, so its foreign-key
+            // checks lock nothing a dispatch holds).
+            let outcome = StartOutcome::Completed { state: job_state };
+            insert_event(&mut tx, &refusal_event(new, &outcome)).await?;
+            tx.commit().await.map_err(classify)?;
+            return Ok(Some(outcome));
         }
         // Strict: no other attempt may be running. Hedged: one may (the
         // attempt being hedged), never two.
@@ -183,9 +286,20 @@ impl PgStore {
                     // Another insert took our seq; run again with a fresh max.
                     Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
                     // Our own earlier try landed; its acknowledgement was lost.
+                    // Read it in this transaction: the share lock on the job
+                    // still holds off its dispatch, so the attempt is read as
+                    // it is while this start is ordered.
                     Some(constraint::ATTEMPTS_PKEY) => {
-                        drop(tx);
-                        Ok(self.attempt(new.id).await?.map(StartOutcome::Started))
+                        let ours = sqlx::query("select * from attempts where id = $1")
+                            .bind(new.id.0)
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .map_err(classify)?;
+                        tx.rollback().await.map_err(classify)?;
+                        ours.as_ref()
+                            .map(attempt_from_row)
+                            .transpose()
+                            .map(|ours| ours.map(StartOutcome::Started))
                     }
                     // The guard refused us. Name the blocker; if it was resolved
                     // in the meantime, run again.
@@ -215,32 +329,29 @@ impl PgStore {
         Ok(Some(StartOutcome::Started(attempt)))
     }
 
-    /// Records why a start was refused, on its own: the refused transaction
-    /// was rolled back.
+    /// Records why a start was refused because an attempt is in flight, on
+    /// its own: the refused transaction was rolled back. (Inside it, the
+    /// event's foreign-key check on the blocking attempt would wait for a
+    /// dispatch that holds that attempt and waits for this transaction's
+    /// share lock on the job: a deadlock.)
+    ///
+    /// The job existed when the start read it; if the event now finds it
+    /// gone, a prune took it in between, and the start's outcome is the one
+    /// it has after that prune: the job is not found.
     async fn record_refusal(
         &self,
         new: &NewAttempt,
         outcome: &StartOutcome,
     ) -> Result<(), StoreError> {
-        let (attempt_id, detail) = match outcome {
-            StartOutcome::Started(_) => return Ok(()),
-            StartOutcome::InFlight { attempt, state } => (
-                Some(*attempt),
-                json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
-            ),
-            StartOutcome::Completed { state } => (
-                None,
-                json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
-            ),
-        };
-        self.record_event(NewEvent {
-            job_id: new.job_id,
-            attempt_id,
-            at: new.at,
-            kind: EventKind::AttemptRefused,
-            detail,
-        })
-        .await
+        match self.record_event(refusal_event(new, outcome)).await {
+            Err(StoreError::Constraint { constraint })
+                if constraint == "job_events_job_id_fkey"
+                    || constraint == "job_events_attempt_id_fkey" =>
+            {
+                Err(StoreError::JobNotFound(new.job_id))
+            }
+            other => other,
+        }
     }
 }
 
@@ -254,21 +365,18 @@ impl Store for PgStore {
             };
             // The key is taken by a committed row: read it back (a new
             // statement, so a new snapshot that sees it).
-            let Some(existing) =
-                Store::job_by_key(self, &new.owner_id, &new.idempotency_key).await?
-            else {
-                if refused_by == constraint::JOBS_PKEY {
-                    // The id belongs to another key's job (rows are never
-                    // deleted): running again cannot help.
-                    return Err(StoreError::Constraint {
-                        constraint: refused_by.to_owned(),
-                    });
-                }
-                continue;
-            };
-            let (outcome, event) = found_key(&existing, &new, new.at);
-            self.record_event(event).await?;
-            return Ok(outcome);
+            if let Some(outcome) = self.found_existing(&new).await? {
+                return Ok(outcome);
+            }
+            if refused_by == constraint::JOBS_PKEY && self.job(new.id).await?.is_some() {
+                // The id belongs to another key's job: running again cannot
+                // help.
+                return Err(StoreError::Constraint {
+                    constraint: refused_by.to_owned(),
+                });
+            }
+            // The row that refused us was pruned in between: the key (and
+            // the id) are free again.
         }
         Err(StoreError::Contended {
             tries: CONTENTION_TRIES_MAX,
@@ -278,7 +386,9 @@ impl Store for PgStore {
     async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
         for _ in 0..CONTENTION_TRIES_MAX {
             if let Some(outcome) = self.try_start(&new).await? {
-                self.record_refusal(&new, &outcome).await?;
+                if matches!(outcome, StartOutcome::InFlight { .. }) {
+                    self.record_refusal(&new, &outcome).await?;
+                }
                 return Ok(outcome);
             }
         }
@@ -643,6 +753,135 @@ impl Store for PgStore {
             attempts,
             events,
         })
+    }
+
+    async fn jobs_of_owner(
+        &self,
+        owner: &OwnerId,
+        after: PageAfter<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        fetch_decoded(
+            sqlx::query(
+                "select * from jobs
+                  where owner_id = $1
+                    and ($2::timestamptz is null or (created_at, id) < ($2, $3))
+                  order by created_at desc, id desc
+                  limit $4",
+            )
+            .bind(&owner.0)
+            .bind(after.map(|(at, _)| at))
+            .bind(after.map(|(_, id)| id.0))
+            .bind(i64::from(limit)),
+            &self.pool,
+            job_from_row,
+        )
+        .await
+    }
+
+    async fn attempts_page(
+        &self,
+        state: AttemptState,
+        after: PageAfter<AttemptId>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        fetch_decoded(
+            sqlx::query(
+                "select * from attempts
+                  where state = $1
+                    and ($2::timestamptz is null or (started_at, id) > ($2, $3))
+                  order by started_at, id
+                  limit $4",
+            )
+            .bind(state.as_str())
+            .bind(after.map(|(at, _)| at))
+            .bind(after.map(|(_, id)| id.0))
+            .bind(i64::from(limit)),
+            &self.pool,
+            attempt_from_row,
+        )
+        .await
+    }
+
+    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
+        let rows = sqlx::query(
+            "select state, count(*) as n, min(started_at) as oldest from attempts group by state",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        let mut counts = Vec::new();
+        let mut oldest_unknown = None;
+        for row in &rows {
+            let state: AttemptState = parse_state(row.try_get("state").map_err(classify)?)?;
+            counts.push((state, row.try_get::<i64, _>("n").map_err(classify)?));
+            if state == AttemptState::Unknown {
+                oldest_unknown = row.try_get("oldest").map_err(classify)?;
+            }
+        }
+        Ok(AttemptCensus::of(counts, oldest_unknown))
+    }
+
+    async fn prune_jobs(
+        &self,
+        updated_before: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let mut tx = self.begin().await?;
+        // Prunes run one at a time: two that raced for the same rows would
+        // each lock fewer than `limit`, which no serial order gives.
+        sqlx::query("select pg_advisory_xact_lock($1)")
+            .bind(PRUNE_LOCK_KEY)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        // FOR UPDATE: a replay or a start that holds the job waits for us, or
+        // we for it. A terminal job whose attempts have all ended stays so:
+        // no attempt starts on a terminal job, and an ended attempt never
+        // reopens.
+        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+            "select j.id from jobs j
+              where j.state in ('succeeded', 'failed') and j.updated_at < $1
+                and not exists (select 1 from attempts a
+                                 where a.job_id = j.id
+                                   and a.state in ('starting', 'running', 'unknown'))
+              order by j.updated_at, j.id
+              limit $2
+              for update of j",
+        )
+        .bind(updated_before)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(classify)?;
+        if ids.is_empty() {
+            tx.commit().await.map_err(classify)?;
+            return Ok(Vec::new());
+        }
+        // Lock the attempts too, so that an event naming one of them that is
+        // being written now either commits before the delete below reads
+        // (and is deleted) or waits and then finds its attempt gone.
+        sqlx::query("select 1 from attempts where job_id = any($1) for update")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(classify)?;
+        // One statement: jobs.completed_by and attempts.job_id reference each
+        // other, and foreign keys are checked at its end.
+        sqlx::query(
+            "with pruned_events as (
+                  delete from job_events
+                   where job_id = any($1)
+                      or attempt_id in (select id from attempts where job_id = any($1))),
+                  pruned_attempts as (delete from attempts where job_id = any($1))
+             delete from jobs where id = any($1)",
+        )
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(ids.into_iter().map(JobId).collect())
     }
 }
 

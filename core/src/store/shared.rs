@@ -4,14 +4,21 @@
 
 use serde_json::{Value, json};
 
-use super::{Completion, CreateOutcome, NewJob};
+use super::{Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome};
 use crate::fingerprint;
+use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent, Timestamp};
 use crate::transition;
 
-/// A create found its key taken by `existing`: the same intent is replayed,
-/// another body is refused with the pointers that differ.
-pub(crate) fn found_key(existing: &Job, new: &NewJob, at: Timestamp) -> (CreateOutcome, NewEvent) {
+/// A create found its key taken by `existing`, whose stored request is
+/// `existing_request` (exact): the same intent is replayed, another body is
+/// refused with the pointers that differ.
+pub(crate) fn found_key(
+    existing: &Job,
+    existing_request: &Json,
+    new: &NewJob,
+    at: Timestamp,
+) -> (CreateOutcome, NewEvent) {
     let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint {
         (
             CreateOutcome::Existing(existing.clone()),
@@ -19,7 +26,7 @@ pub(crate) fn found_key(existing: &Job, new: &NewJob, at: Timestamp) -> (CreateO
             json!({}),
         )
     } else {
-        let differing_pointers = fingerprint::diff(&existing.request, &new.request);
+        let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
         (
             CreateOutcome::KeyReused {
                 existing: existing.id,
@@ -61,6 +68,28 @@ pub(crate) fn completion_allowed(state: AttemptState, out_of_band: bool) -> bool
         state == AttemptState::Unknown
     } else {
         transition::may_complete(state)
+    }
+}
+
+/// The event that says why a start was refused.
+pub(crate) fn refusal_event(new: &NewAttempt, outcome: &StartOutcome) -> NewEvent {
+    let (attempt_id, detail) = match outcome {
+        StartOutcome::InFlight { attempt, state } => (
+            Some(*attempt),
+            json!({"reason": "attempt_in_flight", "blocking_state": state, "provider": new.provider}),
+        ),
+        StartOutcome::Completed { state } => (
+            None,
+            json!({"reason": "job_completed", "job_state": state, "provider": new.provider}),
+        ),
+        StartOutcome::Started(_) => unreachable!("a start is not a refusal"),
+    };
+    NewEvent {
+        job_id: new.job_id,
+        attempt_id,
+        at: new.at,
+        kind: EventKind::AttemptRefused,
+        detail,
     }
 }
 

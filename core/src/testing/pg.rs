@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::store::pg::{MIGRATOR, PgStore};
+use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator};
 
 const TEMPLATE_DB: &str = "idem_template";
 /// How long the cluster may take to accept connections, in 100 ms polls.
@@ -69,12 +69,14 @@ pub fn cluster() -> &'static PgCluster {
 /// A fresh, migrated database of its own, as a store.
 pub async fn fresh_store() -> PgStore {
     let url = cluster().fresh_database_url().await;
+    let options = connect_options(&url, SCHEMA_DEFAULT)
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
     let pool = PgPoolOptions::new()
         .max_connections(TEST_POOL_CONNECTIONS_MAX)
-        .connect(&url)
+        .connect_with(options)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-    PgStore::new(pool)
+    PgStore::new(pool, SCHEMA_DEFAULT)
 }
 
 impl PgCluster {
@@ -134,12 +136,17 @@ async fn prepare_template(server_url: &str) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     admin.close().await;
+    let options = connect_options(&format!("{server_url}/{TEMPLATE_DB}"), SCHEMA_DEFAULT)
+        .map_err(|e| e.to_string())?;
     let template = PgPoolOptions::new()
         .max_connections(1)
-        .connect(&format!("{server_url}/{TEMPLATE_DB}"))
+        .connect_with(options)
         .await
         .map_err(|e| e.to_string())?;
-    MIGRATOR.run(&template).await.map_err(|e| e.to_string())?;
+    migrator(SCHEMA_DEFAULT)
+        .run(&template)
+        .await
+        .map_err(|e| e.to_string())?;
     template.close().await;
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 use idem_core::clock::micros_to_timestamp;
 use idem_core::contract::{Certificate, CertificateKey};
-use idem_core::fingerprint;
+use idem_core::fingerprint::{self, Canonical};
 use idem_core::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -113,6 +113,11 @@ conformance! {
         timestamps_keep_whole_microseconds,
         jsonb_numbers_come_back_as_postgresql_returns_them,
         nul_characters_table,
+        create_keeps_every_digit_of_the_request,
+        jobs_of_owner_pages_newest_first,
+        attempts_page_oldest_first_in_one_state,
+        attempt_census_counts_every_state,
+        prune_takes_old_terminal_jobs_with_no_open_attempt,
     ],
     raw: [late_completion_after_the_job_failed_by_hand_is_lost_without_winner],
 }
@@ -218,7 +223,7 @@ fn new_job_with(n: u128, owner_name: &str, key_raw: &str, request: Value, t: Tim
         owner_id: owner(owner_name),
         idempotency_key: key(key_raw),
         request_fingerprint: fingerprint::fingerprint(&request),
-        request,
+        request: Canonical::from_value(&request),
         provider: PRIMARY.to_owned(),
         fallbacks: vec![FALLBACK.to_owned()],
         at: t,
@@ -243,7 +248,7 @@ fn job_row(new: &NewJob) -> Job {
         owner_id: new.owner_id.clone(),
         idempotency_key: new.idempotency_key.clone(),
         request_fingerprint: new.request_fingerprint.clone(),
-        request: new.request.clone(),
+        request: new.request.value(),
         provider: new.provider.clone(),
         fallbacks: new.fallbacks.clone(),
         state: JobState::Pending,
@@ -1782,19 +1787,21 @@ async fn timestamps_keep_whole_microseconds(store: &dyn Store) -> TestResult {
 }
 
 async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -> TestResult {
-    // jsonb keeps numbers as `numeric`: the text serde_json writes is read
-    // as a decimal, printed without an exponent, and parsed back. So an
-    // integral float written with an exponent comes back as an integer (of
-    // its shortest decimal digits), and negative zero loses its sign.
+    // jsonb keeps numbers as `numeric`: the text it is given is read as a
+    // decimal, printed without an exponent, and parsed back. A request is
+    // given in canonical form (integral numbers as integers, no negative
+    // zero); other values as serde_json writes them, so an integral float
+    // written with an exponent comes back as an integer of its shortest
+    // decimal digits.
     let sent: Value = serde_json::from_str(
         r#"{"big": 1e16, "shortest": 1152921504606846976.0, "negative_zero": -0.0,
             "small": 1.5e-7, "third": 0.30000000000000004, "max": 18446744073709551615,
             "huge": 1e300, "tiny": 2.5e-320, "plain": 100.0}"#,
     )?;
     let expected: Value = serde_json::from_str(
-        r#"{"big": 10000000000000000, "shortest": 1152921504606847000, "negative_zero": 0.0,
+        r#"{"big": 10000000000000000, "shortest": 1152921504606846976, "negative_zero": 0,
             "small": 1.5e-7, "third": 0.30000000000000004, "max": 18446744073709551615,
-            "huge": 1e300, "tiny": 2.5e-320, "plain": 100.0}"#,
+            "huge": 1e300, "tiny": 2.5e-320, "plain": 100}"#,
     )?;
     let job = create(store, new_job_with(1, "alice", "k1", sent.clone(), at(1))).await?;
     assert_eq!(
@@ -1808,6 +1815,185 @@ async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -
     assert_eq!(
         serde_json::to_string(&won.result)?,
         r#"{"score":100000000000000000}"#
+    );
+    Ok(())
+}
+
+async fn create_keeps_every_digit_of_the_request(store: &dyn Store) -> TestResult {
+    // 2^64 and 2^64 + 1 are one f64 but two numerics: two intents.
+    let exact = |n: &str| -> Result<NewJob, Box<dyn std::error::Error>> {
+        let body = idem_core::json::parse(format!(r#"{{"params":{{"n":{n}}}}}"#).as_bytes())?;
+        let request = Canonical::from_json(&body);
+        Ok(NewJob {
+            request_fingerprint: request.fingerprint(),
+            request,
+            ..new_job(1)
+        })
+    };
+    let first = exact("18446744073709551616")?;
+    let job = create(store, first.clone()).await?;
+    assert_eq!(
+        job.request,
+        json!({"params": {"n": 18_446_744_073_709_551_616_f64}})
+    );
+    let other = NewJob {
+        id: job_id(2),
+        ..exact("18446744073709551617")?
+    };
+    assert_ne!(other.request_fingerprint, first.request_fingerprint);
+    assert_eq!(
+        store.create_job(other).await?,
+        CreateOutcome::KeyReused {
+            existing: job.id,
+            differing_pointers: vec!["/params/n".to_owned()],
+        }
+    );
+    let again = NewJob {
+        id: job_id(3),
+        ..exact("1.8446744073709551616e19")?
+    };
+    assert!(matches!(
+        store.create_job(again).await?,
+        CreateOutcome::Existing(_)
+    ));
+    Ok(())
+}
+
+async fn jobs_of_owner_pages_newest_first(store: &dyn Store) -> TestResult {
+    let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+    assert!(
+        store
+            .jobs_of_owner(&owner("alice"), None, 10)
+            .await?
+            .is_empty()
+    );
+    // Jobs 2 and 3 share a timestamp: the id breaks the tie.
+    for (n, ms) in [(1, 1), (2, 2), (3, 2), (4, 4)] {
+        create(
+            store,
+            new_job_with(n, "alice", &format!("k{n}"), body("x"), at(ms)),
+        )
+        .await?;
+    }
+    create(store, new_job_with(5, "bob", "k1", body("x"), at(3))).await?;
+    let alice = owner("alice");
+    let first = store.jobs_of_owner(&alice, None, 3).await?;
+    assert_eq!(ids(first.clone()), vec![job_id(4), job_id(3), job_id(2)]);
+    let last = first.last().ok_or("a page")?;
+    let next = store
+        .jobs_of_owner(&alice, Some((last.created_at, last.id)), 3)
+        .await?;
+    assert_eq!(ids(next), vec![job_id(1)]);
+    assert!(store.jobs_of_owner(&alice, None, 0).await?.is_empty());
+    assert_eq!(
+        ids(store.jobs_of_owner(&owner("bob"), None, 3).await?),
+        vec![job_id(5)]
+    );
+    assert!(
+        store
+            .jobs_of_owner(&owner("carol"), None, 3)
+            .await?
+            .is_empty()
+    );
+    Ok(())
+}
+
+async fn attempts_page_oldest_first_in_one_state(store: &dyn Store) -> TestResult {
+    let ids = |attempts: Vec<Attempt>| attempts.into_iter().map(|a| a.id).collect::<Vec<_>>();
+    for (n, state) in [
+        (1, Unknown),
+        (2, Running),
+        (3, Unknown),
+        (4, Unknown),
+        (5, Starting),
+    ] {
+        attempt_in(store, n, state).await?;
+    }
+    let first = store.attempts_page(Unknown, None, 2).await?;
+    assert_eq!(ids(first.clone()), vec![attempt_id(10), attempt_id(30)]);
+    let last = first.last().ok_or("a page")?;
+    let next = store
+        .attempts_page(Unknown, Some((last.started_at, last.id)), 2)
+        .await?;
+    assert_eq!(ids(next), vec![attempt_id(40)]);
+    assert_eq!(
+        ids(store.attempts_page(Starting, None, 9).await?),
+        vec![attempt_id(50)]
+    );
+    assert!(store.attempts_page(Cancelled, None, 9).await?.is_empty());
+    Ok(())
+}
+
+async fn attempt_census_counts_every_state(store: &dyn Store) -> TestResult {
+    let empty = store.attempt_census().await?;
+    assert_eq!(empty.counts.len(), AttemptState::ALL.len());
+    assert!(empty.counts.values().all(|n| *n == 0));
+    assert_eq!(empty.oldest_unknown_started_at, None);
+    for (n, state) in [(1, Running), (2, Unknown), (3, Unknown), (4, Lost)] {
+        attempt_in(store, n, state).await?;
+    }
+    let census = store.attempt_census().await?;
+    let count = |s: AttemptState| census.counts.get(&s).copied();
+    assert_eq!(count(Running), Some(1));
+    assert_eq!(count(Unknown), Some(2));
+    // The lost attempt's job was won by its hedge.
+    assert_eq!((count(Lost), count(Succeeded)), (Some(1), Some(1)));
+    assert_eq!(count(Starting), Some(0));
+    assert_eq!(census.oldest_unknown_started_at, Some(at(2001)));
+    Ok(())
+}
+
+async fn prune_takes_old_terminal_jobs_with_no_open_attempt(store: &dyn Store) -> TestResult {
+    let job = |n: u128| job_id(n);
+    // 1: succeeded at 1003. 2: failed by giving up at 2010.
+    attempt_in(store, 1, Succeeded).await?;
+    attempt_in(store, 2, Failed).await?;
+    assert!(matches!(
+        store
+            .fail_job(job(2), 0, json!({"reason": "spent"}), at(2010))
+            .await?,
+        FailJobOutcome::Failed(_)
+    ));
+    // 3: pending with an unknown attempt: never pruned.
+    let blocked = attempt_in(store, 3, Unknown).await?;
+    // 4: won by a hedge at 4005; its first attempt lost at 4006.
+    attempt_in(store, 4, Lost).await?;
+    // 5: won at 5005 while its hedge is unknown: terminal, but open.
+    let first = attempt_in(store, 5, Running).await?;
+    let second = start(store, hedge(51, job(5), at(5003))).await?;
+    win(store, &first, json!({"answer": 5}), at(5005)).await?;
+    move_to(store, second.id, Unknown, at(5006)).await?;
+    // 6: succeeded at 6003, after the cutoff.
+    attempt_in(store, 6, Succeeded).await?;
+    // A note on job 3 that names job 1's attempt goes with that attempt.
+    store
+        .record_event(note(job(3), Some(attempt_id(10)), at(6100), json!({})))
+        .await?;
+    let cutoff = at(5500);
+    assert_eq!(store.prune_jobs(cutoff, 2).await?, vec![job(1), job(2)]);
+    assert_eq!(store.prune_jobs(cutoff, 9).await?, vec![job(4)]);
+    assert_eq!(store.prune_jobs(cutoff, 9).await?, vec![]);
+    // Nothing of the pruned jobs is left; the others are whole.
+    let dump = store.dump().await?;
+    let jobs: Vec<JobId> = dump.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(jobs, vec![job(3), job(5), job(6)]);
+    let pruned = [job(1), job(2), job(4)];
+    assert!(dump.attempts.iter().all(|a| !pruned.contains(&a.job_id)));
+    assert!(dump.events.iter().all(|e| !pruned.contains(&e.job_id)));
+    assert!(
+        dump.events
+            .iter()
+            .all(|e| e.attempt_id != Some(attempt_id(10)))
+    );
+    assert_eq!(
+        store.attempt(blocked.id).await?.map(|a| a.state),
+        Some(Unknown)
+    );
+    // A pruned job's key makes a new job.
+    let again = new_job_with(101, "alice", "k1", body("another"), at(7000));
+    assert_eq!(
+        store.create_job(again.clone()).await?,
+        CreateOutcome::Created(job_row(&again))
     );
     Ok(())
 }

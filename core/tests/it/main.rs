@@ -5,7 +5,10 @@
 mod conformance;
 mod differential;
 mod http;
+mod http_hardening;
+mod http_ops;
 mod pg_engine;
 mod provider;
 mod reconciler;
 mod support;
+mod worker;

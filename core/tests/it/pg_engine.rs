@@ -528,3 +528,76 @@ async fn pg_lost_create_ack_is_answered_by_the_same_job() -> TestResult {
     assert_eq!(count(&store, "select count(*) from jobs").await, 1);
     Ok(())
 }
+
+/// An application that embeds idem-core and keeps its own tables, and its
+/// own sqlx migrations, in `public`: idem's migrations go to their own
+/// schema, with their own bookkeeping, and neither side sees the other.
+#[tokio::test]
+async fn pg_tables_and_migrations_live_in_their_own_schema() -> TestResult {
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    let url = idem_core::testing::pg::cluster().fresh_database_url().await;
+    // The application's own migration: a `jobs` table of its own.
+    let app = sqlx::PgPool::connect(&url).await?;
+    let app_migrations = Migrator::with_migrations(vec![Migration::new(
+        1,
+        "the application's jobs".into(),
+        MigrationType::Simple,
+        sqlx::SqlStr::from_static("create table public.jobs (invoice int primary key)"),
+        false,
+    )]);
+    app_migrations.run(&app).await?;
+    for schema in ["ops", "ops"] {
+        // Twice: the second run finds everything applied.
+        let store = PgStore::connect(&url, schema, 2).await?;
+        store.migrate().await?;
+    }
+    let store = PgStore::connect(&url, "ops", 2).await?;
+    let engine = engine(Arc::new(store.clone()), Policy::Strict, 1);
+    engine
+        .create_job(&owner("alice"), "k", summarize("x"))
+        .await?;
+    let tables: Vec<(String, String)> = sqlx::query_as(
+        "select table_schema::text, table_name::text from information_schema.tables
+          where table_schema in ('public', 'ops') order by 1, 2",
+    )
+    .fetch_all(&app)
+    .await?;
+    let names = |schema: &str| -> Vec<&str> {
+        tables
+            .iter()
+            .filter(|(s, _)| s == schema)
+            .map(|(_, t)| t.as_str())
+            .collect()
+    };
+    assert_eq!(names("public"), vec!["_sqlx_migrations", "jobs"]);
+    assert_eq!(
+        names("ops"),
+        vec![
+            "_sqlx_migrations",
+            "attempts",
+            "job_events",
+            "jobs",
+            "provider_certificates"
+        ]
+    );
+    let app_versions: Vec<i64> =
+        sqlx::query_scalar("select version from public._sqlx_migrations order by 1")
+            .fetch_all(&app)
+            .await?;
+    assert_eq!(
+        app_versions,
+        vec![1],
+        "idem recorded nothing in the application's table"
+    );
+    let idem_versions: i64 = sqlx::query_scalar("select count(*) from ops._sqlx_migrations")
+        .fetch_one(&app)
+        .await?;
+    assert_eq!(
+        idem_versions,
+        i64::try_from(idem_core::store::pg::MIGRATOR.iter().count())?
+    );
+    assert_eq!(count(&store, "select count(*) from ops.jobs").await, 1);
+    assert_eq!(count(&store, "select count(*) from public.jobs").await, 0);
+    assert!(PgStore::connect(&url, "Ops; drop", 1).await.is_err());
+    Ok(())
+}

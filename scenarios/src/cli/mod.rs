@@ -17,6 +17,7 @@ mod list;
 mod merge;
 mod mutants;
 mod regress;
+mod report;
 mod run;
 mod serve;
 mod sweep;
@@ -107,6 +108,11 @@ enum Command {
     /// a minimal one and save it under scenarios/regressions/.
     #[command(after_help = EXIT_CODES)]
     Explore(explore::ExploreArgs),
+    /// A design review's report: the suite (every scenario and seed, the
+    /// correct design and every naive one) as self-contained HTML pages,
+    /// summary.md, junit.xml and suite.json.
+    #[command(after_help = EXIT_CODES)]
+    Report(report::ReportArgs),
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
@@ -140,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::CheckDeterminism(args) => determinism::check_determinism(args),
         Command::Mutants(args) => mutants::mutants(args),
         Command::Explore(args) => explore::explore(args),
+        Command::Report(args) => report::report(args),
         Command::Regress(args) => regress::regress(args),
         Command::Fuzz(args) => fuzz::fuzz(args),
         Command::Merge(args) => merge::merge(args),

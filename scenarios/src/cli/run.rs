@@ -47,6 +47,11 @@ pub struct RunArgs {
     pub trace: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Write the run's page here: a self-contained HTML file with the
+    /// timeline, the compare-and-swap chain, the verdicts and, for a
+    /// failing run, the diff against the nearest passing seed.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
     /// Log what the hosts do to stderr, stamped with simulated time
     /// (filter with RUST_LOG, default "info").
     #[arg(long)]
@@ -121,6 +126,9 @@ pub fn run(args: RunArgs) -> Result<Exit, CliError> {
         std::fs::write(path, outcome.trace.to_jsonl()).map_err(|e| {
             CliError::Usage(format!("cannot write the trace to {}: {e}", path.display()))
         })?;
+    }
+    if let Some(path) = &args.report {
+        super::report::write_run_page(&loaded, seed, args.design, &outcome, path)?;
     }
     let record = RunRecord {
         build: Some(build()),

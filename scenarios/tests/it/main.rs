@@ -5,4 +5,5 @@ mod catalog;
 mod cli;
 mod explore;
 mod mutants;
+mod report;
 mod validation;

@@ -101,6 +101,7 @@ impl Run {
             seq,
             t_ms: seq * 10,
             host: host.to_owned(),
+            caller: None,
             body,
         });
         seq
@@ -176,7 +177,7 @@ impl Run {
         self.store(TraceBody::AttemptStarted {
             job_id: job,
             attempt_id: attempt,
-            seq,
+            attempt_seq: seq,
             provider: provider.to_owned(),
             read_version: 0,
         })

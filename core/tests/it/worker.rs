@@ -1,0 +1,236 @@
+//! The worker under a stalled provider: quick jobs do not queue behind
+//! stalled ones.
+//!
+//! Runs in tokio's paused (virtual) time, on the in-process store with
+//! in-process providers: nothing waits on the machine, so the bound below
+//! holds on a loaded CI machine exactly as on an idle one, and every run
+//! takes the same steps. (Time only advances when every task waits on a
+//! timer; a real socket would let it jump, which is why the providers are
+//! in-process here.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use idem_core::clock::{ManualClock, SeededIds};
+use idem_core::contract::Providers;
+use idem_core::engine::{Engine, Policy};
+use idem_core::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
+use idem_core::provider::{
+    Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
+};
+use idem_core::store::Store;
+use idem_core::store::mem::MemStore;
+use idem_core::worker::{Worker, WorkerConfig};
+use serde_json::{Value, json};
+
+use crate::support::owner;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const QUICK_MS: u64 = 200;
+const DEADLINE_MS: u64 = 5_000;
+const QUICK_JOBS: usize = 100;
+const STALLED_JOBS: usize = 5;
+/// How often the test looks at the store, in virtual time.
+const LOOK_MS: u64 = 10;
+/// A bound on looking: far past every deadline.
+const LOOKS_MAX: u64 = 10 * DEADLINE_MS / LOOK_MS;
+
+/// A provider that answers after `latency_ms`, or never.
+#[derive(Debug)]
+struct Scripted {
+    latency_ms: Option<u64>,
+}
+
+struct Connection {
+    latency_ms: Option<u64>,
+}
+
+#[async_trait]
+impl Dispatch for Connection {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Value, ProviderError> {
+        match self.latency_ms {
+            Some(ms) => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(json!({"answer": "done"}))
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for Scripted {
+    async fn connect(&self) -> Result<Box<dyn Dispatch>, ProviderError> {
+        Ok(Box::new(Connection {
+            latency_ms: self.latency_ms,
+        }))
+    }
+
+    async fn status(&self, _key: AttemptId) -> Result<RemoteStatus, ProviderError> {
+        Err(ProviderError::Unsupported("status"))
+    }
+
+    async fn cancel(&self, _key: AttemptId) -> Result<bool, ProviderError> {
+        Err(ProviderError::Unsupported("cancel"))
+    }
+}
+
+struct Bench {
+    store: Arc<MemStore>,
+    engine: Engine,
+    clock: Arc<ManualClock>,
+    worker: Worker,
+}
+
+fn bench() -> Bench {
+    let store = Arc::new(MemStore::new());
+    let clock = Arc::new(ManualClock::default());
+    let engine = Engine::new(
+        store.clone(),
+        clock.clone(),
+        Arc::new(SeededIds::new(5)),
+        Providers::named(["quick", "stuck"]),
+        Policy::Strict,
+    );
+    let mut providers = ProviderSet::new();
+    providers.insert(
+        "quick".to_owned(),
+        Arc::new(Scripted {
+            latency_ms: Some(QUICK_MS),
+        }) as Arc<dyn Provider>,
+    );
+    providers.insert(
+        "stuck".to_owned(),
+        Arc::new(Scripted { latency_ms: None }) as Arc<dyn Provider>,
+    );
+    let config = WorkerConfig {
+        poll_interval_ms: 20,
+        attempt_deadline_ms: DEADLINE_MS,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(engine.clone(), providers, config);
+    Bench {
+        store,
+        engine,
+        clock,
+        worker,
+    }
+}
+
+impl Bench {
+    /// Creates `count` jobs on `provider`, each a millisecond after the
+    /// last (the worker takes the oldest first).
+    async fn create(
+        &self,
+        provider: &str,
+        count: usize,
+    ) -> Result<Vec<JobId>, Box<dyn std::error::Error>> {
+        let mut ids = Vec::new();
+        for i in 0..count {
+            self.clock.advance_ms(1);
+            let request = JobRequest {
+                provider: provider.to_owned(),
+                fallbacks: vec![],
+                params: json!({"i": i}),
+            };
+            let created = self
+                .engine
+                .create_job(&owner("alice"), &format!("{provider}-{i}"), request)
+                .await?;
+            ids.push(created.job().id);
+        }
+        Ok(ids)
+    }
+
+    async fn all_in(&self, jobs: &[JobId], state: JobState) -> bool {
+        for id in jobs {
+            match self.store.job(*id).await {
+                Ok(Some(job)) if job.state == state => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Virtual milliseconds until every one of `jobs` has succeeded.
+    async fn ms_until_succeeded(&self, jobs: &[JobId]) -> Result<u64, String> {
+        for looks in 0..LOOKS_MAX {
+            if self.all_in(jobs, JobState::Succeeded).await {
+                return Ok(looks * LOOK_MS);
+            }
+            tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+        }
+        Err(format!("{} jobs did not all succeed", jobs.len()))
+    }
+
+    async fn attempt_states(
+        &self,
+        jobs: &[JobId],
+    ) -> Result<Vec<AttemptState>, Box<dyn std::error::Error>> {
+        let mut states = Vec::new();
+        for id in jobs {
+            states.extend(self.store.attempts(*id).await?.iter().map(|a| a.state));
+        }
+        Ok(states)
+    }
+}
+
+/// 100 quick jobs alone, then the same behind 5 whose provider never
+/// answers: the quick ones finish within twice their time alone, while the
+/// stalled ones run until their deadline and only then become unknown.
+/// (Before attempts ran as tasks of their own, a poll waited for all 16
+/// jobs it took, so every job behind a stalled one waited for its
+/// deadline: more than 5 s instead of under one.)
+#[tokio::test(start_paused = true)]
+async fn worker_quick_jobs_do_not_wait_behind_stalled_ones() -> TestResult {
+    let alone = bench();
+    let quick = alone.create("quick", QUICK_JOBS).await?;
+    let worker = alone.worker.clone();
+    let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    let alone_ms = alone.ms_until_succeeded(&quick).await?;
+    running.abort();
+
+    let mixed = bench();
+    let stalled = mixed.create("stuck", STALLED_JOBS).await?;
+    let quick = mixed.create("quick", QUICK_JOBS).await?;
+    let worker = mixed.worker.clone();
+    let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    let mixed_ms = mixed.ms_until_succeeded(&quick).await?;
+    println!("100 quick jobs: {alone_ms} ms alone, {mixed_ms} ms behind {STALLED_JOBS} stalled");
+    assert!(
+        mixed_ms <= 2 * alone_ms,
+        "quick jobs took {mixed_ms} ms behind stalled ones, {alone_ms} ms alone"
+    );
+    assert!(mixed_ms < DEADLINE_MS, "they did not wait for the deadline");
+    // The stalled attempts are still running: nobody gave up on them early.
+    assert_eq!(
+        mixed.attempt_states(&stalled).await?,
+        vec![AttemptState::Running; STALLED_JOBS]
+    );
+    // At their deadline they become unknown, never failed.
+    tokio::time::sleep(Duration::from_millis(DEADLINE_MS - mixed_ms + 100)).await;
+    assert_eq!(
+        mixed.attempt_states(&stalled).await?,
+        vec![AttemptState::Unknown; STALLED_JOBS]
+    );
+    assert!(mixed.all_in(&stalled, JobState::Pending).await);
+    running.abort();
+    Ok(())
+}
+
+/// The worker never runs more attempts at once than its slots.
+#[tokio::test(start_paused = true)]
+async fn worker_runs_at_most_its_slots_at_once() -> TestResult {
+    let bench = bench();
+    let stalled = bench.create("stuck", 40).await?;
+    let worker = bench.worker.clone();
+    let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let states = bench.attempt_states(&stalled).await?;
+    let slots = usize::try_from(WorkerConfig::default().attempts_concurrent_max)?;
+    assert_eq!(states.len(), slots, "one attempt per slot, no more");
+    running.abort();
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! The suite's plots, drawn with plotters' SVG backend and inlined in the
+//! index: attempt latency per provider, seeds to detect each naive design,
+//! wasted provider work per design and policy, and race-window coverage.
+//!
+//! plotters is built without any font feature, so it measures text with
+//! its own estimate and writes it as SVG `<text>`: no font file is read at
+//! render time and the output is the same bytes on every machine. The SVG
+//! namespace attribute (a URL, though never fetched) is dropped, since
+//! inline SVG in HTML does not need it.
+
+use plotters::prelude::*;
+
+use crate::mutants::Role;
+use crate::suite::SuiteReport;
+
+const WIDTH_PX: u32 = 560;
+const BAR_H_PX: u32 = 26;
+
+/// Why a plot could not be drawn (plotters' own error, as text).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw the plot {name}: {message}")]
+pub struct PlotError {
+    pub name: &'static str,
+    pub message: String,
+}
+
+fn error(name: &'static str) -> impl Fn(Box<dyn std::fmt::Debug>) -> PlotError {
+    move |e| PlotError {
+        name,
+        message: format!("{e:?}"),
+    }
+}
+
+fn boxed<E: std::fmt::Debug + 'static>(e: E) -> Box<dyn std::fmt::Debug> {
+    Box::new(e)
+}
+
+/// Removes the namespace attribute; an inline `<svg>` in HTML has it
+/// implied.
+fn inline(svg: String) -> String {
+    svg.replace(r#" xmlns="http://www.w3.org/2000/svg""#, "")
+}
+
+/// One bar of a horizontal bar chart.
+#[derive(Clone, Debug)]
+pub struct Bar {
+    pub value: f64,
+    pub colour: RGBColor,
+    /// Printed after the bar.
+    pub label: String,
+}
+
+/// A horizontal bar chart: one row per category, one bar per series in
+/// each row.
+fn hbars(
+    name: &'static str,
+    caption: &str,
+    x_desc: &str,
+    categories: &[String],
+    rows: &[Vec<Bar>],
+) -> Result<String, PlotError> {
+    let per_row = rows.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let height =
+        70 + categories.len().max(1) as u32 * BAR_H_PX * (per_row as u32).max(1) * 2 / 3 + 40;
+    let max = rows
+        .iter()
+        .flatten()
+        .map(|b| b.value)
+        .fold(0.0_f64, f64::max)
+        .max(1.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH_PX, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(boxed).map_err(error(name))?;
+        let n = categories.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 15))
+            .margin(8)
+            .x_label_area_size(32)
+            .y_label_area_size(170)
+            .build_cartesian_2d(0.0..max * 1.9, 0.0..n)
+            .map_err(boxed)
+            .map_err(error(name))?;
+        let labels = categories.to_vec();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(categories.len().max(1) * 2 + 1)
+            .y_label_formatter(&|y| {
+                let index = n - y - 0.5;
+                let nearest = index.round();
+                if (index - nearest).abs() < 0.01 && nearest >= 0.0 {
+                    labels.get(nearest as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc(x_desc)
+            .label_style(("sans-serif", 11))
+            .draw()
+            .map_err(boxed)
+            .map_err(error(name))?;
+        for (index, row) in rows.iter().enumerate() {
+            let top = n - index as f64 - 0.1;
+            let band = 0.8 / row.len().max(1) as f64;
+            for (k, bar) in row.iter().enumerate() {
+                let y1 = top - k as f64 * band;
+                let y0 = y1 - band * 0.9;
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(0.0, y0), (bar.value, y1)],
+                        bar.colour.filled(),
+                    )))
+                    .map_err(boxed)
+                    .map_err(error(name))?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        bar.label.clone(),
+                        (bar.value + max * 0.02, (y0 + y1) / 2.0 + band * 0.2),
+                        ("sans-serif", 11).into_font(),
+                    )))
+                    .map_err(boxed)
+                    .map_err(error(name))?;
+            }
+        }
+        root.present().map_err(boxed).map_err(error(name))?;
+    }
+    Ok(inline(svg))
+}
+
+const BLUE: RGBColor = RGBColor(59, 130, 246);
+const ORANGE: RGBColor = RGBColor(245, 158, 11);
+const RED_: RGBColor = RGBColor(220, 38, 38);
+const GREEN_: RGBColor = RGBColor(22, 163, 74);
+
+/// Seeds the bench needed to catch each naive design (seed-major search).
+pub fn seeds_to_detect(suite: &SuiteReport) -> Result<String, PlotError> {
+    let mutants: Vec<_> = suite
+        .mutants
+        .designs
+        .iter()
+        .filter(|d| d.role == Role::Mutant)
+        .collect();
+    let categories: Vec<String> = mutants.iter().map(|d| d.design.clone()).collect();
+    let rows: Vec<Vec<Bar>> = mutants
+        .iter()
+        .map(|d| {
+            let caught = d.ok();
+            vec![Bar {
+                value: d.seeds_tried as f64,
+                colour: if caught { BLUE } else { RED_ },
+                label: if caught {
+                    format!("{} ({} runs)", d.seeds_tried, d.runs_tried)
+                } else {
+                    format!("not caught in {}", d.seeds_tried)
+                },
+            }]
+        })
+        .collect();
+    hbars(
+        "seeds-to-detect",
+        "Seeds to detect each naive design",
+        "seeds tried, seed-major, until the first failing run",
+        &categories,
+        &rows,
+    )
+}
+
+/// Runs of the correct design that reached each race window.
+pub fn window_coverage(suite: &SuiteReport) -> Result<String, PlotError> {
+    let categories: Vec<String> = suite
+        .coverage
+        .windows
+        .iter()
+        .map(|w| w.window.clone())
+        .collect();
+    let rows: Vec<Vec<Bar>> = suite
+        .coverage
+        .windows
+        .iter()
+        .map(|w| {
+            vec![Bar {
+                value: w.runs as f64,
+                colour: if w.runs == 0 { RED_ } else { GREEN_ },
+                label: if w.runs == 0 {
+                    "never reached".to_owned()
+                } else {
+                    format!("{} runs, {} seeds", w.runs, w.seeds)
+                },
+            }]
+        })
+        .collect();
+    hbars(
+        "window-coverage",
+        "Race windows reached (correct design)",
+        "runs that reached the window",
+        &categories,
+        &rows,
+    )
+}
+
+/// Billed executions beyond the winner's, per run, for each design under
+/// each policy.
+pub fn wasted_work(suite: &SuiteReport) -> Result<String, PlotError> {
+    let policies: Vec<String> = {
+        let mut p: Vec<String> = suite.waste.iter().map(|w| w.policy.clone()).collect();
+        p.sort();
+        p.dedup();
+        // The default policy first.
+        p.sort_by_key(|name| name != "strict");
+        p
+    };
+    let categories: Vec<String> = suite.designs.iter().map(|d| d.name.clone()).collect();
+    let rows: Vec<Vec<Bar>> = suite
+        .designs
+        .iter()
+        .map(|d| {
+            policies
+                .iter()
+                .enumerate()
+                .filter_map(|(k, p)| {
+                    let w = suite
+                        .waste
+                        .iter()
+                        .find(|w| w.design == d.name && &w.policy == p)?;
+                    let per_run = if w.runs == 0 {
+                        0.0
+                    } else {
+                        w.wasted as f64 / w.runs as f64
+                    };
+                    Some(Bar {
+                        value: per_run,
+                        colour: if k == 0 { ORANGE } else { BLUE },
+                        label: format!("{p}: {per_run:.2} ({} of {} billed)", w.wasted, w.billed),
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    hbars(
+        "wasted-work",
+        "Wasted provider work per run",
+        "billed executions beyond the winner's, per run",
+        &categories,
+        &rows,
+    )
+}
+
+/// Attempt latency per provider (start to terminal state) over the
+/// correct design's runs: box from the 25th to the 75th percentile,
+/// median line, whiskers to the extremes.
+pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
+    let name = "latency";
+    let n = suite.latency.len().max(1);
+    let max = suite
+        .latency
+        .iter()
+        .map(|l| l.max_ms)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH_PX, 300)).into_drawing_area();
+        root.fill(&WHITE).map_err(boxed).map_err(error(name))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Attempt latency per provider (correct design)",
+                ("sans-serif", 15),
+            )
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..n as f64, 0.0..max * 1.1)
+            .map_err(boxed)
+            .map_err(error(name))?;
+        let labels: Vec<String> = suite
+            .latency
+            .iter()
+            .map(|l| format!("{} ({} attempts)", l.provider, l.attempts))
+            .collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(n * 2 + 1)
+            .x_label_formatter(&|x| {
+                let index = x - 0.5;
+                let nearest = index.round();
+                if (index - nearest).abs() < 0.01 && nearest >= 0.0 {
+                    labels.get(nearest as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("ms, start to terminal state")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .label_style(("sans-serif", 11))
+            .draw()
+            .map_err(boxed)
+            .map_err(error(name))?;
+        for (index, l) in suite.latency.iter().enumerate() {
+            let centre = index as f64 + 0.5;
+            let (left, right) = (centre - 0.2, centre + 0.2);
+            let style = BLUE.stroke_width(2);
+            chart
+                .draw_series([
+                    Rectangle::new(
+                        [(left, l.p25_ms as f64), (right, l.p75_ms as f64)],
+                        BLUE.mix(0.3).filled(),
+                    ),
+                    Rectangle::new([(left, l.p25_ms as f64), (right, l.p75_ms as f64)], style),
+                ])
+                .map_err(boxed)
+                .map_err(error(name))?;
+            chart
+                .draw_series([
+                    PathElement::new(
+                        vec![(left, l.median_ms as f64), (right, l.median_ms as f64)],
+                        RED_.stroke_width(2),
+                    ),
+                    PathElement::new(
+                        vec![(centre, l.min_ms as f64), (centre, l.p25_ms as f64)],
+                        BLUE.stroke_width(1),
+                    ),
+                    PathElement::new(
+                        vec![(centre, l.p75_ms as f64), (centre, l.max_ms as f64)],
+                        BLUE.stroke_width(1),
+                    ),
+                    PathElement::new(
+                        vec![
+                            (centre - 0.1, l.min_ms as f64),
+                            (centre + 0.1, l.min_ms as f64),
+                        ],
+                        BLUE.stroke_width(1),
+                    ),
+                    PathElement::new(
+                        vec![
+                            (centre - 0.1, l.max_ms as f64),
+                            (centre + 0.1, l.max_ms as f64),
+                        ],
+                        BLUE.stroke_width(1),
+                    ),
+                ])
+                .map_err(boxed)
+                .map_err(error(name))?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    format!("median {} ms", l.median_ms),
+                    (right + 0.02, l.median_ms as f64),
+                    ("sans-serif", 10).into_font(),
+                )))
+                .map_err(boxed)
+                .map_err(error(name))?;
+        }
+        root.present().map_err(boxed).map_err(error(name))?;
+    }
+    Ok(inline(svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::tests::input;
+
+    #[test]
+    fn plots_are_svg_with_the_data_and_no_url() {
+        let suite = SuiteReport::new(input(Some(2)));
+        for svg in [
+            seeds_to_detect(&suite).expect("draws"),
+            window_coverage(&suite).expect("draws"),
+            wasted_work(&suite).expect("draws"),
+            latency(&suite).expect("draws"),
+        ] {
+            assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+            assert!(!svg.contains("http"), "no URL");
+        }
+        let seeds = seeds_to_detect(&suite).expect("draws");
+        assert!(seeds.contains("last-writer-wins"));
+        assert!(seeds.contains("3 (6 runs)"), "{seeds}");
+        assert!(
+            window_coverage(&suite)
+                .expect("draws")
+                .contains("never reached")
+        );
+        assert_eq!(
+            latency(&suite).expect("draws"),
+            latency(&suite).expect("draws")
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! `idem report` and `idem run --report` end to end, and their pages in a
+//! real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
+//! installs) loads each page from its file, runs its script, and the test
+//! reads the DOM after scripts ran and the console.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn idem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .output()
+        .expect("the idem binary runs")
+}
+
+/// What Chromium made of a page: the DOM after its scripts ran, and what
+/// the page wrote to the console.
+struct Rendered {
+    dom: String,
+    console: Vec<String>,
+}
+
+fn chromium(page: &Path) -> Rendered {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: these tests check the reports in a real browser; install it with `apt-get install -y chromium` (.ci/run does)"
+    );
+    let profile = tempfile::tempdir().expect("a temporary profile directory");
+    let output = Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(
+        output.status.success(),
+        "chromium failed on {}",
+        page.display()
+    );
+    let console = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|l| l.contains("CONSOLE"))
+        .map(str::to_owned)
+        .collect();
+    Rendered {
+        dom: String::from_utf8_lossy(&output.stdout).into_owned(),
+        console,
+    }
+}
+
+fn assert_clean(rendered: &Rendered, what: &str) {
+    assert!(
+        rendered.console.is_empty(),
+        "{what}: the console is not clean: {:#?}",
+        rendered.console
+    );
+    assert!(
+        rendered.dom.len() > 10_000 && rendered.dom.contains("<h1>"),
+        "{what}: the page is blank"
+    );
+    // The script ran: it draws the time axis and fills the zoom label.
+    assert!(
+        rendered.dom.contains(r#"class="tick""#)
+            || !rendered.dom.contains("svg class=\"timeline\""),
+        "{what}: the timeline's script did not run"
+    );
+}
+
+fn report_dir() -> PathBuf {
+    let dir = tempfile::tempdir().expect("a temporary directory").keep();
+    let out = idem(&[
+        "report",
+        "--out",
+        dir.to_str().expect("a UTF-8 path"),
+        "--seeds",
+        "0..2",
+        "--scenarios",
+        "timeout-unknown,out-of-order-completion",
+        // The naive designs these two scenarios catch.
+        "--designs",
+        "timeout-is-failure,last-writer-wins",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+#[test]
+fn report_pages_render_in_chromium() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = report_dir();
+    let suite: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("suite.json"))?)?;
+    assert_eq!(suite["schema"], idem_reports::SCHEMA_VERSION);
+    assert_eq!(suite["verdict"], "pass");
+
+    let index = chromium(&dir.join("index.html"));
+    assert_clean(&index, "index.html");
+    assert!(index.dom.contains("last-writer-wins"));
+    assert_eq!(index.dom.matches("<figure>").count(), 4, "four plots");
+
+    // The timeout-unknown page from the report: one lane per host, an
+    // unknown bar, and the refused backup press on it.
+    let page = suite["pages"]
+        .as_array()
+        .and_then(|pages| {
+            pages
+                .iter()
+                .find(|p| p["scenario"] == "timeout-unknown" && p["design"] == "correct")
+        })
+        .and_then(|p| p["file"].as_str())
+        .ok_or("no page for timeout-unknown under the correct design")?;
+    let run = chromium(&dir.join(page));
+    assert_clean(&run, page);
+    let hosts = [
+        "client-alice",
+        "api-1",
+        "api-2",
+        "worker-1",
+        "reconciler",
+        "store",
+        "provider-primary",
+        "provider-fallback",
+    ];
+    assert_eq!(
+        run.dom.matches(r#"class="lane-label""#).count(),
+        hosts.len()
+    );
+    for host in hosts {
+        assert!(
+            run.dom.contains(&format!(r#"data-host="{host}""#)),
+            "no lane for {host}"
+        );
+    }
+    assert!(run.dom.contains("attempt state-unknown"), "no unknown bar");
+    assert!(
+        run.dom.contains(r#"class="refused"#),
+        "no refused backup press"
+    );
+    std::fs::remove_dir_all(dir)?;
+    Ok(())
+}
+
+#[test]
+fn run_report_names_the_neighbour_of_a_failing_run() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("f.html");
+    let out = idem(&[
+        "run",
+        "out-of-order-completion",
+        "--seed",
+        "0",
+        "--design",
+        "last-writer-wins",
+        "--report",
+        file.to_str().ok_or("a UTF-8 path")?,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "the mutant fails this seed");
+    let html = std::fs::read_to_string(&file)?;
+    assert!(
+        html.contains("result overwritten"),
+        "the overwrite is shown"
+    );
+    assert!(
+        html.contains("Diff against passing seed") || html.contains("under the correct design"),
+        "the neighbour is named"
+    );
+    assert!(html.contains(r#"id="first-divergence""#));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    let rendered = chromium(&file);
+    assert_clean(&rendered, "the run page");
+    Ok(())
+}
+
+#[test]
+fn the_same_suite_gives_the_same_bytes_apart_from_provenance()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (one, two) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    for (dir, jobs) in [(&one, "1"), (&two, "2")] {
+        let out = idem(&[
+            "report",
+            "--out",
+            dir.path().to_str().ok_or("a UTF-8 path")?,
+            "--seeds",
+            "0..2",
+            "--scenarios",
+            "double-click",
+            "--designs",
+            "check-then-insert",
+            "--jobs",
+            jobs,
+        ]);
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let mut files = vec![
+        "index.html".to_owned(),
+        "summary.md".to_owned(),
+        "junit.xml".to_owned(),
+        "suite.json".to_owned(),
+    ];
+    for entry in std::fs::read_dir(one.path().join("runs"))? {
+        files.push(format!("runs/{}", entry?.file_name().to_string_lossy()));
+    }
+    assert!(files.len() > 4, "run pages were written");
+    for file in files {
+        let a = std::fs::read_to_string(one.path().join(&file))?;
+        let b = std::fs::read_to_string(two.path().join(&file))?;
+        assert_ne!(a.len(), 0);
+        assert_eq!(
+            idem_reports::html::without_provenance(&a),
+            idem_reports::html::without_provenance(&b),
+            "{file} differs outside its provenance block"
+        );
+    }
+    Ok(())
+}
