@@ -4,6 +4,8 @@
 mod catalog;
 mod cli;
 mod explore;
+mod fuzz;
 mod mutants;
 mod report;
+mod shards;
 mod validation;
