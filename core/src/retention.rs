@@ -180,12 +180,21 @@ mod tests {
         let pruner = pruner(clock.clone());
         let start = clock.now();
         clock.advance_ms(1_000);
-        assert_eq!(pruner.cutoff(), start + TimeDelta::milliseconds(1_000 - 60_000));
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_000 - 60_000)
+        );
         // An hour's jump: the cutoff stays where true time puts it.
         clock.jump_ms(3_600_000);
-        assert_eq!(pruner.cutoff(), start + TimeDelta::milliseconds(1_000 - 60_000));
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_000 - 60_000)
+        );
         clock.advance_ms(500);
-        assert_eq!(pruner.cutoff(), start + TimeDelta::milliseconds(1_500 - 60_000));
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_500 - 60_000)
+        );
     }
 
     #[test]

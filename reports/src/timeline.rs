@@ -659,7 +659,9 @@ fn fault_event<'a>(
         // A clock stepped (a jump, or an offset or drift that stays):
         // nothing opens or heals, so it is a mark on the host's lane.
         ("clock_jump" | "clock_offset" | "clock_drift", Some(host))
-            if detail.get("duration_ms").is_none_or(serde_json::Value::is_null) =>
+            if detail
+                .get("duration_ms")
+                .is_none_or(serde_json::Value::is_null) =>
         {
             let lane = lanes.index(host);
             timeline.marks.push(Mark {
@@ -1036,7 +1038,12 @@ impl Timeline {
 /// What a clock fault that stays did, for a mark's title.
 fn clock_title(host: &str, name: &str, detail: &serde_json::Value) -> String {
     let number = |field: &str| detail.get(field).and_then(serde_json::Value::as_i64);
-    match (name, number("jump_ms"), number("offset_ms"), number("drift_ppm")) {
+    match (
+        name,
+        number("jump_ms"),
+        number("offset_ms"),
+        number("drift_ppm"),
+    ) {
         ("clock_jump", Some(ms), _, _) => format!("{host}'s clock jumped {ms:+} ms"),
         ("clock_offset", _, Some(ms), _) => format!("{host}'s clock set {ms:+} ms off true time"),
         ("clock_drift", _, _, Some(ppm)) => format!("{host}'s clock drifts {ppm:+} ppm"),
@@ -1243,6 +1250,10 @@ mod tests {
             .map(|f| (f.name.as_str(), f.t0_ms, f.t1_ms))
             .collect();
         assert_eq!(windows, vec![("clock_drift", 7, 57)]);
-        assert!(timeline.to_svg(&Overlay::default()).contains("clock jumped"));
+        assert!(
+            timeline
+                .to_svg(&Overlay::default())
+                .contains("clock jumped")
+        );
     }
 }

@@ -78,7 +78,8 @@ async fn a_clock_that_jumps_does_not_hurry_the_reconciler() {
     let attempt = running_then_jump(&s).await;
     let report = s.reconciler.pass().await;
     assert!(report.actions.is_empty(), "{report:?}");
-    s.clock.advance_ms(i64::try_from(RUNNING_STALE_MS).expect("small") - 1);
+    s.clock
+        .advance_ms(i64::try_from(RUNNING_STALE_MS).expect("small") - 1);
     let report = s.reconciler.pass().await;
     assert!(report.actions.is_empty(), "{report:?}");
     assert_eq!(
@@ -88,7 +89,10 @@ async fn a_clock_that_jumps_does_not_hurry_the_reconciler() {
     // Waited out in monotonic time: now it is presumed orphaned.
     s.clock.advance_ms(1);
     let report = s.reconciler.pass().await;
-    assert_eq!(report.actions.first(), Some(&(attempt, Action::MarkedUnknown)));
+    assert_eq!(
+        report.actions.first(),
+        Some(&(attempt, Action::MarkedUnknown))
+    );
     assert_eq!(
         s.engine.attempt(attempt).await.expect("read").state,
         AttemptState::Unknown
@@ -100,5 +104,8 @@ async fn the_wall_clock_design_is_hurried_by_the_jump() {
     let s = setup(Design::WallClockDeadlines);
     let attempt = running_then_jump(&s).await;
     let report = s.reconciler.pass().await;
-    assert_eq!(report.actions.first(), Some(&(attempt, Action::MarkedUnknown)));
+    assert_eq!(
+        report.actions.first(),
+        Some(&(attempt, Action::MarkedUnknown))
+    );
 }

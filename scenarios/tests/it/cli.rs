@@ -84,7 +84,10 @@ fn idem_seed_gives_run_its_seed() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(by_env.status.code(), Some(0), "{}", stderr(&by_env));
     assert_eq!(stdout(&by_env), stdout(&by_flag));
     // The flag wins over the environment.
-    let both = idem_with(&["run", "double-click", "--seed", "7"], &[("IDEM_SEED", "8")]);
+    let both = idem_with(
+        &["run", "double-click", "--seed", "7"],
+        &[("IDEM_SEED", "8")],
+    );
     assert_eq!(stdout(&both), stdout(&by_flag));
     let other = idem_with(&["run", "double-click"], &[("IDEM_SEED", "8")]);
     assert_ne!(stdout(&other), stdout(&by_flag));

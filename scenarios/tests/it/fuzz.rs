@@ -61,7 +61,10 @@ fn the_correct_design_fuzzes_clean_and_exercises_clock_faults() -> Result {
         .filter_map(|k| k["kind"].as_str())
         .collect();
     assert!(exercised.len() >= 9, "{exercised:?}");
-    assert!(exercised.iter().any(|k| k.starts_with("clock_")), "{exercised:?}");
+    assert!(
+        exercised.iter().any(|k| k.starts_with("clock_")),
+        "{exercised:?}"
+    );
     let windows = summary["coverage"]["windows"].as_array().ok_or("windows")?;
     assert!(windows.iter().any(|w| w["runs"].as_u64() > Some(0)));
     Ok(())
@@ -116,6 +119,11 @@ fn bad_input_exits_2() {
         &["merge", "/no/such/summary.json"],
     ] {
         let output = idem(args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output.stderr));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
     }
 }

@@ -165,10 +165,7 @@ fn a_missing_or_repeated_shard_is_refused() -> Result {
     }
     let shard = |i: usize| dir.path().join(format!("shard-{i}-of-3.json"));
     let (zero, one) = (shard(0), shard(1));
-    let (zero, one) = (
-        zero.to_str().ok_or("utf-8")?,
-        one.to_str().ok_or("utf-8")?,
-    );
+    let (zero, one) = (zero.to_str().ok_or("utf-8")?, one.to_str().ok_or("utf-8")?);
     for args in [&["merge", zero, one][..], &["merge", zero, zero, one]] {
         let output = idem(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");

@@ -12,13 +12,13 @@ use uuid::Uuid;
 
 use idem_core::clock::micros_to_timestamp;
 use idem_core::engine::Policy;
-use idem_core::reconciler::ReconcilerConfig;
 use idem_core::fingerprint::fingerprint;
 use idem_core::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     OwnerId,
 };
 use idem_core::provider::server::{Execution, ExecutionOutcome};
+use idem_core::reconciler::ReconcilerConfig;
 use idem_core::store::StoreDump;
 use idem_core::store::faults::{StoreFault, StoreOp};
 use idem_sim::oracle::{Invariant, Judgement, OracleInput, WorldFacts, judge};
@@ -1305,7 +1305,11 @@ fn executions_one_after_another_are_not_at_once() {
 
 fn run_passes_without_windows(run: &Run) {
     let judgement = run.judge();
-    assert!(judgement.violations.is_empty(), "{:#?}", judgement.violations);
+    assert!(
+        judgement.violations.is_empty(),
+        "{:#?}",
+        judgement.violations
+    );
 }
 
 /// A strict job whose running attempt the reconciler presumes orphaned one
@@ -1338,10 +1342,7 @@ fn presumed_and_cancelled(wait_ms: u64) -> (Run, [u64; 4]) {
 #[test]
 fn waits_in_true_time_fires_when_the_reconciler_acts_early() {
     let (run, [started, presumed, cancelled, noted]) = presumed_and_cancelled(6_000);
-    let judgement = fires(
-        &run,
-        &[(Invariant::WaitsInTrueTime, &[started, presumed])],
-    );
+    let judgement = fires(&run, &[(Invariant::WaitsInTrueTime, &[started, presumed])]);
     assert_eq!(judgement.violations.len(), 2, "{:#?}", judgement.violations);
     assert!(
         judgement.violations[1].evidence == vec![started, cancelled, noted],
