@@ -127,9 +127,9 @@ fn check(env: &[(&str, &str)], count: usize, kubernetes: bool, exit: i32) -> Res
 
 #[test]
 fn merged_sweep_shards_equal_the_unsharded_sweep() -> Result {
-    // Six seeds of the whole catalogue: too few to reach every race window,
-    // so the gate fails alike on both sides (exit 1).
-    check(&[("IDEM_SHARD_SEEDS", "0..6")], 3, true, 1)
+    // Six seeds of the whole catalogue reach every race window (measured),
+    // though a shard of two seeds alone need not: the gate is the merge's.
+    check(&[("IDEM_SHARD_SEEDS", "0..6")], 3, true, 0)
 }
 
 #[test]
