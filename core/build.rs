@@ -17,6 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for path in [
         "src",
         "migrations",
+        "contracts",
         "openapi.json",
         "Cargo.toml",
         "../Cargo.lock",

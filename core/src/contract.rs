@@ -32,10 +32,29 @@ pub struct Certificate {
     pub at: Timestamp,
 }
 
+impl Certificate {
+    /// What the provider said it served when the certificate was earned
+    /// (`model_identity` in the evidence), if it said.
+    pub fn model_identity(&self) -> Option<&str> {
+        self.evidence.get("model_identity").and_then(Value::as_str)
+    }
+
+    /// Where the provider was reached when the certificate was earned
+    /// (`endpoint` in the evidence), if recorded.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.evidence.get("endpoint").and_then(Value::as_str)
+    }
+}
+
 /// One provider the service can call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProviderSpec {
     pub model: String,
+    /// Where the provider is (`https://host:port`), when known. A
+    /// certificate earned at another endpoint was earned by another
+    /// provider, whatever its name: it is not relied on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
 }
 
 /// The providers the service knows, and the contract versions in force.
@@ -47,6 +66,15 @@ pub struct Providers {
 }
 
 impl Providers {
+    /// No providers yet, under `contract`'s prompt and schema versions.
+    pub fn for_contract(contract: &crate::certify::Contract) -> Self {
+        Self {
+            specs: BTreeMap::new(),
+            prompt_version: contract.prompt_version.clone(),
+            schema_version: contract.schema_version.clone(),
+        }
+    }
+
     /// Providers with the same model name as their provider name, and
     /// contract versions "v1". Convenient for tests and demos.
     pub fn named<'a>(names: impl IntoIterator<Item = &'a str>) -> Self {
@@ -58,6 +86,7 @@ impl Providers {
                         n.to_owned(),
                         ProviderSpec {
                             model: n.to_owned(),
+                            endpoint: None,
                         },
                     )
                 })

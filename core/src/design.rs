@@ -1,5 +1,5 @@
 //! Designs under test. `Correct` is idem. The others are the naive designs
-//! of BRIEF §8, built into the same engine and store behind this one
+//! of docs/MODEL.md, built into the same engine and store behind this one
 //! switch, so that the simulator can prove its power by catching them.
 //! Production always runs `Correct`; nothing outside the simulator and the
 //! tests selects another design.

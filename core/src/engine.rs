@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::clock::{Clock, IdSource};
-use crate::contract::Providers;
+use crate::contract::{Certificate, Providers};
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::fingerprint::Canonical;
@@ -19,6 +19,7 @@ use crate::model::{
     Attempt, AttemptId, AttemptState, EventKind, IdempotencyKey, Job, JobId, JobRequest, JobState,
     KeyError, NewEvent, OwnerId,
 };
+use crate::provider::ProviderSet;
 use crate::store::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
     Store, StoreError, TransitionOutcome,
@@ -34,6 +35,10 @@ pub const DEADLINE_REASON: &str = "deadline";
 /// The `reason` recorded with a move to unknown because the reconciler
 /// presumed the attempt's worker gone.
 pub const PRESUMED_ORPHANED_REASON: &str = "presumed_orphaned";
+/// How long the engine waits for a provider to say which model it serves
+/// before a failover to it, by default. Past it the failover is refused: a
+/// certificate that cannot be checked is not relied on.
+pub const MODEL_PROBE_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 
 /// How often, and how long, `time_out` waits for a starting hedge to leave
 /// the open-attempt slot.
@@ -100,6 +105,7 @@ pub enum EngineError {
 }
 
 /// A create that succeeded.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Created {
     New(Job),
@@ -116,6 +122,7 @@ impl Created {
 }
 
 /// What a completion came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Verdict {
     Won(Job),
@@ -130,6 +137,7 @@ pub enum Verdict {
 }
 
 /// What an out-of-band resolution came to.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Resolved {
     /// Resolved as succeeded, and its result won the compare-and-swap.
@@ -155,6 +163,85 @@ pub enum Resolution {
     Cancelled,
 }
 
+/// Where a provider stands with its contract certificate, as a failover
+/// decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CertificateStatus {
+    /// A passed certificate for the current key, and the provider still
+    /// serves the model it was earned on (or does not say).
+    Valid,
+    /// No certificate for the provider's current (model, prompt version,
+    /// schema version).
+    Missing,
+    /// The certification run failed, or the certificate was revoked.
+    Failed,
+    /// The provider now serves another model than the one certified: the
+    /// certificate is revoked from here on.
+    Stale { certified: String, serving: String },
+    /// The provider could not say which model it serves.
+    Unverified { detail: String },
+    /// The certificate was earned at another endpoint than the one this
+    /// service is configured to call under the provider's name.
+    OtherEndpoint {
+        certified: String,
+        configured: String,
+    },
+}
+
+impl CertificateStatus {
+    pub fn is_valid(&self) -> bool {
+        matches!(self, CertificateStatus::Valid)
+    }
+
+    /// Why a failover to the provider is refused, as events name it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CertificateStatus::Valid => "valid",
+            CertificateStatus::Missing => "no_certificate",
+            CertificateStatus::Failed => "certificate_failed",
+            CertificateStatus::Stale { .. } => "certificate_stale",
+            CertificateStatus::Unverified { .. } => "model_unverified",
+            CertificateStatus::OtherEndpoint { .. } => "certificate_other_endpoint",
+        }
+    }
+}
+
+/// Asks providers which model they serve, so that a certificate earned on
+/// one model is not relied on once the provider has silently moved to
+/// another.
+#[derive(Clone, Debug)]
+pub struct ModelProbes {
+    providers: ProviderSet,
+    timeout_ms: u64,
+}
+
+impl ModelProbes {
+    pub fn new(providers: ProviderSet, timeout_ms: u64) -> Self {
+        Self {
+            providers,
+            timeout_ms,
+        }
+    }
+
+    /// `Ok(None)`: the provider does not say (or has no client here).
+    async fn identity(&self, provider: &str) -> Result<Option<String>, String> {
+        let Some(client) = self.providers.get(provider) else {
+            return Ok(None);
+        };
+        match crate::timer::timeout(
+            std::time::Duration::from_millis(self.timeout_ms),
+            client.model_identity(),
+        )
+        .await
+        {
+            Ok(Ok(identity)) => Ok(identity),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", self.timeout_ms)),
+        }
+    }
+}
+
 /// Who asked for a new attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -176,6 +263,10 @@ pub struct Engine {
     ids: Arc<dyn IdSource>,
     providers: Providers,
     policy: Policy,
+    /// Checks before a failover that the fallback still serves the model
+    /// its certificate was earned on. `None`: certificates are taken as
+    /// they are stored.
+    probes: Option<ModelProbes>,
     /// Counts what the engine decides (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
     /// The design under test. Only the bench has naive designs: without
@@ -202,12 +293,20 @@ impl Engine {
             ids,
             providers,
             policy,
+            probes: None,
             metrics: Arc::new(Metrics::new()),
             #[cfg(feature = "bench")]
             design: Design::Correct,
             #[cfg(feature = "bench")]
             session: String::new(),
         }
+    }
+
+    /// Checks, before each failover or hedge, which model the fallback
+    /// serves (see [`CertificateStatus::Stale`]).
+    pub fn with_model_probes(mut self, probes: ModelProbes) -> Self {
+        self.probes = Some(probes);
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -357,17 +456,24 @@ impl Engine {
             return Err(EngineError::UnknownProvider { provider });
         }
         let at = self.clock.now();
-        if provider != job.provider && !self.is_certified(&provider).await? {
-            self.store
-                .record_event(NewEvent {
-                    job_id: job.id,
-                    attempt_id: None,
-                    at,
-                    kind: EventKind::FailoverRefused,
-                    detail: json!({"provider": provider, "trigger": trigger}),
-                })
-                .await?;
-            return Err(EngineError::ProviderNotCertified { provider });
+        if provider != job.provider {
+            let status = self.certificate_status(&provider).await?;
+            if !status.is_valid() {
+                self.store
+                    .record_event(NewEvent {
+                        job_id: job.id,
+                        attempt_id: None,
+                        at,
+                        kind: EventKind::FailoverRefused,
+                        detail: json!({
+                            "provider": provider,
+                            "trigger": trigger,
+                            "reason": status.reason(),
+                        }),
+                    })
+                    .await?;
+                return Err(EngineError::ProviderNotCertified { provider });
+            }
         }
         let allow_while_running = self.policy.allows_overlap();
         // Naive (unguarded-attempts): no guard but the index.
@@ -407,22 +513,86 @@ impl Engine {
         Err(last_error.expect("the loop ran at least once").into())
     }
 
-    /// Whether `provider` holds a passed certificate for its current model
-    /// and the current prompt and schema versions.
+    /// Whether `provider` holds a valid certificate: see
+    /// [`Engine::certificate_status`].
     pub async fn is_certified(&self, provider: &str) -> Result<bool, EngineError> {
+        Ok(self.certificate_status(provider).await?.is_valid())
+    }
+
+    /// Where `provider` stands: a passed certificate for its current model
+    /// and the current prompt and schema versions, and (with model probes)
+    /// the provider still serving the model the certificate was earned on.
+    ///
+    /// A provider found serving another model has its certificate revoked
+    /// in the store (a failed certificate under the same key, its evidence
+    /// saying why), so that every replica refuses it from then on, probe or
+    /// not, until it is certified again.
+    pub async fn certificate_status(
+        &self,
+        provider: &str,
+    ) -> Result<CertificateStatus, EngineError> {
         #[cfg(feature = "bench")]
         if self.runs(Design::BlindFailover) {
             // Naive: every configured provider is taken to share the contract.
-            return Ok(self.providers.contains(provider));
+            return Ok(if self.providers.contains(provider) {
+                CertificateStatus::Valid
+            } else {
+                CertificateStatus::Missing
+            });
         }
         let Some(key) = self.providers.certificate_key(provider) else {
-            return Ok(false);
+            return Ok(CertificateStatus::Missing);
         };
-        Ok(self
-            .store
-            .certificate(&key)
-            .await?
-            .is_some_and(|c| c.passed))
+        let Some(certificate) = self.store.certificate(&key).await? else {
+            return Ok(CertificateStatus::Missing);
+        };
+        if !certificate.passed {
+            return Ok(CertificateStatus::Failed);
+        }
+        let configured = self
+            .providers
+            .specs
+            .get(provider)
+            .and_then(|spec| spec.endpoint.as_deref());
+        if let (Some(configured), Some(certified)) = (configured, certificate.endpoint())
+            && configured != certified
+        {
+            // Not revoked: another replica may still be configured with the
+            // endpoint it was earned at (a rollout in progress).
+            return Ok(CertificateStatus::OtherEndpoint {
+                certified: certified.to_owned(),
+                configured: configured.to_owned(),
+            });
+        }
+        let (Some(probes), Some(certified)) = (&self.probes, certificate.model_identity()) else {
+            return Ok(CertificateStatus::Valid);
+        };
+        let certified = certified.to_owned();
+        match probes.identity(provider).await {
+            Ok(Some(serving)) if serving == certified => Ok(CertificateStatus::Valid),
+            Ok(Some(serving)) => {
+                self.store
+                    .put_certificate(Certificate {
+                        key: certificate.key.clone(),
+                        passed: false,
+                        evidence: json!({
+                            "source": "revoked",
+                            "reason": "the provider serves another model than the one certified",
+                            "certified_model_identity": certified,
+                            "serving_model_identity": serving,
+                            "revoked_evidence": certificate.evidence,
+                        }),
+                        at: self.clock.now(),
+                    })
+                    .await?;
+                Ok(CertificateStatus::Stale { certified, serving })
+            }
+            // It no longer says: nothing shows it is still what was certified.
+            Ok(None) => Ok(CertificateStatus::Unverified {
+                detail: "the provider no longer reports the model it serves".to_owned(),
+            }),
+            Err(detail) => Ok(CertificateStatus::Unverified { detail }),
+        }
     }
 
     pub async fn attempt(&self, id: AttemptId) -> Result<Attempt, EngineError> {
@@ -482,7 +652,7 @@ impl Engine {
                         && tries < SLOT_WAITS_MAX =>
                 {
                     tries += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
+                    crate::timer::sleep(std::time::Duration::from_millis(SLOT_WAIT_MS)).await;
                 }
                 other => return other,
             }

@@ -19,8 +19,10 @@
 //! turn on. The production binary, `idem-server`, is built without it.
 
 pub mod api;
+pub mod certify;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod contract;
 #[cfg(feature = "bench")]
 pub mod design;
@@ -36,6 +38,7 @@ pub mod retention;
 pub mod service;
 pub mod stamp;
 pub mod store;
+pub mod timer;
 pub mod transition;
 pub mod worker;
 

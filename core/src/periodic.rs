@@ -31,7 +31,7 @@ pub async fn every<P, F>(
         tokio::select! {
             biased;
             () = &mut shutdown => break,
-            () = tokio::time::sleep(Duration::from_millis(interval_ms)) => {}
+            () = crate::timer::sleep(Duration::from_millis(interval_ms)) => {}
         }
     }
 }

@@ -70,7 +70,7 @@ pub enum Guard {
     },
 }
 
-/// The guard rule of the brief (§4) over a job's state and its attempts.
+/// The guard rule of docs/MODEL.md over a job's state and its attempts.
 /// `allow_while_running` is the hedging policy: a hedge may start while one
 /// other attempt is running, never while two are.
 pub fn guard(

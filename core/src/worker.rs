@@ -28,8 +28,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
-use crate::model::{Attempt, AttemptState, EventKind, Job, JobId};
+use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
+use crate::store::FailJobOutcome;
 
 /// Runs attempts started elsewhere (the backup button) to their end.
 pub trait AttemptRunner: Send + Sync + fmt::Debug {
@@ -71,6 +72,7 @@ impl Default for WorkerConfig {
 }
 
 /// How one attempt ended, as far as this worker saw it.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptEnd {
@@ -85,6 +87,13 @@ pub enum AttemptEnd {
     Skipped,
     /// The job was given up after its last attempt.
     GaveUp,
+    /// The give-up was refused: the job had moved past the version this
+    /// worker read (another attempt won, or another worker gave it up).
+    /// Nothing was written; this is what the store found.
+    GiveUpStale {
+        state: JobState,
+        version: i64,
+    },
 }
 
 /// What one poll did.
@@ -112,6 +121,22 @@ struct WorkerInner {
     /// same job to a second task before the first has started its attempt.
     /// At most `attempts_concurrent_max` entries.
     held: Mutex<BTreeSet<JobId>>,
+}
+
+/// A job a task of this worker holds, and the slot it runs in. Dropping it
+/// (the task finished, panicked or was cancelled with its host) releases
+/// both: a job left marked as held would never be polled again by this
+/// worker, which outlives its tasks.
+struct Held {
+    worker: Worker,
+    job: JobId,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.worker.release(self.job);
+    }
 }
 
 /// What the provider call came to.
@@ -160,7 +185,7 @@ impl Worker {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(interval) => {}
+                () = crate::timer::sleep(interval) => {}
             }
         }
         while running.join_next().await.is_some() {}
@@ -191,14 +216,17 @@ impl Worker {
             if !self.hold(job.id) {
                 continue;
             }
-            let worker = self.clone();
+            let held = Held {
+                worker: self.clone(),
+                job: job.id,
+                _slot: slot,
+            };
             running.spawn(async move {
                 let id = job.id;
-                if let Err(e) = worker.advance(job).await {
+                if let Err(e) = held.worker.advance(job).await {
                     tracing::warn!(job = %id, error = %e, "worker step failed");
                 }
-                worker.release(id);
-                drop(slot);
+                drop(held);
             });
         }
     }
@@ -259,8 +287,12 @@ impl Worker {
         let spent = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
         if spent >= self.config().attempts_max {
             let reason = json!({"reason": "attempts_exhausted", "attempts": spent});
-            self.engine().give_up(&job, reason).await?;
-            return Ok(AttemptEnd::GaveUp);
+            return Ok(match self.engine().give_up(&job, reason).await? {
+                FailJobOutcome::Failed(_) => AttemptEnd::GaveUp,
+                FailJobOutcome::Stale { state, version } => {
+                    AttemptEnd::GiveUpStale { state, version }
+                }
+            });
         }
         let provider = self.choose_provider(&job, &attempts).await?;
         match self
@@ -298,7 +330,8 @@ impl Worker {
             if *candidate == job.provider {
                 return Ok(candidate.clone());
             }
-            if self.engine().is_certified(candidate).await? {
+            let status = self.engine().certificate_status(candidate).await?;
+            if status.is_valid() {
                 return Ok(candidate.clone());
             }
             self.engine()
@@ -306,7 +339,7 @@ impl Worker {
                     job.id,
                     None,
                     EventKind::FailoverRefused,
-                    json!({"provider": candidate, "trigger": Trigger::Worker}),
+                    json!({"provider": candidate, "trigger": Trigger::Worker, "reason": status.reason()}),
                 )
                 .await;
         }
@@ -330,7 +363,7 @@ impl Worker {
                 return Ok(AttemptEnd::Failed);
             };
             let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
-            let connected = tokio::time::timeout(connect_timeout, provider.connect())
+            let connected = crate::timer::timeout(connect_timeout, provider.connect())
                 .await
                 .unwrap_or_else(|_| {
                     Err(ProviderError::Unreachable("connect timed out".to_owned()))
@@ -362,13 +395,13 @@ impl Worker {
             let dispatched_at = engine.clock().now();
             let send = connection.send(call);
             let deadline =
-                tokio::time::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
+                crate::timer::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
             let hedge_after_ms = match engine.policy() {
                 Policy::Hedged { hedge_after_ms } if may_hedge => Some(hedge_after_ms),
                 _ => None,
             };
             let hedge_timer =
-                tokio::time::sleep(Duration::from_millis(hedge_after_ms.unwrap_or(0)));
+                crate::timer::sleep(Duration::from_millis(hedge_after_ms.unwrap_or(0)));
             tokio::pin!(send, deadline, hedge_timer);
             let mut hedge_armed = hedge_after_ms.is_some();
             let mut hedges = JoinSet::new();
@@ -483,5 +516,66 @@ impl AttemptRunner for Worker {
                 tracing::warn!(error = %e, "backup attempt failed to run");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, SeededIds};
+    use crate::contract::Providers;
+    use crate::model::{JobRequest, OwnerId};
+    use crate::store::Store;
+    use crate::store::mem::MemStore;
+
+    /// A worker that read a job before another finished it reports the
+    /// store's refusal, not a give-up that never happened.
+    #[tokio::test]
+    async fn a_stale_give_up_reports_what_the_store_said() {
+        let store = Arc::new(MemStore::new());
+        let engine = Engine::new(
+            store.clone(),
+            Arc::new(ManualClock::default()),
+            Arc::new(SeededIds::new(1)),
+            Providers::named(["primary"]),
+            Policy::Strict,
+        );
+        let config = WorkerConfig {
+            attempts_max: 1,
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(engine.clone(), ProviderSet::new(), config);
+        let request = JobRequest {
+            provider: "primary".to_owned(),
+            fallbacks: vec![],
+            params: json!({}),
+        };
+        let owner = OwnerId("alice".to_owned());
+        let job = engine
+            .create_job(&owner, "k", request)
+            .await
+            .expect("create")
+            .job()
+            .clone();
+        let attempt = engine
+            .start_attempt(&job, None, Trigger::Worker)
+            .await
+            .expect("start");
+        engine
+            .fail_attempt(attempt.id, json!({"error": "refused"}))
+            .await
+            .expect("fail");
+        // The snapshot both workers read; the first gives up.
+        let read = store.job(job.id).await.expect("read").expect("exists");
+        let first = worker.advance(read.clone()).await.expect("first");
+        assert_eq!(first, AttemptEnd::GaveUp);
+        let second = worker.advance(read.clone()).await.expect("second");
+        assert_eq!(
+            second,
+            AttemptEnd::GiveUpStale {
+                state: JobState::Failed,
+                version: read.version + 1,
+            }
+        );
     }
 }

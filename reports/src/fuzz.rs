@@ -53,7 +53,7 @@ pub struct FaultKindTally {
 /// An invariant by number and name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvariantRef {
-    /// BRIEF §7's number (12: waits in true time); 0 for a run that could
+    /// the number in docs/MODEL.md (12: waits in true time); 0 for a run that could
     /// not finish.
     pub invariant: u8,
     pub name: String,

@@ -65,7 +65,7 @@ pub fn render(suite: &SuiteReport, provenance: &Provenance) -> Result<String, Pl
         ),
         (
             plots::window_coverage(suite)?,
-            "Runs of the correct design that reached each race window of the brief.",
+            "Runs of the correct design that reached each race window (docs/MODEL.md).",
         ),
     ];
     for (svg, caption) in figures {

@@ -1,5 +1,5 @@
-//! JUnit XML for CI: one test suite per scenario, one test case per seed,
-//! and one more test case per scenario for its expected race windows;
+//! JUnit XML for CI: one test suite per scenario, one test case for its
+//! passing seeds and one per failing seed, and one more test case per scenario for its expected race windows;
 //! when the sweep's window coverage is gated, a suite with one test case per
 //! race window.
 //! Failures carry the violations and the command that reproduces them.
@@ -82,40 +82,40 @@ fn add_sweep(report: &mut Report, summary: &SweepSummary) {
     for scenario in &summary.scenarios {
         let mut suite = TestSuite::new(scenario.name.as_str());
         add_build(&mut suite, summary);
-        for run in summary.runs.iter().filter(|r| r.scenario == scenario.name) {
-            let status = match run.verdict {
-                RunVerdict::Pass => TestCaseStatus::success(),
-                verdict => {
-                    let kind = if verdict == RunVerdict::Error {
-                        NonSuccessKind::Error
-                    } else {
-                        NonSuccessKind::Failure
-                    };
-                    let mut status = TestCaseStatus::non_success(kind);
-                    let failure = summary
-                        .failures
-                        .iter()
-                        .find(|f| f.scenario == run.scenario && f.seed == run.seed);
-                    if let Some(failure) = failure {
-                        let first = failure
-                            .violations
-                            .first()
-                            .map(|v| {
-                                format!("invariant {} ({}): {}", v.invariant, v.name, v.message)
-                            })
-                            .or_else(|| failure.error.clone())
-                            .unwrap_or_default();
-                        status.set_message(first);
-                        status.set_description(format!(
-                            "{}reproduce with: {}\n",
-                            failure.failure_text(),
-                            failure.reproduce
-                        ));
-                    }
-                    status
-                }
+        // The runs that passed, as one case: a summary keeps no record per
+        // run. Each run that did not pass is a case of its own.
+        if scenario.passed > 0 {
+            let mut case = TestCase::new(
+                format!("{} passing seeds", scenario.passed),
+                TestCaseStatus::success(),
+            );
+            case.set_classname(scenario.name.as_str());
+            suite.add_test_case(case);
+        }
+        for failure in summary
+            .failures
+            .iter()
+            .filter(|f| f.scenario == scenario.name)
+        {
+            let kind = if failure.verdict == RunVerdict::Error {
+                NonSuccessKind::Error
+            } else {
+                NonSuccessKind::Failure
             };
-            let mut case = TestCase::new(format!("seed {}", run.seed), status);
+            let mut status = TestCaseStatus::non_success(kind);
+            let first = failure
+                .violations
+                .first()
+                .map(|v| format!("invariant {} ({}): {}", v.invariant, v.name, v.message))
+                .or_else(|| failure.error.clone())
+                .unwrap_or_default();
+            status.set_message(first);
+            status.set_description(format!(
+                "{}reproduce with: {}\n",
+                failure.failure_text(),
+                failure.reproduce
+            ));
+            let mut case = TestCase::new(format!("seed {}", failure.seed), status);
             case.set_classname(scenario.name.as_str());
             suite.add_test_case(case);
         }

@@ -1,4 +1,4 @@
-//! The mutants matrix: the bench proving its own power (BRIEF §8). The
+//! The mutants matrix: the bench proving its own power (docs/MODEL.md, naive designs). The
 //! correct design runs every scenario under every seed and must pass them
 //! all; each naive design is searched seed by seed until some run catches
 //! it. What `idem mutants --format json` prints and `--json F` writes.
@@ -42,7 +42,7 @@ pub struct DesignRuns {
 /// A violated invariant, as the matrix names it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct InvariantRecord {
-    /// BRIEF §7's number, 1 to 11.
+    /// the number in docs/MODEL.md, 1 to 11.
     pub invariant: u8,
     /// snake_case (`one_job_per_intent`).
     pub name: String,

@@ -28,7 +28,7 @@ impl RunVerdict {
 /// One violated invariant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ViolationRecord {
-    /// BRIEF §7's number, 1 to 11.
+    /// the number in docs/MODEL.md, 1 to 11.
     pub invariant: u8,
     /// Its name, snake_case (`one_job_per_intent`).
     pub name: String,

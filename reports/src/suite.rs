@@ -159,7 +159,7 @@ pub struct SuiteInput {
     pub seeds: SeedRange,
     pub scenarios: Vec<SuiteScenario>,
     pub designs: Vec<SuiteDesign>,
-    /// Every race window, in the brief's order.
+    /// Every race window, in docs/MODEL.md's order.
     pub windows: Vec<String>,
     /// Whether a window no run reaches fails coverage (whole catalogue).
     pub gate_windows: bool,

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::run::{RunRecord, RunVerdict};
 
@@ -66,17 +67,6 @@ impl ScenarioCoverage {
     }
 }
 
-/// A run, reduced to what tells runs apart.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunDigest {
-    pub scenario: String,
-    pub seed: u64,
-    pub verdict: RunVerdict,
-    pub trace_hash: String,
-    pub sim_ms: u64,
-    pub stop: String,
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     pub runs: u64,
@@ -100,7 +90,7 @@ pub struct WindowTally {
     pub total: u64,
 }
 
-/// Race-window coverage over every run of the sweep. BRIEF §7 asks a suite
+/// Race-window coverage over every run of the sweep. docs/MODEL.md asks a suite
 /// to say how often each window was reached and to fail when one never is:
 /// a window nobody reaches is a race the bench claims to test and does not.
 /// Only a sweep of the whole catalogue can be held to every window, so the
@@ -110,7 +100,7 @@ pub struct SweepCoverage {
     /// Whether a window never reached fails the sweep.
     pub gated: bool,
     /// Every window: in the order given to [`SweepSummary::gate_windows`]
-    /// (the brief's order), then any other a run reported, by name.
+    /// (docs/MODEL.md's order), then any other a run reported, by name.
     pub windows: Vec<WindowTally>,
     /// Windows no run reached, in the same order.
     pub never_reached: Vec<String>,
@@ -120,39 +110,6 @@ impl SweepCoverage {
     /// Whether the gate, if any, holds.
     pub fn passed(&self) -> bool {
         !self.gated || self.never_reached.is_empty()
-    }
-
-    /// Tallies every window any run reported (reached or not), by name.
-    fn tally(runs: &[RunRecord]) -> Self {
-        let mut seeds: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
-        let mut tallies: BTreeMap<&str, WindowTally> = BTreeMap::new();
-        for run in runs {
-            for (window, count) in &run.windows {
-                let tally = tallies.entry(window).or_insert_with(|| WindowTally {
-                    window: window.clone(),
-                    ..WindowTally::default()
-                });
-                if *count > 0 {
-                    tally.runs += 1;
-                    tally.total += u64::from(*count);
-                    seeds.entry(window).or_default().insert(run.seed);
-                }
-            }
-        }
-        let windows = tallies
-            .into_values()
-            .map(|mut t| {
-                t.seeds = seeds.get(t.window.as_str()).map_or(0, |s| s.len() as u64);
-                t
-            })
-            .collect();
-        let mut coverage = Self {
-            gated: false,
-            windows,
-            never_reached: Vec::new(),
-        };
-        coverage.find_never_reached();
-        coverage
     }
 
     fn find_never_reached(&mut self) {
@@ -192,8 +149,13 @@ pub struct SweepSummary {
     pub coverage: SweepCoverage,
     /// Every run that did not pass, in full (evidence events left out).
     pub failures: Vec<RunRecord>,
-    /// Every run, in brief.
-    pub runs: Vec<RunDigest>,
+    /// Hex of the XOR of each run's SHA-256 over its scenario, seed,
+    /// verdict, trace hash, simulated time and stop: two sweeps with the
+    /// same fingerprint ran the same runs the same way, whatever the order
+    /// they finished in. It replaces a list of every run, which grew with
+    /// the sweep (a summary keeps aggregates and failures only).
+    #[serde(default)]
+    pub runs_fingerprint: String,
     /// The build that ran the sweep: its seeds reproduce on this code.
     pub build: crate::BuildStamp,
 }
@@ -210,67 +172,20 @@ impl SweepSummary {
         build: crate::BuildStamp,
     ) -> Self {
         runs.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
-        let mut expected: BTreeMap<&str, &[String]> = scenarios
-            .iter()
-            .map(|s| (s.name.as_str(), s.expect_windows.as_slice()))
-            .collect();
-        for run in &runs {
-            expected.entry(run.scenario.as_str()).or_insert(&[]);
+        let mut tally = SweepTally::new(design, seeds, shard, scenarios);
+        let mut positions: BTreeMap<String, u64> = BTreeMap::new();
+        for run in runs {
+            let position = positions.entry(run.scenario.clone()).or_default();
+            *position += 1;
+            let position = *position;
+            tally.add(run, position);
         }
-        let mut coverage = Vec::with_capacity(expected.len());
-        let mut totals = Totals::default();
-        for (name, expect_windows) in expected {
-            let mine: Vec<&RunRecord> = runs.iter().filter(|r| r.scenario == name).collect();
-            let entry = cover(name, expect_windows, &mine);
-            totals.runs += entry.runs;
-            totals.passed += entry.passed;
-            totals.failed += entry.failed;
-            totals.errors += entry.errors;
-            totals.missing_windows += entry.missing_windows.len() as u64;
-            coverage.push(entry);
-        }
-        let failures: Vec<RunRecord> = runs
-            .iter()
-            .filter(|r| !r.verdict.passed())
-            .cloned()
-            .map(|mut r| {
-                for v in &mut r.violations {
-                    v.evidence_events.clear();
-                }
-                r
-            })
-            .collect();
-        let digests = runs
-            .iter()
-            .map(|r| RunDigest {
-                scenario: r.scenario.clone(),
-                seed: r.seed,
-                verdict: r.verdict,
-                trace_hash: r.trace_hash.clone(),
-                sim_ms: r.sim_ms,
-                stop: r.stop.clone(),
-            })
-            .collect();
-        let mut summary = Self {
-            schema: crate::SCHEMA_VERSION,
-            design: design.to_owned(),
-            seeds,
-            shard,
-            verdict: SweepVerdict::Pass,
-            totals,
-            scenarios: coverage,
-            coverage: SweepCoverage::tally(&runs),
-            failures,
-            runs: digests,
-            build,
-        };
-        summary.judge();
-        summary
+        tally.finish(build)
     }
 
     /// Lists the race windows in `windows`' order (with those no run
     /// reported, at zero) and, with `gated`, fails the sweep if any was
-    /// never reached. The command line passes every window of the brief,
+    /// never reached. The command line passes every window of docs/MODEL.md,
     /// gated when the sweep covers the whole catalogue.
     pub fn gate_windows(mut self, windows: &[String], gated: bool) -> Self {
         let mut known: BTreeMap<String, WindowTally> = std::mem::take(&mut self.coverage.windows)
@@ -535,7 +450,7 @@ impl SweepSummary {
         let mut scenarios: BTreeMap<String, ScenarioCoverage> = BTreeMap::new();
         let mut tallies: BTreeMap<String, WindowTally> = BTreeMap::new();
         let mut failures = Vec::new();
-        let mut runs = Vec::new();
+        let mut fingerprint = [0u8; 32];
         for part in parts {
             for s in part.scenarios {
                 match scenarios.get_mut(&s.name) {
@@ -578,7 +493,17 @@ impl SweepSummary {
                 entry.total += t.total;
             }
             failures.extend(part.failures);
-            runs.extend(part.runs);
+            // Each run's hash is XORed in, and shards run disjoint seeds:
+            // the XOR of the shards' fingerprints is the whole sweep's.
+            let part_fingerprint = fingerprint_bytes(&part.runs_fingerprint).ok_or_else(|| {
+                Mismatch(format!(
+                    "runs_fingerprint {:?} is not a SHA-256 in hex",
+                    part.runs_fingerprint
+                ))
+            })?;
+            for (acc, byte) in fingerprint.iter_mut().zip(part_fingerprint) {
+                *acc ^= byte;
+            }
         }
         let mut totals = Totals::default();
         let scenarios: Vec<ScenarioCoverage> = scenarios
@@ -608,7 +533,6 @@ impl SweepSummary {
             })
             .collect();
         failures.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
-        runs.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
         let order: Vec<String> = first
             .coverage
             .windows
@@ -629,59 +553,241 @@ impl SweepSummary {
                 never_reached: Vec::new(),
             },
             failures,
-            runs,
+            runs_fingerprint: fingerprint_hex(&fingerprint),
             build: first.build.clone(),
         };
         Ok(merged.gate_windows(&order, first.coverage.gated))
     }
 }
 
-fn cover(name: &str, expect_windows: &[String], runs: &[&RunRecord]) -> ScenarioCoverage {
-    let mut windows: BTreeMap<String, WindowCoverage> = BTreeMap::new();
-    let (mut passed, mut failed, mut errors) = (0, 0, 0);
-    let mut first_failure: Option<(u64, u64)> = None;
-    for (position, run) in runs.iter().enumerate() {
-        match run.verdict {
-            RunVerdict::Pass => passed += 1,
-            RunVerdict::Fail => failed += 1,
-            RunVerdict::Error => errors += 1,
-        }
-        if !run.verdict.passed() && first_failure.is_none() {
-            first_failure = Some((run.seed, position as u64 + 1));
-        }
-        for (window, count) in &run.windows {
-            let entry = windows.entry(window.clone()).or_default();
-            if *count > 0 {
-                entry.seeds += 1;
-                entry.total += u64::from(*count);
+/// A runs fingerprint as lowercase hex.
+fn fingerprint_hex(fingerprint: &[u8; 32]) -> String {
+    fingerprint.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a runs fingerprint written by [`fingerprint_hex`].
+fn fingerprint_bytes(hex: &str) -> Option<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    if hex.len() != 2 * bytes.len() || !hex.is_ascii() {
+        return None;
+    }
+    for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(bytes)
+}
+
+/// A sweep summed up run by run. It keeps counts, window tallies, the
+/// failing runs and a fingerprint, never a record per run, so a sweep's
+/// memory stays flat however many seeds it runs.
+#[derive(Debug)]
+pub struct SweepTally {
+    design: String,
+    seeds: SeedRange,
+    shard: Shard,
+    scenarios: BTreeMap<String, ScenarioTally>,
+    windows: BTreeMap<String, WindowRuns>,
+    failures: Vec<RunRecord>,
+    fingerprint: [u8; 32],
+}
+
+/// One scenario's counts so far.
+#[derive(Debug, Default)]
+struct ScenarioTally {
+    expect_windows: Vec<String>,
+    runs: u64,
+    passed: u64,
+    failed: u64,
+    errors: u64,
+    /// The lowest failing seed and its position among the swept seeds.
+    first_failure: Option<(u64, u64)>,
+    windows: BTreeMap<String, WindowCoverage>,
+}
+
+/// One window over the whole sweep so far.
+#[derive(Debug, Default)]
+struct WindowRuns {
+    runs: u64,
+    total: u64,
+    /// The distinct seeds that reached it, one bit per seed of the range
+    /// (a seed outside it, which only a hand-made summary has, in `other`).
+    seeds: Vec<u64>,
+    other: BTreeSet<u64>,
+}
+
+impl WindowRuns {
+    fn reached_by(&mut self, range: SeedRange, seed: u64) {
+        match seed.checked_sub(range.start).filter(|_| seed < range.end) {
+            Some(offset) => {
+                let (word, bit) = ((offset / 64) as usize, offset % 64);
+                if self.seeds.len() <= word {
+                    self.seeds.resize(word + 1, 0);
+                }
+                self.seeds[word] |= 1 << bit;
+            }
+            None => {
+                self.other.insert(seed);
             }
         }
     }
-    for window in expect_windows {
-        windows.entry(window.clone()).or_default();
+
+    fn distinct_seeds(&self) -> u64 {
+        self.seeds
+            .iter()
+            .map(|w| u64::from(w.count_ones()))
+            .sum::<u64>()
+            + self.other.len() as u64
     }
-    // A scenario with no runs in this shard has no coverage to judge.
-    let missing_windows = if runs.is_empty() {
-        Vec::new()
-    } else {
-        let unique: BTreeSet<&String> = expect_windows.iter().collect();
-        unique
+}
+
+impl SweepTally {
+    /// A sweep of `scenarios` over `seeds` (this process's `shard`), with
+    /// no run yet.
+    pub fn new(design: &str, seeds: SeedRange, shard: Shard, scenarios: &[SweptScenario]) -> Self {
+        Self {
+            design: design.to_owned(),
+            seeds,
+            shard,
+            scenarios: scenarios
+                .iter()
+                .map(|s| {
+                    (
+                        s.name.clone(),
+                        ScenarioTally {
+                            expect_windows: s.expect_windows.clone(),
+                            ..ScenarioTally::default()
+                        },
+                    )
+                })
+                .collect(),
+            windows: BTreeMap::new(),
+            failures: Vec::new(),
+            fingerprint: [0; 32],
+        }
+    }
+
+    /// Counts `run`, whose seed is the `position`-th (from 1) of the seeds
+    /// this sweep runs for its scenario. Runs may come in any order.
+    pub fn add(&mut self, mut run: RunRecord, position: u64) {
+        let line = format!(
+            "{}\t{}\t{:?}\t{}\t{}\t{}",
+            run.scenario, run.seed, run.verdict, run.trace_hash, run.sim_ms, run.stop
+        );
+        for (acc, byte) in self
+            .fingerprint
+            .iter_mut()
+            .zip(Sha256::digest(line.as_bytes()))
+        {
+            *acc ^= byte;
+        }
+        let scenario = self.scenarios.entry(run.scenario.clone()).or_default();
+        scenario.runs += 1;
+        match run.verdict {
+            RunVerdict::Pass => scenario.passed += 1,
+            RunVerdict::Fail => scenario.failed += 1,
+            RunVerdict::Error => scenario.errors += 1,
+        }
+        if !run.verdict.passed()
+            && scenario
+                .first_failure
+                .is_none_or(|(seed, _)| run.seed < seed)
+        {
+            scenario.first_failure = Some((run.seed, position));
+        }
+        for (window, count) in &run.windows {
+            let mine = scenario.windows.entry(window.clone()).or_default();
+            let all = self.windows.entry(window.clone()).or_default();
+            if *count > 0 {
+                mine.seeds += 1;
+                mine.total += u64::from(*count);
+                all.runs += 1;
+                all.total += u64::from(*count);
+                all.reached_by(self.seeds, run.seed);
+            }
+        }
+        if !run.verdict.passed() {
+            for v in &mut run.violations {
+                v.evidence_events.clear();
+            }
+            self.failures.push(run);
+        }
+    }
+
+    /// The summary of every run added, stamped with `build`.
+    pub fn finish(mut self, build: crate::BuildStamp) -> SweepSummary {
+        self.failures
+            .sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
+        let mut totals = Totals::default();
+        let scenarios: Vec<ScenarioCoverage> = self
+            .scenarios
             .into_iter()
-            .filter(|w| windows.get(*w).is_none_or(|c| c.seeds == 0))
-            .cloned()
-            .collect()
-    };
-    ScenarioCoverage {
-        name: name.to_owned(),
-        runs: runs.len() as u64,
-        passed,
-        failed,
-        errors,
-        first_failing_seed: first_failure.map(|(seed, _)| seed),
-        seeds_to_first_failure: first_failure.map(|(_, n)| n),
-        windows,
-        expect_windows: expect_windows.to_vec(),
-        missing_windows,
+            .map(|(name, t)| {
+                let mut windows = t.windows;
+                for window in &t.expect_windows {
+                    windows.entry(window.clone()).or_default();
+                }
+                // A scenario with no runs in this shard has no coverage to judge.
+                let missing_windows = if t.runs == 0 {
+                    Vec::new()
+                } else {
+                    let unique: BTreeSet<&String> = t.expect_windows.iter().collect();
+                    unique
+                        .into_iter()
+                        .filter(|w| windows.get(*w).is_none_or(|c| c.seeds == 0))
+                        .cloned()
+                        .collect()
+                };
+                let entry = ScenarioCoverage {
+                    name,
+                    runs: t.runs,
+                    passed: t.passed,
+                    failed: t.failed,
+                    errors: t.errors,
+                    first_failing_seed: t.first_failure.map(|(seed, _)| seed),
+                    seeds_to_first_failure: t.first_failure.map(|(_, n)| n),
+                    windows,
+                    expect_windows: t.expect_windows,
+                    missing_windows,
+                };
+                totals.runs += entry.runs;
+                totals.passed += entry.passed;
+                totals.failed += entry.failed;
+                totals.errors += entry.errors;
+                totals.missing_windows += entry.missing_windows.len() as u64;
+                entry
+            })
+            .collect();
+        let windows = self
+            .windows
+            .into_iter()
+            .map(|(window, w)| WindowTally {
+                seeds: w.distinct_seeds(),
+                runs: w.runs,
+                total: w.total,
+                window,
+            })
+            .collect();
+        let mut coverage = SweepCoverage {
+            gated: false,
+            windows,
+            never_reached: Vec::new(),
+        };
+        coverage.find_never_reached();
+        let mut summary = SweepSummary {
+            schema: crate::SCHEMA_VERSION,
+            design: self.design,
+            seeds: self.seeds,
+            shard: self.shard,
+            verdict: SweepVerdict::Pass,
+            totals,
+            scenarios,
+            coverage,
+            failures: self.failures,
+            runs_fingerprint: fingerprint_hex(&self.fingerprint),
+            build,
+        };
+        summary.judge();
+        summary
     }
 }
 
@@ -723,6 +829,55 @@ mod tests {
             build: None,
             reproduce: format!("idem run {scenario} --seed {seed}"),
         }
+    }
+
+    #[test]
+    fn a_tally_counts_distinct_seeds_and_fingerprints_runs_in_any_order() {
+        let scenarios = [
+            SweptScenario {
+                name: "a".to_owned(),
+                expect_windows: vec!["duplicate_create".to_owned()],
+            },
+            SweptScenario {
+                name: "b".to_owned(),
+                expect_windows: Vec::new(),
+            },
+        ];
+        let runs = vec![
+            record("a", 1, &[("duplicate_create", 1)], false),
+            record("b", 1, &[("duplicate_create", 3)], false),
+            record("a", 70, &[("duplicate_create", 1)], false),
+            // Outside the range: only a hand-made summary has one.
+            record("b", 500, &[("duplicate_create", 1)], false),
+            record("a", 2, &[("duplicate_create", 0)], true),
+        ];
+        let seeds = SeedRange { start: 1, end: 100 };
+        let shard = Shard { index: 0, count: 1 };
+        let build = crate::BuildStamp::from_build("0.1.0", None, None);
+        let summary = |runs: Vec<RunRecord>| {
+            let mut tally = SweepTally::new("correct", seeds, shard, &scenarios);
+            for run in runs {
+                let position = run.seed - seeds.start + 1;
+                tally.add(run, position);
+            }
+            tally.finish(build.clone())
+        };
+        let one = summary(runs.clone());
+        let mut reversed = runs.clone();
+        reversed.reverse();
+        assert_eq!(one, summary(reversed));
+        assert_eq!(one.runs_fingerprint.len(), 64);
+        let tally = &one.coverage.windows[0];
+        assert_eq!(
+            (tally.seeds, tally.runs, tally.total),
+            (3, 4, 6),
+            "seeds 1, 70 and 500 reached it; seed 1 twice"
+        );
+        assert_eq!(one.scenarios[0].first_failing_seed, Some(2));
+        assert_eq!(one.failures.len(), 1);
+        let mut changed = runs;
+        changed[0].trace_hash = "another".to_owned();
+        assert_ne!(summary(changed).runs_fingerprint, one.runs_fingerprint);
     }
 
     #[test]

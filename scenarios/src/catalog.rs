@@ -22,6 +22,7 @@ const ENTRIES: &[(&str, &str)] = catalogue![
     "lost-ack-on-commit",
     "lost-response-retry",
     "mismatched-payload",
+    "model-change",
     "out-of-order-completion",
     "partition-during-failover",
     "reconciler-cancel",

@@ -66,6 +66,7 @@ pub fn to_file_kept(
                 "latency_ms_max",
                 int("latency_ms_max", timing.latency_ms_max)?,
             ),
+            ("skip_quiet", Value::Boolean(timing.skip_quiet)),
         ]),
     );
     let topology = &scenario.topology;
@@ -161,6 +162,19 @@ pub fn to_file_kept(
             ("supports_status", Value::Boolean(b.supports_status)),
             ("supports_cancel", Value::Boolean(b.supports_cancel)),
             ("contract", Value::String(name_of(&b.contract))),
+            (
+                "deviate_one_in",
+                Value::Integer(i64::from(b.deviate_one_in)),
+            ),
+            ("tokenizer", Value::String(name_of(&p.tokenizer.encoding))),
+            (
+                "context_window_tokens",
+                Value::Integer(i64::from(p.tokenizer.context_window_tokens)),
+            ),
+            (
+                "special_tokens",
+                Value::String(name_of(&p.tokenizer.special_tokens)),
+            ),
             ("seed", int("seed", b.seed)?),
         ]));
     }
@@ -388,6 +402,10 @@ fn fault(fault: &Fault) -> Result<Table, EmitError> {
                 Value::Integer(i64::from(*error_per_mille)),
             );
             t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+        }
+        Fault::ProviderModelChange { provider, model } => {
+            t.insert("provider".into(), s(provider));
+            t.insert("model".into(), s(model));
         }
         Fault::StoreLoseAck { op, nth, count } | Fault::StoreFailBeforeApply { op, nth, count } => {
             t.insert("op".into(), Value::String(name_of(op)));

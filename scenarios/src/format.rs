@@ -16,6 +16,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_spanned::Spanned;
 
 use idem_core::design::Design;
+use idem_core::certify::{Encoding, SpecialTokens};
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;
 use idem_sim::scenario::{TriggerKind, Window};
@@ -85,6 +86,7 @@ pub struct TimingFile {
     pub settle_ms: Field<u64>,
     pub latency_ms_min: Field<u64>,
     pub latency_ms_max: Field<u64>,
+    pub skip_quiet: Field<bool>,
 }
 
 /// `[topology]`.
@@ -136,6 +138,12 @@ pub struct ProviderFile {
     pub supports_status: Field<bool>,
     pub supports_cancel: Field<bool>,
     pub contract: Field<ContractMode>,
+    /// One execution in this many answers differently (0: never).
+    pub deviate_one_in: Field<u32>,
+    /// The certifier's view of the provider's tokenizer.
+    pub tokenizer: Field<Encoding>,
+    pub context_window_tokens: Field<u32>,
+    pub special_tokens: Field<SpecialTokens>,
     pub seed: Field<u64>,
 }
 
@@ -254,6 +262,7 @@ pub enum FaultKind {
     ProviderHang,
     ProviderStall,
     ProviderError,
+    ProviderModelChange,
     StoreLoseAck,
     StoreFailBeforeApply,
     StoreLatency,
@@ -289,6 +298,7 @@ impl FaultKind {
             FaultKind::ProviderHang => "provider_hang",
             FaultKind::ProviderStall => "provider_stall",
             FaultKind::ProviderError => "provider_error",
+            FaultKind::ProviderModelChange => "provider_model_change",
             FaultKind::StoreLoseAck => "store_lose_ack",
             FaultKind::StoreFailBeforeApply => "store_fail_before_apply",
             FaultKind::StoreLatency => "store_latency",
@@ -317,6 +327,8 @@ pub struct FaultFile {
     pub latency_ms_max: Field<u64>,
     pub restart_after_ms: Field<u64>,
     pub error_per_mille: Field<u32>,
+    /// provider_model_change: the model served from then on.
+    pub model: Field<String>,
     pub op: Field<StoreOp>,
     pub nth: Field<u32>,
     pub count: Field<u32>,

@@ -10,6 +10,7 @@
 //! - [`load`]: a scenario by catalogue name or file path.
 //! - [`fuzz`]: whole generated worlds, failure signatures, the shrinker,
 //!   and the path a kept file was saved for.
+//! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
 //! - [`cli`]: the `idem` command line.
 
 pub mod catalog;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod format;
 pub mod fuzz;
 pub mod load;
+pub mod pgbench;
 pub mod strategies;
 pub mod validate;
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 use serde_spanned::Spanned;
 
 use idem_core::design::Design;
+use idem_core::certify::TokenizerProfile;
 use idem_core::engine::Policy;
 use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;
@@ -49,6 +50,10 @@ pub const RECONCILER_ATTEMPTS_PER_PASS_LIMIT: u32 = 1_024;
 pub const PARAMS_LEN_MAX_BYTES: usize = 16 * 1024;
 /// A scenario's description, at most.
 pub const DESCRIPTION_LEN_MAX_BYTES: usize = 16 * 1024;
+/// A provider's `deviate_one_in`, at most.
+pub const DEVIATE_ONE_IN_MAX: u32 = 1_000_000;
+/// A provider's `context_window_tokens`, at most.
+pub const CONTEXT_WINDOW_TOKENS_MAX: u32 = 100_000_000;
 /// Errors reported per file; past it, one closing error says how many more.
 pub const ERRORS_MAX: usize = 32;
 
@@ -369,6 +374,7 @@ impl Checker {
             settle_ms,
             latency_ms_min,
             latency_ms_max,
+            skip_quiet: value(&t.skip_quiet, defaults.skip_quiet),
         }
     }
 
@@ -569,6 +575,7 @@ impl Checker {
                         .map(|d| d.behaviour.clone())
                         .unwrap_or_default(),
                     certified: false,
+                    tokenizer: TokenizerProfile::default(),
                 });
             let b = &base.behaviour;
             let behaviour = Behaviour {
@@ -605,7 +612,30 @@ impl Checker {
                 supports_status: value(&p.supports_status, b.supports_status),
                 supports_cancel: value(&p.supports_cancel, b.supports_cancel),
                 contract: value(&p.contract, b.contract),
+                deviate_one_in: self.bounded(
+                    &p.deviate_one_in,
+                    "deviate_one_in",
+                    b.deviate_one_in,
+                    0,
+                    DEVIATE_ONE_IN_MAX,
+                    "",
+                ),
+                // Only a provider_model_change fault changes it.
+                served_model: None,
                 seed: value(&p.seed, b.seed),
+            };
+            let t = &base.tokenizer;
+            let tokenizer = TokenizerProfile {
+                encoding: value(&p.tokenizer, t.encoding),
+                context_window_tokens: self.bounded(
+                    &p.context_window_tokens,
+                    "context_window_tokens",
+                    t.context_window_tokens,
+                    1,
+                    CONTEXT_WINDOW_TOKENS_MAX,
+                    "",
+                ),
+                special_tokens: value(&p.special_tokens, t.special_tokens),
             };
             let model = value(&p.model, base.model.clone());
             if let Some(m) = &p.model
@@ -618,6 +648,7 @@ impl Checker {
                 model,
                 behaviour,
                 certified: value(&p.certified, base.certified),
+                tokenizer,
             });
         }
         profiles
@@ -1144,6 +1175,7 @@ impl Checker {
             ("offset_ms", f.offset_ms.as_ref().map(Spanned::span)),
             ("drift_ppm", f.drift_ppm.as_ref().map(Spanned::span)),
             ("jump_ms", f.jump_ms.as_ref().map(Spanned::span)),
+            ("model", f.model.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match kind {
             FaultKind::LinkLatency => &["a", "b", "latency_ms_max", "duration_ms"],
@@ -1152,6 +1184,7 @@ impl Checker {
             FaultKind::Crash => &["host", "restart_after_ms"],
             FaultKind::ProviderHang | FaultKind::ProviderStall => &["provider", "duration_ms"],
             FaultKind::ProviderError => &["provider", "error_per_mille", "duration_ms"],
+            FaultKind::ProviderModelChange => &["provider", "model"],
             FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply => &["op", "nth", "count"],
             FaultKind::StoreLatency => &["op", "nth", "count", "latency_ms"],
             FaultKind::ClockOffset => &["host", "offset_ms", "duration_ms"],
@@ -1289,6 +1322,22 @@ impl Checker {
                         duration_ms,
                     },
                 }]
+            }
+            FaultKind::ProviderModelChange => {
+                let provider = self.required(&f.provider, "provider", kind, at);
+                if let Some(p) = &f.provider {
+                    self.provider_ref(p, providers);
+                }
+                let model = self.required(&f.model, "model", kind, at);
+                if let Some(m) = &f.model
+                    && (m.get_ref().is_empty() || m.get_ref().len() > 255)
+                {
+                    self.error(m.span(), "a model name must be 1 to 255 bytes");
+                }
+                let (Some(provider), Some(model)) = (provider, model) else {
+                    return Vec::new();
+                };
+                vec![Fault::ProviderModelChange { provider, model }]
             }
             FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply | FaultKind::StoreLatency => {
                 let op = self.required(&f.op, "op", kind, at);

@@ -1,33 +1,376 @@
-//! The reference a simulator benchmark is measured against: a turmoil
-//! world with as many hosts as a scenario's, doing nothing but stepping
-//! for as long. The ratio of a scenario's cost to this one's is the
-//! engine's cost in the simulator, independent of the machine.
+//! What `idem bench` measures the simulator against: a bare turmoil
+//! program with no idem code in it, replaying one run's traffic.
+//!
+//! While a [`Capture`] lives, every TCP connection a simulated host opens or
+//! accepts ([`Metered`] wraps them all: the clients' calls to the API, the
+//! hosts' calls to the store, the workers' calls to providers) is recorded:
+//! when it opened, between which hosts, and how many segments of how many
+//! bytes each side wrote (turmoil sends one network message per write).
+//! [`replay`] then builds a turmoil world with the same hosts, the same
+//! tick and latencies, opens the same connections at the same simulated
+//! milliseconds, writes the same number of segments of the same sizes each
+//! way, and steps it for the same simulated time. What the idem run costs
+//! beyond it is idem's own cost in the simulator. Fault plans (partitions,
+//! crashes) are not replayed: the replay's traffic is what got through.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// Steps an idle world of `hosts` hosts for `sim_ms` simulated
-/// milliseconds in `tick_ms` steps; returns the number of steps.
-pub fn idle_world(hosts: u32, sim_ms: u64, tick_ms: u64) -> u64 {
-    let tick_ms = tick_ms.max(1);
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(0)
-        .tick_duration(Duration::from_millis(tick_ms))
-        .simulation_duration(Duration::from_millis(sim_ms + 60_000))
-        .build();
-    for index in 0..hosts.saturating_sub(1) {
-        sim.host(format!("idle-{index}").as_str(), move || async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(tick_ms)).await;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+/// The port every host listens on in the replay.
+const REPLAY_PORT: u16 = 80;
+
+/// One connection of a run, as both of its ends wrote to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Connection {
+    /// Simulated ms when one of its ends first saw it.
+    pub at_ms: u64,
+    pub from: String,
+    pub to: String,
+    /// Segments (writes) and bytes the opening side wrote.
+    pub client_writes: u64,
+    pub client_bytes: u64,
+    /// Segments and bytes the accepting side wrote.
+    pub server_writes: u64,
+    pub server_bytes: u64,
+}
+
+/// A run's traffic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// In the order they were first seen.
+    pub connections: Vec<Connection>,
+}
+
+impl Traffic {
+    /// Network messages the run's hosts wrote (data segments only).
+    pub fn segments(&self) -> u64 {
+        self.connections
+            .iter()
+            .map(|c| c.client_writes + c.server_writes)
+            .sum()
+    }
+}
+
+/// (the opening end, the accepting end).
+type Key = (SocketAddr, SocketAddr);
+
+#[derive(Debug, Default)]
+struct Log {
+    index: BTreeMap<Key, usize>,
+    traffic: Traffic,
+}
+
+thread_local! {
+    /// The capture of the run on this thread, if one is on.
+    static LOG: RefCell<Option<Log>> = const { RefCell::new(None) };
+}
+
+/// While it lives, the connections of the run on this thread are recorded.
+#[derive(Debug)]
+pub struct Capture(());
+
+impl Capture {
+    /// Starts recording (dropping any capture left on this thread).
+    pub fn start() -> Self {
+        LOG.with(|l| *l.borrow_mut() = Some(Log::default()));
+        Capture(())
+    }
+
+    /// Stops recording; what was recorded.
+    pub fn finish(self) -> Traffic {
+        LOG.with(|l| l.borrow_mut().take())
+            .map(|log| log.traffic)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        LOG.with(|l| l.borrow_mut().take());
+    }
+}
+
+/// Which end of a connection a [`Metered`] stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// A turmoil TCP stream whose writes are recorded while a [`Capture`] is
+/// on (and which is a plain stream otherwise).
+#[derive(Debug)]
+pub struct Metered {
+    inner: turmoil::net::TcpStream,
+    key: Option<Key>,
+    side: Side,
+}
+
+impl Metered {
+    /// The end that opened `stream`.
+    pub fn client(stream: turmoil::net::TcpStream) -> Self {
+        let key = match (stream.local_addr(), stream.peer_addr()) {
+            (Ok(local), Ok(peer)) => Some((local, peer)),
+            _ => None,
+        };
+        Self::seen(stream, key, Side::Client)
+    }
+
+    /// The end that accepted `stream`.
+    pub fn server(stream: turmoil::net::TcpStream) -> Self {
+        let key = match (stream.peer_addr(), stream.local_addr()) {
+            (Ok(peer), Ok(local)) => Some((peer, local)),
+            _ => None,
+        };
+        Self::seen(stream, key, Side::Server)
+    }
+
+    fn seen(inner: turmoil::net::TcpStream, key: Option<Key>, side: Side) -> Self {
+        let key = key.filter(|key| {
+            LOG.with(|l| {
+                let mut log = l.borrow_mut();
+                let Some(log) = log.as_mut() else {
+                    return false;
+                };
+                if !log.index.contains_key(key) {
+                    let at_ms = crate::quiet::sim_elapsed().map_or(0, |d| {
+                        u64::try_from(d.as_millis()).expect("simulated time fits u64 ms")
+                    });
+                    log.index.insert(*key, log.traffic.connections.len());
+                    log.traffic.connections.push(Connection {
+                        at_ms,
+                        from: turmoil::reverse_lookup(key.0.ip()).unwrap_or_default(),
+                        to: turmoil::reverse_lookup(key.1.ip()).unwrap_or_default(),
+                        ..Connection::default()
+                    });
+                }
+                true
+            })
+        });
+        Self { inner, key, side }
+    }
+
+    fn wrote(&self, bytes: usize) {
+        let Some(key) = self.key else { return };
+        LOG.with(|l| {
+            if let Some(log) = l.borrow_mut().as_mut()
+                && let Some(&index) = log.index.get(&key)
+            {
+                let c = &mut log.traffic.connections[index];
+                let bytes = bytes as u64;
+                match self.side {
+                    Side::Client => {
+                        c.client_writes += 1;
+                        c.client_bytes += bytes;
+                    }
+                    Side::Server => {
+                        c.server_writes += 1;
+                        c.server_bytes += bytes;
+                    }
+                }
             }
         });
     }
-    sim.client("idle-client", async move {
-        tokio::time::sleep(Duration::from_millis(sim_ms)).await;
-        Ok(())
-    });
+}
+
+impl AsyncRead for Metered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Metered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = poll
+            && n > 0
+        {
+            self.wrote(n);
+        }
+        poll
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// How a replayed world is built: the run's own.
+#[derive(Clone, Debug)]
+pub struct ReplayWorld {
+    /// Every host of the run, in the order the run registered them.
+    pub hosts: Vec<String>,
+    pub tick_ms: u64,
+    pub latency_ms_min: u64,
+    pub latency_ms_max: u64,
+    /// How long the run lasted, simulated.
+    pub sim_ms: u64,
+}
+
+/// Steps a bare turmoil world replaying `traffic` in `world`'s shape until
+/// `world.sim_ms`; returns the steps taken. Its hosts run nothing but the
+/// replay: each listens, opens its connections when they are due, and
+/// writes their segments.
+pub fn replay(world: &ReplayWorld, traffic: &Traffic) -> u64 {
+    let tick_ms = world.tick_ms.max(1);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(0)
+        .tick_duration(Duration::from_millis(tick_ms))
+        .simulation_duration(Duration::from_millis(world.sim_ms + 60_000))
+        .min_message_latency(Duration::from_millis(world.latency_ms_min))
+        .max_message_latency(Duration::from_millis(world.latency_ms_max))
+        .build();
+    let plan: Rc<Vec<Connection>> = Rc::new(traffic.connections.clone());
+    for host in &world.hosts {
+        let (plan, me) = (plan.clone(), host.clone());
+        sim.host(host.as_str(), move || {
+            host_software(plan.clone(), me.clone())
+        });
+    }
     let mut steps = 0;
-    while !sim.step().expect("an idle world cannot fail") {
+    // Bounded: each step moves simulated time one tick.
+    while sim.elapsed() < Duration::from_millis(world.sim_ms) {
+        sim.step().expect("a replay cannot fail");
         steps += 1;
     }
     steps
+}
+
+/// The replay is the reference, so it sets its timers straight on tokio:
+/// no idem code in it.
+#[allow(clippy::disallowed_methods)]
+fn sleep(duration: Duration) -> tokio::time::Sleep {
+    tokio::time::sleep(duration)
+}
+
+/// Segment `n` of `count` carrying `total` bytes: sizes as even as
+/// possible, at least 8 bytes for the first (it names the connection).
+fn segment_len(total: u64, count: u64, n: u64) -> usize {
+    let base = total / count;
+    let len = base + u64::from(n < total % count);
+    let len = if n == 0 { len.max(8) } else { len.max(1) };
+    usize::try_from(len).expect("a segment fits memory")
+}
+
+async fn host_software(plan: Rc<Vec<Connection>>, me: String) -> turmoil::Result {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", REPLAY_PORT)).await?;
+    let server_plan = plan.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::task::spawn_local(serve(server_plan.clone(), stream));
+        }
+    });
+    let mine: Vec<(usize, Connection)> = plan
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.from == me && !c.to.is_empty())
+        .map(|(i, c)| (i, c.clone()))
+        .collect();
+    let mut elapsed_ms = 0;
+    for (index, connection) in mine {
+        if connection.at_ms > elapsed_ms {
+            sleep(Duration::from_millis(connection.at_ms - elapsed_ms)).await;
+            elapsed_ms = connection.at_ms;
+        }
+        tokio::task::spawn_local(open(index, connection));
+    }
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// The opening end: writes its segments (the first names the connection),
+/// reads the answer, closes.
+async fn open(index: usize, c: Connection) {
+    let Ok(mut stream) = turmoil::net::TcpStream::connect((c.to.as_str(), REPLAY_PORT)).await
+    else {
+        return;
+    };
+    for n in 0..c.client_writes {
+        let mut segment = vec![0u8; segment_len(c.client_bytes, c.client_writes, n)];
+        if n == 0 {
+            segment[..8].copy_from_slice(&(index as u64).to_be_bytes());
+        }
+        if stream.write_all(&segment).await.is_err() {
+            return;
+        }
+    }
+    let mut sink = vec![0u8; 64 * 1024];
+    let mut read = 0u64;
+    while read < c.server_bytes {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => read += n as u64,
+        }
+    }
+}
+
+/// The accepting end: reads the opening end's segments, then writes its own.
+async fn serve(plan: Rc<Vec<Connection>>, mut stream: turmoil::net::TcpStream) {
+    let mut sink = vec![0u8; 64 * 1024];
+    let mut head = [0u8; 8];
+    if stream.read_exact(&mut head).await.is_err() {
+        return;
+    }
+    let Some(c) = usize::try_from(u64::from_be_bytes(head))
+        .ok()
+        .and_then(|i| plan.get(i))
+    else {
+        return;
+    };
+    let expected = segment_len(c.client_bytes, c.client_writes, 0) as u64
+        + (1..c.client_writes)
+            .map(|n| segment_len(c.client_bytes, c.client_writes, n) as u64)
+            .sum::<u64>();
+    let mut read = 8u64;
+    while read < expected {
+        match stream.read(&mut sink).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => read += n as u64,
+        }
+    }
+    for n in 0..c.server_writes {
+        let segment = vec![0u8; segment_len(c.server_bytes, c.server_writes, n)];
+        if stream.write_all(&segment).await.is_err() {
+            return;
+        }
+    }
+    // Wait for the opening end to close, as a server would.
+    let _ = stream.read(&mut sink).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment_len;
+
+    #[test]
+    fn segments_split_bytes_evenly_and_the_first_names_the_connection() {
+        let lens: Vec<usize> = (0..3).map(|n| segment_len(10, 3, n)).collect();
+        assert_eq!(lens, vec![8, 3, 3]);
+        let lens: Vec<usize> = (0..2).map(|n| segment_len(100, 2, n)).collect();
+        assert_eq!(lens, vec![50, 50]);
+        assert_eq!(segment_len(0, 1, 0), 8);
+    }
 }

@@ -93,7 +93,7 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
     for (action, delay_ms) in client.ctx.spec.actions.clone().into_iter().zip(delays_ms) {
         let client = client.clone();
         tasks.spawn(async move {
-            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            idem_core::timer::sleep(Duration::from_millis(delay_ms)).await;
             client.perform(action).await;
         });
     }
@@ -147,7 +147,7 @@ impl Client {
                 let body = serde_json::to_value(&request).expect("a job request serializes");
                 for attempt in 0..=retries {
                     if attempt > 0 {
-                        tokio::time::sleep(Duration::from_millis(retry_after_ms)).await;
+                        idem_core::timer::sleep(Duration::from_millis(retry_after_ms)).await;
                     }
                     let answer = self
                         .request(
@@ -180,7 +180,7 @@ impl Client {
                     if job.is_some() {
                         break;
                     }
-                    tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                    idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
                     job = self.own_job(&key);
                 }
                 let Some(job) = job else {
@@ -233,7 +233,7 @@ impl Client {
                 if matches!(state.as_deref(), Some("succeeded" | "failed")) {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
             }
         }
     }
@@ -267,7 +267,7 @@ impl Client {
         );
         let timeout = Duration::from_millis(self.ctx.spec.request_timeout_ms);
         let call = http_call(&replica, method, &path, &self.ctx.token, key, body);
-        let result = tokio::time::timeout(timeout, call)
+        let result = idem_core::timer::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Err("timed out".to_owned()));
         match result {
@@ -347,9 +347,10 @@ async fn http_call(
     let stream = turmoil::net::TcpStream::connect(authority.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(crate::bench::Metered::client(stream)))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
     let mut builder = http::Request::builder()
         .method(method)

@@ -17,10 +17,12 @@ compile_error!(
 );
 
 pub mod bench;
+pub mod certify;
 pub mod client;
 pub mod determinism;
 pub mod net;
 pub mod oracle;
+pub mod quiet;
 pub mod rpc;
 pub mod run;
 pub mod scenario;

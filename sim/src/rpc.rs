@@ -17,17 +17,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use idem_core::contract::{Certificate, CertificateKey};
 use idem_core::fingerprint::fingerprint;
-use idem_core::model::{
-    Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
-    Timestamp,
-};
-use idem_core::store::call::{StoreCall, StoreReply, apply};
+use idem_core::model::{AttemptId, AttemptState};
+use idem_core::store::call::{CallStore, StoreCall, StoreReply, apply};
 use idem_core::store::faults::{FaultPlan, StoreFault};
 use idem_core::store::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    CompleteOutcome, CreateOutcome, FailJobOutcome, StartOutcome, Store, StoreError,
+    TransitionOutcome,
 };
 
 use crate::trace::{Recorder, TraceBody};
@@ -94,12 +90,18 @@ impl RemoteStore {
             timeout_ms,
         }
     }
+}
 
+/// Every store call is one request to the store host.
+#[async_trait]
+impl CallStore for RemoteStore {
     async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         let mut stream =
-            match tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
-                Ok(Ok(stream)) => stream,
+            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
+                .await
+            {
+                Ok(Ok(stream)) => crate::bench::Metered::client(stream),
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
                 Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
             };
@@ -107,7 +109,7 @@ impl RemoteStore {
             write_frame(&mut stream, &request).await?;
             read_frame::<_, Result<StoreReply, StoreError>>(&mut stream).await
         };
-        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
+        match idem_core::timer::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
             Ok(Ok(Some(answer))) => answer,
             Ok(Ok(None)) => Err(StoreError::Indeterminate(
                 "the store closed the connection before answering".to_owned(),
@@ -116,229 +118,6 @@ impl RemoteStore {
             Err(_) => Err(StoreError::Indeterminate(
                 "no answer from the store in time".to_owned(),
             )),
-        }
-    }
-}
-
-fn unexpected(response: StoreReply) -> StoreError {
-    StoreError::Corrupt(format!("unexpected store response {response:?}"))
-}
-
-#[async_trait]
-impl Store for RemoteStore {
-    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
-        match self.call(StoreCall::CreateJob(new)).await? {
-            StoreReply::Create(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
-        match self.call(StoreCall::StartAttempt(new)).await? {
-            StoreReply::Start(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn transition_attempt(
-        &self,
-        attempt_id: AttemptId,
-        to: AttemptState,
-        error: Option<Value>,
-        at: Timestamp,
-    ) -> Result<TransitionOutcome, StoreError> {
-        match self
-            .call(StoreCall::TransitionAttempt {
-                attempt_id,
-                to,
-                error,
-                at,
-            })
-            .await?
-        {
-            StoreReply::Transition(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
-        match self.call(StoreCall::Complete(completion)).await? {
-            StoreReply::Complete(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn fail_job(
-        &self,
-        job_id: JobId,
-        read_version: i64,
-        reason: Value,
-        at: Timestamp,
-    ) -> Result<FailJobOutcome, StoreError> {
-        match self
-            .call(StoreCall::FailJob {
-                job_id,
-                read_version,
-                reason,
-                at,
-            })
-            .await?
-        {
-            StoreReply::FailJob(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
-        match self.call(StoreCall::PutCertificate(certificate)).await? {
-            StoreReply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
-        match self.call(StoreCall::Certificate(key.clone())).await? {
-            StoreReply::Certificate(found) => Ok(found),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
-        match self.call(StoreCall::RecordEvent(event)).await? {
-            StoreReply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        match self.call(StoreCall::Job(id)).await? {
-            StoreReply::Job(job) => Ok(job),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn job_by_key(
-        &self,
-        owner: &OwnerId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Job>, StoreError> {
-        match self
-            .call(StoreCall::JobByKey {
-                owner: owner.clone(),
-                key: key.clone(),
-            })
-            .await?
-        {
-            StoreReply::Job(job) => Ok(job),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        match self.call(StoreCall::JobsNeedingAttempt { limit }).await? {
-            StoreReply::Jobs(jobs) => Ok(jobs),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attempts_in_states(
-        &self,
-        states: &[AttemptState],
-        started_before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
-        let request = StoreCall::AttemptsInStates {
-            states: states.to_vec(),
-            started_before,
-            limit,
-        };
-        match self.call(request).await? {
-            StoreReply::Attempts(attempts) => Ok(attempts),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
-        match self.call(StoreCall::Attempt(id)).await? {
-            StoreReply::Attempt(attempt) => Ok(attempt),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
-        match self.call(StoreCall::Attempts(job_id)).await? {
-            StoreReply::Attempts(attempts) => Ok(attempts),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
-        match self.call(StoreCall::Events(job_id)).await? {
-            StoreReply::Events(events) => Ok(events),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn dump(&self) -> Result<StoreDump, StoreError> {
-        match self.call(StoreCall::Dump).await? {
-            StoreReply::Dump(dump) => Ok(dump),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn jobs_of_owner(
-        &self,
-        owner: &OwnerId,
-        after: PageAfter<JobId>,
-        limit: u32,
-    ) -> Result<Vec<Job>, StoreError> {
-        let call = StoreCall::JobsOfOwner {
-            owner: owner.clone(),
-            after,
-            limit,
-        };
-        match self.call(call).await? {
-            StoreReply::Jobs(jobs) => Ok(jobs),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attempts_page(
-        &self,
-        state: AttemptState,
-        after: PageAfter<AttemptId>,
-        limit: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
-        let call = StoreCall::AttemptsPage {
-            state,
-            after,
-            limit,
-        };
-        match self.call(call).await? {
-            StoreReply::Attempts(attempts) => Ok(attempts),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
-        match self.call(StoreCall::AttemptCensus).await? {
-            StoreReply::Census(census) => Ok(census),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn prune_jobs(
-        &self,
-        updated_before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<JobId>, StoreError> {
-        let call = StoreCall::PruneJobs {
-            updated_before,
-            limit,
-        };
-        match self.call(call).await? {
-            StoreReply::Pruned(jobs) => Ok(jobs),
-            other => Err(unexpected(other)),
         }
     }
 }
@@ -364,27 +143,29 @@ impl StoreObserver {
         };
         let mut out = Vec::new();
         match (request, response) {
-            (StoreCall::CreateJob(new), StoreReply::Create(outcome)) => out.push(match outcome {
-                CreateOutcome::Created(job) => TraceBody::JobCreated {
-                    job_id: job.id,
-                    owner: job.owner_id.0.clone(),
-                    key: job.idempotency_key.to_string(),
-                    fingerprint: job.request_fingerprint.clone(),
-                },
-                CreateOutcome::Existing(job) => TraceBody::JobReplayed {
-                    job_id: job.id,
-                    offered_fingerprint: new.request_fingerprint.clone(),
-                },
-                CreateOutcome::KeyReused {
-                    existing,
-                    differing_pointers,
-                } => TraceBody::KeyReused {
-                    job_id: *existing,
-                    offered_fingerprint: new.request_fingerprint.clone(),
-                    differing_pointers: differing_pointers.clone(),
-                },
-            }),
-            (StoreCall::StartAttempt(new), StoreReply::Start(outcome)) => match outcome {
+            (StoreCall::CreateJob { new }, StoreReply::CreateJob(outcome)) => {
+                out.push(match outcome {
+                    CreateOutcome::Created(job) => TraceBody::JobCreated {
+                        job_id: job.id,
+                        owner: job.owner_id.0.clone(),
+                        key: job.idempotency_key.to_string(),
+                        fingerprint: job.request_fingerprint.clone(),
+                    },
+                    CreateOutcome::Existing(job) => TraceBody::JobReplayed {
+                        job_id: job.id,
+                        offered_fingerprint: new.request_fingerprint.clone(),
+                    },
+                    CreateOutcome::KeyReused {
+                        existing,
+                        differing_pointers,
+                    } => TraceBody::KeyReused {
+                        job_id: *existing,
+                        offered_fingerprint: new.request_fingerprint.clone(),
+                        differing_pointers: differing_pointers.clone(),
+                    },
+                })
+            }
+            (StoreCall::StartAttempt { new }, StoreReply::StartAttempt(outcome)) => match outcome {
                 StartOutcome::Started(attempt) => {
                     // A re-run after a lost acknowledgement returns the same
                     // attempt; it started once.
@@ -413,7 +194,7 @@ impl StoreObserver {
             },
             (
                 StoreCall::TransitionAttempt { error, .. },
-                StoreReply::Transition(TransitionOutcome::Moved { attempt, from }),
+                StoreReply::TransitionAttempt(TransitionOutcome::Moved { attempt, from }),
             ) => {
                 attempts.insert(attempt.id, attempt.state);
                 out.push(TraceBody::AttemptTransition {
@@ -428,7 +209,7 @@ impl StoreObserver {
                         .map(str::to_owned),
                 });
             }
-            (StoreCall::Complete(completion), StoreReply::Complete(outcome)) => {
+            (StoreCall::Complete { completion }, StoreReply::Complete(outcome)) => {
                 let from = attempts
                     .get(&completion.attempt_id)
                     .copied()
@@ -468,7 +249,7 @@ impl StoreObserver {
                     version: job.version,
                 });
             }
-            (StoreCall::RecordEvent(event), StoreReply::Done) => {
+            (StoreCall::RecordEvent { event }, StoreReply::RecordEvent(())) => {
                 out.push(TraceBody::NoteRecorded {
                     job_id: event.job_id,
                     attempt_id: event.attempt_id,
@@ -496,9 +277,10 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((mut stream, peer)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             continue;
         };
+        let mut stream = crate::bench::Metered::server(stream);
         // The calling host, for the trace (reports draw the call as an
         // arrow from it); turmoil names every simulated address.
         let caller = turmoil::reverse_lookup(peer.ip());
@@ -533,7 +315,7 @@ pub async fn serve_store(
                     "the store refused the operation (injected)".to_owned(),
                 )),
                 Some(StoreFault::Latency { latency_ms }) => {
-                    tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                    idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
                     apply(store.as_ref(), request.clone()).await
                 }
                 Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,

@@ -68,6 +68,10 @@ pub struct RunOutcome {
     pub report: RunReport,
     pub trace: Trace,
     pub dump: StoreDump,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// A run that could not complete: a host's software failed.
@@ -97,6 +101,10 @@ pub struct Simulated {
     pub steps: u64,
     pub sim_ms: u64,
     pub stop: Stop,
+    /// Every host of the world, in the order it was registered.
+    pub hosts: Vec<String>,
+    /// Why its steps did or did not skip quiet time.
+    pub quiet: crate::quiet::StepCounts,
 }
 
 /// Runs `scenario` under `seed` with `design` to its end and judges it.
@@ -132,6 +140,8 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
         report,
         trace: simulated.trace,
         dump: simulated.dump,
+        hosts: simulated.hosts,
+        quiet: simulated.quiet,
     })
 }
 
@@ -170,15 +180,43 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
             }
         }
         let due: Vec<u64> = timed.range(..=now_ms).map(|(t, _)| *t).collect();
+        let acted = !due.is_empty();
         for t in due {
             for step in timed.remove(&t).unwrap_or_default() {
                 perform(&mut world, step, now_ms, &mut timed);
             }
         }
+        // Quiet time is skipped only when the driver did nothing now (what
+        // it did may have woken a host) and the run has started.
+        let skip = if acted || steps == 0 {
+            world.quiet.driver_step();
+            None
+        } else {
+            let bound_ms = [Some(next_check_ms), Some(scenario.timing.settle_ms)]
+                .into_iter()
+                .chain([timed.keys().next().copied()])
+                .flatten()
+                .min()
+                .unwrap_or(scenario.timing.settle_ms);
+            world.quiet.plan(
+                &world.sim,
+                Duration::from_millis(now_ms),
+                Duration::from_millis(bound_ms),
+            )
+        };
         let clients_done = world.sim.step().map_err(|e| RunError::Host {
             sim_ms: elapsed_ms(&world),
             message: e.to_string(),
         })?;
+        if let Some(skip) = skip {
+            world
+                .quiet
+                .settle(&mut world.sim, skip)
+                .map_err(|message| RunError::Host {
+                    sim_ms: elapsed_ms(&world),
+                    message,
+                })?;
+        }
         steps += 1;
         let now_ms = elapsed_ms(&world);
         if now_ms >= scenario.timing.settle_ms {
@@ -208,11 +246,14 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         steps,
         sim_ms,
         stop,
+        hosts: world.quiet.hosts(),
+        quiet: world.quiet.counts(),
     })
 }
 
 fn elapsed_ms(world: &World) -> u64 {
-    u64::try_from(world.sim.elapsed().as_millis()).expect("simulated time fits u64 milliseconds")
+    u64::try_from(crate::quiet::elapsed(&world.sim).as_millis())
+        .expect("simulated time fits u64 milliseconds")
 }
 
 fn record_fault(world: &World, now_ms: u64, name: &str, detail: serde_json::Value) {
@@ -262,6 +303,7 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                 }
                 Fault::Hold { a, b, duration_ms } => {
                     world.sim.hold(a.as_str(), b.as_str());
+                    world.quiet.hold(&world.sim, a, b);
                     heal_after(*duration_ms, &fault, timed);
                 }
                 Fault::Partition {
@@ -311,6 +353,15 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                     let rate = *error_per_mille;
                     change_provider(world, provider, |b| b.error_per_mille = rate);
                     heal_after(*duration_ms, &fault, timed);
+                }
+                Fault::ProviderModelChange { provider, model } => {
+                    // For good: a heal of another fault restores the
+                    // profile, which now names the new model too.
+                    let served = Some(model.clone());
+                    if let Some(profile) = world.provider_profiles.get_mut(provider) {
+                        profile.served_model.clone_from(&served);
+                    }
+                    change_provider(world, provider, |b| b.served_model = served);
                 }
                 Fault::StoreLoseAck { op, nth, count } => world.store_plan.add(FaultRule {
                     op: *op,
@@ -381,7 +432,10 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                         .sim
                         .set_link_max_message_latency(a.as_str(), b.as_str(), base);
                 }
-                Fault::Hold { a, b, .. } => world.sim.release(a.as_str(), b.as_str()),
+                Fault::Hold { a, b, .. } => {
+                    world.sim.release(a.as_str(), b.as_str());
+                    world.quiet.release(&world.sim, a, b);
+                }
                 Fault::Partition { a, b, oneway, .. } => {
                     if *oneway {
                         world.sim.repair_oneway(a.as_str(), b.as_str());
@@ -428,7 +482,7 @@ fn change_provider(world: &World, provider: &str, change: impl FnOnce(&mut Behav
 /// host that reads no clock (the store, providers, clients) has none to
 /// change; the scenario format refuses such faults.
 fn change_clock(world: &World, host: &str, change: impl FnOnce(&mut Skew, i64)) {
-    let now_us = i64::try_from(world.sim.elapsed().as_micros())
+    let now_us = i64::try_from(crate::quiet::elapsed(&world.sim).as_micros())
         .expect("simulated time fits i64 microseconds");
     if let Some(clock) = world.clocks.get(host) {
         clock.update(|skew| change(skew, now_us));
@@ -445,6 +499,7 @@ pub fn fault_name(fault: &Fault) -> &'static str {
         Fault::ProviderHang { .. } => "provider_hang",
         Fault::ProviderStall { .. } => "provider_stall",
         Fault::ProviderError { .. } => "provider_error",
+        Fault::ProviderModelChange { .. } => "provider_model_change",
         Fault::StoreLoseAck { .. } => "store_lose_ack",
         Fault::StoreFailBeforeApply { .. } => "store_fail_before_apply",
         Fault::StoreLatency { .. } => "store_latency",

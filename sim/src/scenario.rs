@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use idem_core::certify::TokenizerProfile;
 use idem_core::engine::Policy;
 use idem_core::model::JobRequest;
 use idem_core::provider::server::Behaviour;
@@ -91,8 +92,14 @@ pub struct ProviderProfile {
     pub name: String,
     pub model: String,
     pub behaviour: Behaviour,
-    /// Whether a passed contract certificate is on file when the world starts.
+    /// Whether the world certifies this provider against the shipped
+    /// contract before any client clicks. The run decides: a provider whose
+    /// behaviour breaks the contract fails its certification whatever this
+    /// says, and its certificate is on file as failed.
     pub certified: bool,
+    /// What the certifier knows of the provider's tokenizer.
+    #[serde(default)]
+    pub tokenizer: TokenizerProfile,
 }
 
 /// Simulated time.
@@ -105,6 +112,14 @@ pub struct Timing {
     /// Message latency on every link, drawn per message from the seed.
     pub latency_ms_min: u64,
     pub latency_ms_max: u64,
+    /// Skip simulated time in which every host waits on a timer and no
+    /// message is in flight (`crate::quiet`).
+    #[serde(default = "skip_quiet_default")]
+    pub skip_quiet: bool,
+}
+
+fn skip_quiet_default() -> bool {
+    true
 }
 
 /// A user (or a browser, or a retrying SDK) with a bearer token.
@@ -234,6 +249,10 @@ pub enum Fault {
     StoreLoseAck { op: StoreOp, nth: u32, count: u32 },
     /// The store refuses occurrences of `op` without applying them.
     StoreFailBeforeApply { op: StoreOp, nth: u32, count: u32 },
+    /// The provider silently starts serving `model` under the model name
+    /// it is asked for, for good: a certificate earned on the old model no
+    /// longer describes it.
+    ProviderModelChange { provider: String, model: String },
     /// The store applies occurrences of `op` after a delay.
     StoreLatency {
         op: StoreOp,
@@ -262,7 +281,7 @@ pub enum Fault {
     ClockJump { host: String, jump_ms: i64 },
 }
 
-/// The race windows of BRIEF §7: the rare interleavings the bench exists
+/// The race windows of docs/MODEL.md: the rare interleavings the bench exists
 /// to reach. A suite reports how often each was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -316,6 +335,7 @@ impl Default for Topology {
                 ..Behaviour::default()
             },
             certified,
+            tokenizer: TokenizerProfile::default(),
         };
         Self {
             api_replicas: 2,
@@ -343,13 +363,15 @@ impl Default for Topology {
 }
 
 impl Default for Timing {
-    /// 1 ms steps, 1–5 ms per message, settled within two minutes.
+    /// 1 ms steps, 1–5 ms per message, settled within two minutes, quiet
+    /// time skipped.
     fn default() -> Self {
         Self {
             tick_ms: 1,
             settle_ms: 120_000,
             latency_ms_min: 1,
             latency_ms_max: 5,
+            skip_quiet: true,
         }
     }
 }

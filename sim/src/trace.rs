@@ -172,6 +172,18 @@ pub enum TraceBody {
         outcome: ExecutionOutcome,
     },
 
+    // ---- the certifier: the runs before any client clicks ----
+    /// A provider's certification against the shipped contract.
+    Certification {
+        provider: String,
+        model: String,
+        /// What the provider said it serves under `model`.
+        model_identity: Option<String>,
+        passed: bool,
+        /// The checks that failed, by name.
+        failed_checks: Vec<String>,
+    },
+
     // ---- the fault plan ----
     Fault {
         name: String,
@@ -242,7 +254,7 @@ impl Trace {
 
 /// Simulated milliseconds since the run started (0 outside a host).
 fn sim_now_ms() -> u64 {
-    turmoil::sim_elapsed().map_or(0, |d| {
+    crate::quiet::sim_elapsed().map_or(0, |d| {
         u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
     })
 }

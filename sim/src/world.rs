@@ -12,31 +12,30 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
+use crate::certify::{CERTIFIER, certify_profile};
+use crate::client::{ClientContext, KnownJobs, run_client};
+use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
+use crate::oracle::WorldFacts;
+use crate::quiet::Quiet;
+use crate::rpc::{RemoteStore, StoreObserver, serve_store};
+use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::trace::{Recorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
+use idem_core::certify::{Contract, SpecialTokens};
 use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
 use idem_core::contract::{Certificate, ProviderSpec, Providers};
 use idem_core::design::Design;
-use idem_core::engine::Engine;
+use idem_core::engine::{Engine, MODEL_PROBE_TIMEOUT_MS_DEFAULT, ModelProbes};
 use idem_core::model::OwnerId;
-use idem_core::provider::openai::{OpenAiClient, OpenAiConfig, PROMPT_VERSION};
-use idem_core::provider::server::ProviderServer;
+use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
+use idem_core::provider::server::{ContractMode, ProviderServer};
 use idem_core::provider::{Provider, ProviderSet};
 use idem_core::reconciler::Reconciler;
 use idem_core::store::Store;
 use idem_core::store::faults::FaultPlan;
 use idem_core::store::mem::{Constraints, MemStore};
 use idem_core::worker::Worker;
-use serde_json::json;
 
-use crate::client::{ClientContext, KnownJobs, run_client};
-use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
-use crate::oracle::WorldFacts;
-use crate::rpc::{RemoteStore, StoreObserver, serve_store};
-use crate::scenario::{Scenario, host};
-use crate::trace::{Recorder, TraceBody};
-
-/// The output schema version certificates name.
-pub const SCHEMA_VERSION: &str = "v1";
 /// The operator's bearer token in every world.
 pub const OPERATOR_TOKEN: &str = "token-operator";
 
@@ -55,6 +54,27 @@ pub struct World {
     /// workers, the reconciler), by host name: clock faults change them.
     pub clocks: BTreeMap<String, HostClock>,
     pub facts: WorldFacts,
+    /// Skips of quiet simulated time; every host's software runs inside it.
+    pub quiet: Quiet,
+}
+
+impl World {
+    /// Registers host `name` running `software` (again after a restart).
+    fn host<F, Fut>(&mut self, name: &str, software: F)
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = turmoil::Result> + 'static,
+    {
+        let (quiet, slot) = (self.quiet.clone(), self.quiet.slot(name));
+        self.sim.host(name, move || quiet.hosted(slot, software()));
+    }
+
+    /// Registers client `name` running `future` once.
+    fn client(&mut self, name: &str, future: impl Future<Output = turmoil::Result> + 'static) {
+        let slot = self.quiet.slot(name);
+        let future = self.quiet.hosted(slot, future);
+        self.sim.client(name, future);
+    }
 }
 
 impl std::fmt::Debug for World {
@@ -123,24 +143,32 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
         clocks: BTreeMap::new(),
+        // A zero latency can deliver a message in the step that sent it,
+        // where the in-flight check cannot see it: no skips then.
+        quiet: Quiet::new(
+            timing.skip_quiet && timing.latency_ms_min > 0,
+            Duration::from_millis(timing.tick_ms),
+        ),
         facts: WorldFacts {
             client_owners: scenario
                 .clients
                 .iter()
                 .map(|c| (c.name.clone(), c.owner.clone()))
                 .collect(),
-            certified: scenario
+            certified: BTreeSet::new(),
+            certified_models: BTreeMap::new(),
+            defects: scenario
                 .topology
                 .providers
                 .iter()
-                .filter(|p| p.certified)
-                .map(|p| p.name.clone())
-                .collect::<BTreeSet<_>>(),
+                .map(|p| (p.name.clone(), declared_defects(p)))
+                .collect(),
             policy: scenario.policy,
             reconciler: scenario.topology.reconciler,
             reconciler_config: Some(scenario.topology.reconciler_config.clone()),
         },
     };
+    let shipped = Contract::shipped();
     let contract = Providers {
         specs: scenario
             .topology
@@ -151,25 +179,56 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                     p.name.clone(),
                     ProviderSpec {
                         model: p.model.clone(),
+                        endpoint: None,
                     },
                 )
             })
             .collect(),
-        prompt_version: PROMPT_VERSION.to_owned(),
-        schema_version: SCHEMA_VERSION.to_owned(),
+        prompt_version: shipped.prompt_version.clone(),
+        schema_version: shipped.schema_version.clone(),
     };
+    // Certification before any client clicks: the product's run, against
+    // each provider the scenario asks to certify. Its outcome, not the
+    // scenario's flag, is what goes on file.
     let epoch = SimClock::new(FIXED_EPOCH_US);
     for profile in scenario.topology.providers.iter().filter(|p| p.certified) {
+        let certification = certify_profile(profile);
         let key = contract
             .certificate_key(&profile.name)
             .expect("every profile is in the contract");
+        let passed = certification.passed();
         ready(world.store.put_certificate(Certificate {
             key,
-            passed: true,
-            evidence: json!({"source": "scenario"}),
+            passed,
+            evidence: certification.evidence("simulation"),
             at: epoch.now(),
         }))
         .expect("the in-process store takes a certificate");
+        world.recorder.record_at(
+            0,
+            CERTIFIER,
+            TraceBody::Certification {
+                provider: profile.name.clone(),
+                model: profile.model.clone(),
+                model_identity: certification.model_identity.clone(),
+                passed,
+                failed_checks: certification
+                    .failed_checks()
+                    .iter()
+                    .map(|c| c.name().to_owned())
+                    .collect(),
+            },
+        );
+        if passed {
+            world.facts.certified.insert(profile.name.clone());
+            world.facts.certified_models.insert(
+                profile.name.clone(),
+                certification
+                    .model_identity
+                    .clone()
+                    .unwrap_or_else(|| profile.model.clone()),
+            );
+        }
     }
     register_store(&mut world);
     register_providers(&mut world, scenario);
@@ -210,8 +269,35 @@ impl EngineParts {
             self.contract.clone(),
             self.policy,
         )
+        .with_model_probes(ModelProbes::new(
+            self.clients.clone(),
+            MODEL_PROBE_TIMEOUT_MS_DEFAULT,
+        ))
         .with_design(self.design, session)
     }
+}
+
+/// The contract defects `profile` declares, by name: what a provider that
+/// shares the contract never does.
+fn declared_defects(profile: &ProviderProfile) -> Vec<String> {
+    let b = &profile.behaviour;
+    let mut defects = Vec::new();
+    match b.contract {
+        ContractMode::Valid => {}
+        ContractMode::InventedKey => defects.push("contract = invented_key".to_owned()),
+        ContractMode::Prose => defects.push("contract = prose".to_owned()),
+        ContractMode::IgnoredFormat => defects.push("contract = ignored_format".to_owned()),
+    }
+    if profile.tokenizer.special_tokens == SpecialTokens::Parsed {
+        defects.push("special_tokens = parsed".to_owned());
+    }
+    if b.deviate_one_in > 0 {
+        defects.push(format!("deviate_one_in = {}", b.deviate_one_in));
+    }
+    if b.hang || b.stall || b.error_per_mille == 1_000 {
+        defects.push("never answers".to_owned());
+    }
+    defects
 }
 
 fn provider_clients(scenario: &Scenario) -> ProviderSet {
@@ -235,7 +321,7 @@ fn register_store(world: &mut World) {
     let store: Arc<dyn Store> = world.store.clone();
     let (plan, recorder) = (world.store_plan.clone(), world.recorder.clone());
     let observer = StoreObserver::default();
-    world.sim.host(host::STORE, move || {
+    world.host(host::STORE, move || {
         let serving = serve_store(
             store.clone(),
             plan.clone(),
@@ -272,7 +358,7 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
             );
         }));
         world.providers.insert(profile.name.clone(), server.clone());
-        world.sim.host(host_name.as_str(), move || {
+        world.host(host_name.as_str(), move || {
             let server = server.clone();
             async move {
                 let listener = SimListener::bind(SERVICE_PORT).await?;
@@ -299,7 +385,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
             scenario.topology.worker.clone(),
         );
         let state = AppState::new(engine, auth.clone()).with_runner(Arc::new(runner));
-        world.sim.host(name.as_str(), move || {
+        world.host(name.as_str(), move || {
             let state = state.clone();
             async move {
                 let listener = SimListener::bind(SERVICE_PORT).await?;
@@ -319,7 +405,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
-        world.sim.host(name.as_str(), move || {
+        world.host(name.as_str(), move || {
             let worker = worker.clone();
             async move {
                 worker.run(std::future::pending()).await;
@@ -334,7 +420,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );
-        world.sim.host(host::RECONCILER, move || {
+        world.host(host::RECONCILER, move || {
             let reconciler = reconciler.clone();
             async move {
                 reconciler.run(std::future::pending()).await;
@@ -358,8 +444,6 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
             known_jobs: known_jobs.clone(),
             seed: child_seed(seed, &format!("client/{}", spec.name)),
         };
-        world
-            .sim
-            .client(host::client(&spec.name).as_str(), run_client(ctx));
+        world.client(host::client(&spec.name).as_str(), run_client(ctx));
     }
 }

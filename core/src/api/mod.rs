@@ -1,4 +1,4 @@
-//! The HTTP API (BRIEF §5) as an axum router. The router is plain data; it
+//! The HTTP API (docs/MODEL.md) as an axum router. The router is plain data; it
 //! is served by [`serve`] over any [`axum::serve::Listener`], so the same
 //! code runs on tokio's TCP listener in production and on turmoil's in the
 //! simulator.
@@ -222,7 +222,7 @@ where
     L::Addr: std::fmt::Debug,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
+    http.timer(crate::timer::HyperTimer)
         .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
         .max_headers(HYPER_HEADERS_MAX)
         .keep_alive(true);
@@ -247,7 +247,7 @@ where
     }
     drop(listener);
     let drain = Duration::from_millis(limits.shutdown_drain_ms);
-    if tokio::time::timeout(drain, graceful.shutdown())
+    if crate::timer::timeout(drain, graceful.shutdown())
         .await
         .is_err()
     {
@@ -536,7 +536,7 @@ async fn json_document(
     }
     let read = Limited::new(body, state.body_limit_bytes).collect();
     let timeout = Duration::from_millis(state.body_read_timeout_ms);
-    let Ok(collected) = tokio::time::timeout(timeout, read).await else {
+    let Ok(collected) = crate::timer::timeout(timeout, read).await else {
         return Err(ApiError::RequestTimeout {
             timeout_ms: state.body_read_timeout_ms,
         });

@@ -2,14 +2,16 @@
 //! over PostgreSQL, and the migrations; nothing of the simulation bench is
 //! compiled in (see the `bench` feature of idem-core).
 //!
-//! Exit codes: 0 on a clean shutdown, 2 on a usage or configuration error
-//! (bad flags, an unreachable database, an address that cannot be bound).
+//! Exit codes: 0 on a clean shutdown (or, for `certify`, a certified
+//! provider), 1 for a provider that failed certification, 2 on a usage or
+//! configuration error (bad flags or contract, an unreachable database or
+//! provider, an address that cannot be bound).
 
 use std::process::ExitCode;
 use std::sync::LazyLock;
 
 use clap::{Parser, Subcommand};
-use idem_core::cli::{self, MigrateArgs, ServeArgs};
+use idem_core::cli::{self, CertifyArgs, MigrateArgs, ServeArgs};
 
 /// `--version`: the version, the commit and whether the tree was dirty.
 static VERSION: LazyLock<String> = LazyLock::new(|| idem_core::build_stamp!().to_string());
@@ -19,7 +21,7 @@ static VERSION: LazyLock<String> = LazyLock::new(|| idem_core::build_stamp!().to
     name = "idem-server",
     version = VERSION.as_str(),
     about = "idem: one click, one job. The HTTP API, worker and reconciler.",
-    after_help = "Exit codes:\n  0  clean shutdown\n  2  usage or configuration error"
+    after_help = "Exit codes:\n  0  clean shutdown; certify: certified\n  1  certify: not certified\n  2  usage or configuration error"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,15 +34,19 @@ enum Command {
     Serve(ServeArgs),
     /// Apply the database migrations.
     Migrate(MigrateArgs),
+    /// Certify a provider against the operating contract (exit 0 certified,
+    /// 1 not certified, 2 bad flags, contract or unreachable provider).
+    Certify(CertifyArgs),
 }
 
 fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
-        Command::Serve(args) => cli::serve(args),
-        Command::Migrate(args) => cli::migrate(args),
+        Command::Serve(args) => cli::serve(args).map(|()| 0),
+        Command::Migrate(args) => cli::migrate(args).map(|()| 0),
+        Command::Certify(args) => cli::certify(args).map(|outcome| outcome.exit_code()),
     };
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("idem-server: {e}");
             ExitCode::from(2)

@@ -15,6 +15,7 @@ pub mod connect;
 pub mod openai;
 #[cfg(feature = "bench")]
 pub mod server;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -96,6 +97,13 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Asks the provider to cancel the request; `Ok(true)` if it did.
     async fn cancel(&self, key: AttemptId) -> Result<bool, ProviderError>;
+
+    /// What the provider says it serves under its configured model, for
+    /// checking that a certificate still describes it; `None` when it does
+    /// not say.
+    async fn model_identity(&self) -> Result<Option<String>, ProviderError> {
+        Ok(None)
+    }
 }
 
 /// The providers a worker or reconciler can call, by name.

@@ -1,8 +1,12 @@
 //! A client for OpenAI-compatible chat-completions providers.
 //!
-//! The job's `params` go in as the user message (canonical JSON), the
-//! rendered prompt template as the system message, and the provider is asked
-//! for a JSON object. Two extra endpoints, which this project's providers
+//! Every prompt is rendered from the operating contract
+//! ([`crate::certify::Contract`], the shipped one unless another is given):
+//! its system template as the system message, its user template over the
+//! job's `params` as the user message, at the contract's temperature and
+//! output budget, and the provider is asked for a JSON object. The same
+//! client carries a certification's calls ([`ChatEndpoint`]), so what was
+//! certified is what runs. Two extra endpoints, which this project's providers
 //! offer and the reconciler needs, look an execution up and cancel it by its
 //! idempotency key: `GET /v1/executions/{key}` and
 //! `POST /v1/executions/{key}/cancel`.
@@ -10,7 +14,7 @@
 //! The client speaks HTTP/1 with hyper directly over a [`Connector`]'s
 //! stream, one request per connection, so it runs unchanged over turmoil.
 //! It sets no deadlines of its own: the caller wraps each call in
-//! `tokio::time::timeout`, which under turmoil runs on sim time.
+//! `crate::timer::timeout`, which under turmoil runs on sim time.
 //!
 //! How an answer is classified decides the attempt's next state, so the
 //! rules are strict and conservative: only an answer that says so is
@@ -19,6 +23,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -32,18 +37,8 @@ use serde_json::{Value, json};
 
 use super::connect::Connector;
 use super::{Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
-use crate::fingerprint::canonical_json;
+use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest, Contract};
 use crate::model::AttemptId;
-
-/// The version of [`SYSTEM_PROMPT_V1`]. A certificate names the prompt
-/// version it was earned with; change the prompt, change this.
-pub const PROMPT_VERSION: &str = "v1";
-
-/// The rendered prompt template, version [`PROMPT_VERSION`].
-pub const SYSTEM_PROMPT_V1: &str = "You are a summarisation service. The user message is a JSON object \
-holding the parameters of one job. Reply with exactly one JSON object and nothing else: no prose, no \
-code fences. The object has exactly two keys: \"summary\", a short English summary of the parameters, \
-and \"params_sha256\", the lowercase hexadecimal SHA-256 of the user message. Add no other keys.";
 
 /// The largest response body read, in bytes. A provider that sends more is
 /// treated as breaking the contract rather than being buffered without end.
@@ -52,11 +47,13 @@ pub const RESPONSE_BODY_LEN_MAX_BYTES: usize = 1024 * 1024;
 /// The longest excerpt of a provider's answer kept in an error, in bytes.
 const DETAIL_LEN_MAX_BYTES: usize = 512;
 
-/// The highest temperature OpenAI-compatible providers accept.
-const TEMPERATURE_MAX: f64 = 2.0;
-
 /// The path of the chat-completions endpoint.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+
+/// The path of the model lookup for `model`.
+pub fn model_path(model: &str) -> String {
+    format!("/v1/models/{model}")
+}
 
 /// The path of the status lookup for idempotency key `key`.
 pub fn execution_path(key: &str) -> String {
@@ -68,7 +65,52 @@ pub fn cancel_path(key: &str) -> String {
     format!("/v1/executions/{key}/cancel")
 }
 
-/// How to reach and drive one OpenAI-compatible provider.
+/// An API key. Read from the environment variable a provider's
+/// configuration names, never from the command line; never printed, logged,
+/// serialized or traced: `Debug` and `Display` redact it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key in the environment variable `var`. The error names the
+    /// variable, never its value.
+    pub fn from_env(var: &str) -> Result<Self, ConfigError> {
+        match std::env::var(var) {
+            Ok(key) if !key.trim().is_empty() => Ok(Self(key.trim().to_owned())),
+            Ok(_) => Err(ConfigError::ApiKeyEnv(format!("{var} is empty"))),
+            Err(std::env::VarError::NotPresent) => {
+                Err(ConfigError::ApiKeyEnv(format!("{var} is not set")))
+            }
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::ApiKeyEnv(format!(
+                "{var} is not valid Unicode"
+            ))),
+        }
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl fmt::Display for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How to reach and drive one OpenAI-compatible provider. What is sent
+/// (prompt, temperature, output budget) comes from the operating contract,
+/// not from here.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiConfig {
@@ -78,18 +120,20 @@ pub struct OpenAiConfig {
     /// The model asked for when the call names none.
     pub model: String,
     /// Sent as `Authorization: Bearer <api_key>`. Never serialized or
-    /// printed, so configs can go into reports.
-    #[serde(default, skip_serializing)]
-    pub api_key: Option<String>,
-    /// The rendered prompt template, sent as the system message.
-    #[serde(default = "default_system_prompt")]
-    pub system_prompt: String,
-    /// The version of `system_prompt`, for certificates.
-    #[serde(default = "default_prompt_version")]
-    pub prompt_version: String,
-    /// Sampling temperature; 0 makes outputs as repeatable as the provider allows.
+    /// deserialized: configs can go into reports, and keys come from the
+    /// environment only.
+    #[serde(skip)]
+    pub api_key: Option<ApiKey>,
+    /// How long opening a connection (TLS handshake included) may take;
+    /// past it nothing was dispatched. `None`: the caller bounds it.
     #[serde(default)]
-    pub temperature: f64,
+    pub connect_timeout_ms: Option<u64>,
+    /// How long a chat completion may take once sent; past it the
+    /// conversation is [`ProviderError::Broken`] (the provider may be
+    /// working), exactly like the worker's own deadline. `None`: the caller
+    /// bounds it.
+    #[serde(default)]
+    pub request_timeout_ms: Option<u64>,
     /// Whether the provider offers `GET /v1/executions/{key}`. When false,
     /// [`Provider::status`] answers `Unsupported` without a request.
     #[serde(default = "enabled")]
@@ -99,29 +143,20 @@ pub struct OpenAiConfig {
     pub supports_cancel: bool,
 }
 
-fn default_system_prompt() -> String {
-    SYSTEM_PROMPT_V1.to_owned()
-}
-
-fn default_prompt_version() -> String {
-    PROMPT_VERSION.to_owned()
-}
-
 fn enabled() -> bool {
     true
 }
 
 impl OpenAiConfig {
-    /// A config with the current prompt, temperature 0, no api key, and
-    /// status lookup and cancel enabled.
+    /// A config with no api key, no timeouts of its own, and status lookup
+    /// and cancel enabled.
     pub fn new(authority: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
             authority: authority.into(),
             model: model.into(),
             api_key: None,
-            system_prompt: default_system_prompt(),
-            prompt_version: default_prompt_version(),
-            temperature: 0.0,
+            connect_timeout_ms: None,
+            request_timeout_ms: None,
             supports_status: true,
             supports_cancel: true,
         }
@@ -133,12 +168,12 @@ impl fmt::Debug for OpenAiConfig {
         f.debug_struct("OpenAiConfig")
             .field("authority", &self.authority)
             .field("model", &self.model)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("prompt_version", &self.prompt_version)
-            .field("temperature", &self.temperature)
+            .field("api_key", &self.api_key)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
             .field("supports_status", &self.supports_status)
             .field("supports_cancel", &self.supports_cancel)
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -149,14 +184,15 @@ pub enum ConfigError {
     Authority(String),
     #[error("the api key is not a valid header value")]
     ApiKey,
-    #[error("the temperature {0} is not between 0 and {TEMPERATURE_MAX}")]
-    Temperature(String),
+    #[error("the api key's environment variable: {0}")]
+    ApiKeyEnv(String),
 }
 
 /// The parts every request needs, checked once when the client is built so
 /// that building a request cannot fail later.
 struct Shared {
     config: OpenAiConfig,
+    contract: Arc<Contract>,
     host: HeaderValue,
     authorization: Option<HeaderValue>,
 }
@@ -191,31 +227,40 @@ impl<C: Connector> fmt::Debug for OpenAiClient<C> {
         f.debug_struct("OpenAiClient")
             .field("connector", &self.connector)
             .field("config", &self.shared.config)
+            .field("contract", &self.shared.contract.name)
             .finish()
     }
 }
 
 impl<C: Connector> OpenAiClient<C> {
-    /// Checks `config` and builds the client. No connection is opened.
+    /// Checks `config` and builds the client, rendering prompts from the
+    /// shipped contract. No connection is opened.
     pub fn new(connector: C, config: OpenAiConfig) -> Result<Self, ConfigError> {
+        Self::with_contract(connector, config, Contract::shipped())
+    }
+
+    /// As [`OpenAiClient::new`], rendering prompts from `contract`.
+    pub fn with_contract(
+        connector: C,
+        config: OpenAiConfig,
+        contract: Arc<Contract>,
+    ) -> Result<Self, ConfigError> {
         let host = HeaderValue::from_str(&config.authority)
             .map_err(|_| ConfigError::Authority(config.authority.clone()))?;
         let authorization = match &config.api_key {
             None => None,
             Some(key) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
                     .map_err(|_| ConfigError::ApiKey)?;
                 value.set_sensitive(true);
                 Some(value)
             }
         };
-        if !(0.0..=TEMPERATURE_MAX).contains(&config.temperature) {
-            return Err(ConfigError::Temperature(config.temperature.to_string()));
-        }
         Ok(Self {
             connector,
             shared: Arc::new(Shared {
                 config,
+                contract,
                 host,
                 authorization,
             }),
@@ -226,11 +271,28 @@ impl<C: Connector> OpenAiClient<C> {
         &self.shared.config
     }
 
+    /// The contract prompts are rendered from.
+    pub fn contract(&self) -> &Arc<Contract> {
+        &self.shared.contract
+    }
+
     /// Opens a connection and completes the HTTP/1 handshake. Every failure
     /// here is before any byte of a request was written.
     async fn open(&self) -> Result<SendRequest<Full<Bytes>>, ProviderError> {
         let authority = &self.shared.config.authority;
-        let stream = self.connector.connect(authority).await.map_err(|error| {
+        let connect = self.connector.connect(authority);
+        let connected = match self.shared.config.connect_timeout_ms {
+            Some(ms) => crate::timer::timeout(Duration::from_millis(ms), connect)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {ms} ms"),
+                    ))
+                }),
+            None => connect.await,
+        };
+        let stream = connected.map_err(|error| {
             ProviderError::Unreachable(format!("connect to {authority}: {error}"))
         })?;
         let (sender, connection) =
@@ -332,6 +394,8 @@ fn excerpt(body: &[u8]) -> String {
 
 #[derive(Deserialize)]
 struct ChatResponse {
+    #[serde(default)]
+    model: Option<String>,
     choices: Vec<ChatChoice>,
 }
 
@@ -345,9 +409,9 @@ struct ChatMessage {
     content: Option<String>,
 }
 
-/// The output of a successful chat completion: the first choice's content,
-/// which must be a JSON object.
-fn output_of(body: &[u8]) -> Result<Value, ProviderError> {
+/// A successful chat completion: the first choice's content and the model
+/// the provider says answered.
+fn answer_of(body: &[u8]) -> Result<ChatAnswer, ProviderError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|error| {
         ProviderError::Invalid(format!("not a chat-completion response: {error}"))
     })?;
@@ -357,6 +421,17 @@ fn output_of(body: &[u8]) -> Result<Value, ProviderError> {
         .next()
         .ok_or_else(|| ProviderError::Invalid("the response has no choices".to_owned()))?
         .message
+        .content;
+    Ok(ChatAnswer {
+        content,
+        model: response.model,
+    })
+}
+
+/// The output of a successful chat completion: the first choice's content,
+/// which must be a JSON object.
+fn output_of(body: &[u8]) -> Result<Value, ProviderError> {
+    let content = answer_of(body)?
         .content
         .ok_or_else(|| ProviderError::Invalid("the first choice has no content".to_owned()))?;
     object_of(&content)
@@ -425,6 +500,110 @@ struct CancelBody {
     cancelled: bool,
 }
 
+/// The body of `GET /v1/models/{model}`. `root` is what servers that serve
+/// a model under another name (vLLM) say is really behind it.
+#[derive(Deserialize)]
+struct ModelBody {
+    id: String,
+    #[serde(default)]
+    root: Option<String>,
+}
+
+impl<C: Connector> OpenAiClient<C> {
+    /// What the provider says it serves under `model`: the model object's
+    /// `root`, else its `id`. `None` when the provider has no model lookup.
+    async fn identity_of(&self, model: &str) -> Result<Option<String>, ProviderError> {
+        let (status, body) = self
+            .call(Method::GET, &model_path(model), Bytes::new())
+            .await?;
+        match status {
+            StatusCode::OK => {
+                let body: ModelBody = serde_json::from_slice(&body).map_err(|error| {
+                    ProviderError::Invalid(format!("not a model object: {error}"))
+                })?;
+                Ok(Some(body.root.filter(|r| !r.is_empty()).unwrap_or(body.id)))
+            }
+            StatusCode::NOT_FOUND
+            | StatusCode::NOT_IMPLEMENTED
+            | StatusCode::METHOD_NOT_ALLOWED => Ok(None),
+            _ => Err(refusal(status, &body)),
+        }
+    }
+
+    /// Sends one chat completion under `key` on `sender`, bounded by the
+    /// configured request timeout.
+    async fn complete(
+        &self,
+        sender: SendRequest<Full<Bytes>>,
+        body: Bytes,
+        key: &str,
+    ) -> Result<(StatusCode, Bytes), ProviderError> {
+        complete_on(&self.shared, sender, body, key).await
+    }
+}
+
+/// A chat completion's request body. `job_id` goes in `metadata`, where
+/// this project's providers record it in their ledgers.
+fn chat_body(request: &ChatRequest, job_id: Option<String>) -> Bytes {
+    let mut body = json!({
+        "model": request.model,
+        "temperature": request.temperature,
+        "max_tokens": request.max_output_tokens,
+        "response_format": {"type": "json_object"},
+        "messages": [
+            {"role": "system", "content": request.prompt.system},
+            {"role": "user", "content": request.prompt.user},
+        ],
+    });
+    if let Some(job_id) = job_id {
+        body["metadata"] = json!({"job_id": job_id});
+    }
+    Bytes::from(body.to_string())
+}
+
+/// Sends one chat completion under `key` on `sender`, bounded by the
+/// configured request timeout: past it the provider may be working, so the
+/// conversation is broken, not refused.
+async fn complete_on(
+    shared: &Shared,
+    sender: SendRequest<Full<Bytes>>,
+    body: Bytes,
+    key: &str,
+) -> Result<(StatusCode, Bytes), ProviderError> {
+    let mut request = shared.request(Method::POST, CHAT_COMPLETIONS_PATH, body);
+    let key = HeaderValue::from_str(key)
+        .map_err(|_| ProviderError::Unreachable(format!("{key:?} is not a header value")))?;
+    request.headers_mut().insert("idempotency-key", key);
+    let exchange = round_trip(sender, request);
+    match shared.config.request_timeout_ms {
+        Some(ms) => crate::timer::timeout(Duration::from_millis(ms), exchange)
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::Broken(format!("no answer within {ms} ms")))),
+        None => exchange.await,
+    }
+}
+
+#[async_trait]
+impl<C: Connector> ChatEndpoint for OpenAiClient<C> {
+    async fn reach(&self) -> Result<(), ProviderError> {
+        self.open().await.map(drop)
+    }
+
+    async fn model_identity(&self, model: &str) -> Result<Option<String>, ProviderError> {
+        self.identity_of(model).await
+    }
+
+    async fn chat(&self, request: &ChatRequest, key: &str) -> Result<ChatAnswer, ProviderError> {
+        let sender = self.open().await?;
+        let (status, body) = self.complete(sender, chat_body(request, None), key).await?;
+        if status.is_success() {
+            answer_of(&body)
+        } else {
+            Err(refusal(status, &body))
+        }
+    }
+}
+
 #[async_trait]
 impl<C: Connector> Provider for OpenAiClient<C> {
     async fn connect(&self) -> Result<Box<dyn Dispatch>, ProviderError> {
@@ -469,6 +648,10 @@ impl<C: Connector> Provider for OpenAiClient<C> {
             _ => Err(refusal(status, &body)),
         }
     }
+
+    async fn model_identity(&self) -> Result<Option<String>, ProviderError> {
+        self.identity_of(&self.shared.config.model).await
+    }
 }
 
 /// A connection to the provider, ready for its one chat completion.
@@ -478,42 +661,38 @@ struct OpenAiDispatch {
 }
 
 impl OpenAiDispatch {
-    fn body(&self, call: &ProviderCall) -> Bytes {
-        let config = &self.shared.config;
+    /// The request body: the call's params rendered through the contract.
+    /// A prompt that does not render was never sent, so it is refused, not
+    /// broken.
+    fn body(&self, call: &ProviderCall) -> Result<Bytes, ProviderError> {
+        let shared = &self.shared;
+        let contract = &shared.contract;
+        let prompt = contract
+            .render(&call.params)
+            .map_err(|e| ProviderError::Invalid(e.to_string()))?;
         // The call's model is the one its certificate was checked against;
         // the configured model stands in only when the call names none.
         let model = if call.model.is_empty() {
-            &config.model
+            shared.config.model.clone()
         } else {
-            &call.model
+            call.model.clone()
         };
-        let body = json!({
-            "model": model,
-            "temperature": config.temperature,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": config.system_prompt},
-                // Canonical, so that one intent is always one prompt.
-                {"role": "user", "content": canonical_json(&call.params)},
-            ],
-            "metadata": {"job_id": call.job_id.to_string()},
-        });
-        Bytes::from(body.to_string())
+        let request = ChatRequest {
+            model,
+            prompt,
+            temperature: contract.temperature,
+            max_output_tokens: contract.max_output_tokens,
+        };
+        Ok(chat_body(&request, Some(call.job_id.to_string())))
     }
 }
 
 #[async_trait]
 impl Dispatch for OpenAiDispatch {
     async fn send(self: Box<Self>, call: ProviderCall) -> Result<Value, ProviderError> {
-        let mut request =
-            self.shared
-                .request(Method::POST, CHAT_COMPLETIONS_PATH, self.body(&call));
-        request.headers_mut().insert(
-            "idempotency-key",
-            HeaderValue::from_str(&call.attempt_id.to_string())
-                .expect("a uuid is a valid header value"),
-        );
-        let (status, body) = round_trip(self.sender, request).await?;
+        let body = self.body(&call)?;
+        let key = call.attempt_id.to_string();
+        let (status, body) = complete_on(&self.shared, self.sender, body, &key).await?;
         if status.is_success() {
             output_of(&body)
         } else {
@@ -568,8 +747,9 @@ mod tests {
     #[test]
     fn config_is_checked_and_its_key_never_printed() {
         let mut config = OpenAiConfig::new("127.0.0.1:1", "m");
-        config.api_key = Some("sk-secret".to_owned());
+        config.api_key = Some(ApiKey::new("sk-secret"));
         assert!(!format!("{config:?}").contains("sk-secret"));
+        assert_eq!(format!("{}", ApiKey::new("sk-secret")), "<redacted>");
         assert!(
             !serde_json::to_string(&config)
                 .expect("serializable")
@@ -578,16 +758,25 @@ mod tests {
         let client = OpenAiClient::new(super::super::connect::TcpConnector, config.clone());
         assert!(client.is_ok());
 
-        config.api_key = Some("bad\nkey".to_owned());
+        config.api_key = Some(ApiKey::new("bad\nkey"));
         assert_eq!(
             OpenAiClient::new(super::super::connect::TcpConnector, config.clone()).err(),
             Some(ConfigError::ApiKey)
         );
-        config.api_key = None;
-        config.temperature = 3.0;
-        assert!(matches!(
-            OpenAiClient::new(super::super::connect::TcpConnector, config).err(),
-            Some(ConfigError::Temperature(_))
-        ));
+        // A key in a config file is refused, not read.
+        let written = r#"{"authority": "a:1", "model": "m", "api_key": "sk-file"}"#;
+        assert!(serde_json::from_str::<OpenAiConfig>(written).is_err());
+    }
+
+    #[test]
+    fn api_keys_come_from_the_named_variable_and_errors_name_only_it() {
+        let missing = ApiKey::from_env("IDEM_TEST_SURELY_UNSET_VARIABLE");
+        let Err(error) = missing else {
+            panic!("an unset variable gave a key");
+        };
+        assert_eq!(
+            error.to_string(),
+            "the api key's environment variable: IDEM_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
     }
 }

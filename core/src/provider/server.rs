@@ -3,7 +3,7 @@
 //!
 //! The same code serves on tokio's `TcpListener` in tests and on a turmoil
 //! listener in the simulator ([`serve`] is generic over the listener), so it
-//! must be deterministic: delays are `tokio::time::sleep` (sim time under
+//! must be deterministic: delays are `crate::timer::sleep` (sim time under
 //! turmoil), randomness comes from a ChaCha generator seeded by the profile,
 //! and everything that is iterated is ordered.
 //!
@@ -17,6 +17,15 @@
 //! - `GET /v1/executions/{key}`: the latest execution under `key`, or 404
 //!   `{"status":"not_found"}`.
 //! - `POST /v1/executions/{key}/cancel`: `{"cancelled": bool}`.
+//! - `GET /v1/models/{model}`: the model object, whose `root` is the model
+//!   really served under that name (see [`Behaviour::served_model`]).
+//!
+//! What it answers is a deterministic stand-in for a model that keeps the
+//! shipped triage contract (`core/contracts/triage`): it reads the user
+//! message as the customer's message and extracts order references, guesses
+//! the language from the script and common words, and copies the first
+//! line. [`ContractMode`] and [`Behaviour::deviate_one_in`] make it break
+//! that contract in the ways certification exists to catch.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,7 +44,6 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use super::openai::CHAT_COMPLETIONS_PATH;
@@ -48,22 +56,26 @@ pub const EXECUTIONS_MAX: usize = 10_000;
 /// The largest request body accepted, in bytes; larger ones get 413.
 pub const REQUEST_BODY_LEN_MAX_BYTES: usize = 1024 * 1024;
 
-/// How many parameter names a generated summary lists at most.
-const SUMMARY_KEYS_MAX: usize = 8;
+/// How long a client may take over its TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
 
 /// What the provider puts in its answer's content.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ContractMode {
-    /// A JSON object derived from the params alone:
-    /// `{"summary": ..., "params_sha256": ...}`.
+    /// The triage object the system prompt asks for:
+    /// `{"orders", "language", "subject", "summary"}`.
     #[default]
     Valid,
-    /// The valid object plus a top-level key nobody asked for (`confidence`).
+    /// The valid object plus a top-level key nobody asked for
+    /// (`confidence`): the output schema refuses it.
     InventedKey,
-    /// English prose instead of JSON.
+    /// English prose instead of JSON: it does not parse.
     Prose,
-    /// JSON, but not the shape the prompt asked for: `{"text": ...}`.
+    /// JSON of the right shape that ignores the formats the system prompt
+    /// sets (order numbers without their `ORD-`, the language's English
+    /// name instead of its code): the schema lets it through, the business
+    /// type does not.
     IgnoredFormat,
 }
 
@@ -95,6 +107,14 @@ pub struct Behaviour {
     /// Whether `POST /v1/executions/{key}/cancel` is offered (else 501).
     pub supports_cancel: bool,
     pub contract: ContractMode,
+    /// One execution in this many (the ledger's `seq` a multiple of it)
+    /// answers differently, though the temperature is low: another
+    /// language. 0: never.
+    pub deviate_one_in: u32,
+    /// The model really served, whatever is asked for: reported in answers
+    /// and as the model object's `root`. `None`: the model asked for. A
+    /// provider that silently switches models changes this.
+    pub served_model: Option<String>,
     /// Seeds the generator behind jitter and errors. Setting a behaviour with
     /// a different seed restarts the generator from it.
     pub seed: u64,
@@ -112,6 +132,8 @@ impl Default for Behaviour {
             supports_status: true,
             supports_cancel: true,
             contract: ContractMode::Valid,
+            deviate_one_in: 0,
+            served_model: None,
             seed: 0,
         }
     }
@@ -258,6 +280,9 @@ struct Shared {
     behaviour: Behaviour,
     rng: ChaCha8Rng,
     ledger: Ledger,
+    /// The bearer token every request must carry, as a real provider's API
+    /// key: `None` lets every request in.
+    api_key: Option<String>,
 }
 
 /// A handle on one simulated provider: its behaviour and its ledger. Cheap
@@ -311,6 +336,13 @@ impl ProviderServer {
         server
     }
 
+    /// Refuses, with 401 and nothing executed, every request that does not
+    /// carry `Authorization: Bearer <api_key>`: how a test shows that a
+    /// client sends the key it was configured with.
+    pub fn require_api_key(&self, api_key: &str) {
+        self.lock().api_key = Some(api_key.to_owned());
+    }
+
     /// Installs the observer that sees every ledger change.
     pub fn set_observer(&self, observer: ExecutionObserver) {
         self.lock().ledger.observer = Some(observer);
@@ -333,6 +365,7 @@ impl ProviderServer {
                     latest_by_key: BTreeMap::new(),
                     records_max: executions_max,
                 },
+                api_key: None,
             })),
         }
     }
@@ -408,8 +441,11 @@ impl ProviderServer {
         // draws depends only on the seed and the order of requests.
         let jitter_ms = shared.rng.random_range(0..=behaviour.latency_jitter_ms);
         let fails = shared.rng.random_range(0..1000) < behaviour.error_per_mille;
-        let tag = format!("{} #{}", shared.name, shared.ledger.next_seq());
-        let content = content_for(behaviour.contract, &tag, user_content);
+        let seq = shared.ledger.next_seq();
+        let tag = format!("{} #{seq}", shared.name);
+        let deviates =
+            behaviour.deviate_one_in > 0 && seq.is_multiple_of(u64::from(behaviour.deviate_one_in));
+        let content = content_for(behaviour.contract, &tag, user_content, deviates);
         let index = shared
             .ledger
             .push(key, job_id, ExecutionOutcome::Running, content);
@@ -428,7 +464,7 @@ impl ProviderServer {
 
     /// The answer for a finished execution, unless the provider hangs.
     async fn answer(&self, index: usize, model: &str) -> Response {
-        let (hang, outcome, content, seq) = {
+        let (hang, outcome, content, seq, served) = {
             let shared = self.lock();
             let record = &shared.ledger.records[index];
             (
@@ -436,8 +472,10 @@ impl ProviderServer {
                 record.execution.outcome,
                 record.content.clone(),
                 record.execution.seq,
+                shared.behaviour.served_model.clone(),
             )
         };
+        let model = served.as_deref().unwrap_or(model);
         if hang {
             // Never answer. The future is dropped when the client hangs up.
             std::future::pending::<()>().await;
@@ -476,45 +514,201 @@ async fn finished(mut outcome: watch::Receiver<ExecutionOutcome>) {
     assert!(waited.is_ok(), "the ledger outlives its waiters");
 }
 
-/// The content a provider in `mode` answers for `user_content`. `tag`
-/// names the provider and the execution, so that no two executions give
-/// the same output (the oracle can then tell a discarded output from the
-/// winner's).
-fn content_for(mode: ContractMode, tag: &str, user_content: &str) -> String {
-    let params_sha256 = hex::encode(Sha256::digest(user_content.as_bytes()));
-    let summary = format!("{tag}: {}", summary_of(user_content));
+/// The content a provider in `mode` answers for `user_content` (the
+/// customer's message). `tag` names the provider and the execution, so that
+/// no two executions give the same output (the oracle can then tell a
+/// discarded output from the winner's); it goes in the free-text summary.
+fn content_for(mode: ContractMode, tag: &str, user_content: &str, deviates: bool) -> String {
+    let orders = order_references(user_content);
+    let mut language = language_of(user_content);
+    if deviates {
+        language = if language == "en" { "fr" } else { "en" };
+    }
+    let subject = subject_of(user_content);
+    let summary = format!(
+        "{tag}: a customer message of {} characters about {} order(s)",
+        user_content.chars().count(),
+        orders.len()
+    );
     match mode {
-        ContractMode::Valid => {
-            json!({"summary": summary, "params_sha256": params_sha256}).to_string()
-        }
-        ContractMode::InventedKey => {
-            json!({"summary": summary, "params_sha256": params_sha256, "confidence": "high"})
-                .to_string()
-        }
-        ContractMode::Prose => format!("Sure! Here is a summary of your request: {summary}."),
-        ContractMode::IgnoredFormat => json!({"text": summary}).to_string(),
+        ContractMode::Valid => json!({
+            "orders": orders, "language": language, "subject": subject, "summary": summary,
+        })
+        .to_string(),
+        ContractMode::InventedKey => json!({
+            "orders": orders, "language": language, "subject": subject, "summary": summary,
+            "confidence": "high",
+        })
+        .to_string(),
+        ContractMode::Prose => format!(
+            "Sure! The customer wrote in {} and mentions {}. {summary}.",
+            language_name(language),
+            if orders.is_empty() {
+                "no order".to_owned()
+            } else {
+                orders.join(" and ")
+            }
+        ),
+        ContractMode::IgnoredFormat => json!({
+            "orders": orders
+                .iter()
+                .map(|o| o.trim_start_matches("ORD-").to_owned())
+                .collect::<Vec<_>>(),
+            "language": language_name(language),
+            "subject": subject,
+            "summary": summary,
+        })
+        .to_string(),
     }
 }
 
-fn summary_of(user_content: &str) -> String {
-    match serde_json::from_str::<Value>(user_content) {
-        Ok(Value::Object(params)) => {
-            let mut names: Vec<&str> = params.keys().map(String::as_str).collect();
-            names.sort_unstable();
-            let listed = names
+/// The most order references an answer lists.
+const ORDERS_MAX: usize = 32;
+/// The most digits an order reference has.
+const ORDER_DIGITS_MAX: usize = 12;
+/// The longest subject, in characters.
+const SUBJECT_CHARS_MAX: usize = 80;
+
+/// `ORD-` (any case, not inside a longer word) and its digits, uppercased,
+/// in order of first appearance, each once.
+fn order_references(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut found: Vec<String> = Vec::new();
+    let mut at = 0;
+    while at + 4 < chars.len() && found.len() < ORDERS_MAX {
+        let prefix: String = chars[at..at + 4].iter().collect();
+        let starts_word = at == 0 || !chars[at - 1].is_alphanumeric();
+        if starts_word && prefix.eq_ignore_ascii_case("ord-") {
+            let digits: String = chars[at + 4..]
                 .iter()
-                .take(SUMMARY_KEYS_MAX)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ");
-            let more = if names.len() > SUMMARY_KEYS_MAX {
-                ", ..."
-            } else {
-                ""
-            };
-            format!("a job with {} parameters ({listed}{more})", names.len())
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            let ends_word = chars
+                .get(at + 4 + digits.len())
+                .is_none_or(|c| !c.is_alphanumeric());
+            if !digits.is_empty() && digits.len() <= ORDER_DIGITS_MAX && ends_word {
+                let reference = format!("ORD-{digits}");
+                if !found.contains(&reference) {
+                    found.push(reference);
+                }
+                at += 4 + digits.len();
+                continue;
+            }
         }
-        _ => format!("a job of {} bytes", user_content.len()),
+        at += 1;
+    }
+    found
+}
+
+/// The first line that is not blank, trimmed, cut to 80 characters.
+fn subject_of(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .take(SUBJECT_CHARS_MAX)
+        .collect()
+}
+
+/// Common words of the Latin-script languages told apart.
+const WORDS: &[(&str, &[&str])] = &[
+    (
+        "en",
+        &[
+            "the", "and", "is", "my", "not", "i", "a", "to", "of", "order", "please", "have",
+            "was", "it", "you", "are", "do", "how", "but", "for", "with", "what", "where",
+        ],
+    ),
+    (
+        "de",
+        &[
+            "der", "die", "das", "und", "nicht", "ist", "ich", "mein", "meine", "bitte", "mit",
+            "für", "sind", "zu", "möchte", "leider", "tag",
+        ],
+    ),
+    (
+        "fr",
+        &[
+            "le", "la", "les", "et", "est", "je", "mon", "ma", "pas", "une", "des", "merci",
+            "bonjour", "commande", "voudrais", "arrivée",
+        ],
+    ),
+    (
+        "es",
+        &[
+            "el", "los", "las", "y", "es", "mi", "una", "pedido", "gracias", "hola", "por",
+            "puedo", "del", "ayer", "ayuda",
+        ],
+    ),
+];
+
+/// An ISO 639-1 guess: the script with the most weight (a Latin letter
+/// weighs a quarter, about a word's share), then, for Latin, the language
+/// with the most common words. `und` when there are no letters.
+fn language_of(text: &str) -> &'static str {
+    let mut weights: BTreeMap<&'static str, u32> = BTreeMap::new();
+    let mut kana = false;
+    for c in text.chars() {
+        let script = match u32::from(c) {
+            0x3040..=0x30FF => {
+                kana = true;
+                "ja"
+            }
+            0x4E00..=0x9FFF | 0x3400..=0x4DBF => "zh",
+            0xAC00..=0xD7AF | 0x1100..=0x11FF => "ko",
+            0x0400..=0x04FF => "ru",
+            0x0370..=0x03FF => "el",
+            0x0600..=0x06FF => "ar",
+            0x0590..=0x05FF => "he",
+            _ if c.is_alphabetic() => "latin",
+            _ => continue,
+        };
+        *weights.entry(script).or_default() += if script == "latin" { 1 } else { 4 };
+    }
+    if kana {
+        return "ja";
+    }
+    let Some((script, _)) = weights.iter().max_by_key(|(_, w)| **w) else {
+        return "und";
+    };
+    if *script != "latin" {
+        return script;
+    }
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let mut best = ("en", 0);
+    for (language, common) in WORDS {
+        let score = words
+            .iter()
+            .filter(|w| common.contains(&w.as_str()))
+            .count();
+        if score > best.1 {
+            best = (language, score);
+        }
+    }
+    best.0
+}
+
+/// A language's English name: what a provider that ignores the system
+/// prompt's format writes instead of the code.
+fn language_name(code: &str) -> &'static str {
+    match code {
+        "en" => "English",
+        "de" => "German",
+        "fr" => "French",
+        "es" => "Spanish",
+        "zh" => "Chinese",
+        "ja" => "Japanese",
+        "ko" => "Korean",
+        "ru" => "Russian",
+        "el" => "Greek",
+        "ar" => "Arabic",
+        "he" => "Hebrew",
+        _ => "Undetermined",
     }
 }
 
@@ -627,7 +821,7 @@ async fn chat_completions(
             if fails || !stalls {
                 let worker = server.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    crate::timer::sleep(Duration::from_millis(delay_ms)).await;
                     let outcome = if fails {
                         ExecutionOutcome::Failed
                     } else {
@@ -707,12 +901,63 @@ async fn cancel_execution(
     (StatusCode::OK, axum::Json(json!({"cancelled": cancelled}))).into_response()
 }
 
+/// `GET /v1/models/{model}`: the model object. `root` is the model really
+/// served under the name asked for.
+async fn model_object(State(server): State<ProviderServer>, Path(model): Path<String>) -> Response {
+    let served = server.lock().behaviour.served_model.clone();
+    (
+        StatusCode::OK,
+        axum::Json(json!({
+            "id": model,
+            "object": "model",
+            "owned_by": "idem-test-provider",
+            "root": served.unwrap_or_else(|| model.clone()),
+        })),
+    )
+        .into_response()
+}
+
+/// With an API key required ([`ProviderServer::require_api_key`]), answers
+/// 401 to a request without it, as OpenAI-compatible providers do, before
+/// anything is executed or looked up.
+async fn authenticate(
+    State(server): State<ProviderServer>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let required = server.lock().api_key.clone();
+    if let Some(api_key) = required {
+        let presented = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        if presented != Some(api_key.as_str()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": {
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                    "message": "missing or incorrect API key",
+                }})),
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
 /// The provider's routes, bound to `server`.
 pub fn router(server: ProviderServer) -> Router {
     Router::new()
         .route(CHAT_COMPLETIONS_PATH, post(chat_completions))
+        .route("/v1/models/{model}", get(model_object))
         .route("/v1/executions/{key}", get(execution_status))
         .route("/v1/executions/{key}/cancel", post(cancel_execution))
+        .layer(axum::middleware::from_fn_with_state(
+            server.clone(),
+            authenticate,
+        ))
         .layer(DefaultBodyLimit::max(REQUEST_BODY_LEN_MAX_BYTES))
         .with_state(server)
 }
@@ -724,4 +969,80 @@ where
     L::Addr: fmt::Debug,
 {
     axum::serve(listener, router(server)).await
+}
+
+/// The provider over TLS: accepts a TCP connection, completes the TLS
+/// handshake (bounded by [`TLS_HANDSHAKE_TIMEOUT_MS`]), then hands the
+/// stream to axum. Handshakes run one at a time, which a test provider can
+/// afford; a failed one is dropped and the next connection accepted.
+pub struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl fmt::Debug for TlsListener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsListener")
+            .field("local_addr", &self.tcp.local_addr().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsListener {
+    /// Serves `chain` (leaf first) with `key` on `tcp`.
+    pub fn new(
+        tcp: tokio::net::TcpListener,
+        chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+    ) -> Result<Self, rustls::Error> {
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+        Ok(Self {
+            tcp,
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        })
+    }
+
+    /// Reads the certificate chain and the private key from PEM files.
+    pub fn from_pem_files(
+        tcp: tokio::net::TcpListener,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        let chain = super::tls::certificates_in(cert).map_err(|e| e.to_string())?;
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key)
+            .map_err(|e| format!("{}: {e}", key.display()))?;
+        Self::new(tcp, chain, key).map_err(|e| e.to_string())
+    }
+}
+
+impl Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                // Transient (out of file descriptors, a reset): pause, go on.
+                crate::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let handshake = self.acceptor.accept(stream);
+            if let Ok(Ok(tls)) =
+                crate::timer::timeout(Duration::from_millis(TLS_HANDSHAKE_TIMEOUT_MS), handshake)
+                    .await
+            {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
 }

@@ -1,11 +1,15 @@
 //! The store's operations as data: one value per [`Store`] method and one
-//! per kind of answer.
+//! per answer, all generated from the one table in [`store_operations!`].
 //!
-//! The simulator's store host receives them as RPC frames, and the
-//! differential test generates them and replays each against both stores;
-//! one description keeps the two from drifting apart and gives fault rules
-//! ([`StoreOp`]) one place to classify an operation.
+//! The simulator's store host receives them as RPC frames, the differential
+//! test generates them and replays each against both stores, and fault rules
+//! ([`StoreOp`]) classify them. Anything that can carry a [`StoreCall`] and
+//! bring back its [`StoreReply`] ([`CallStore`]: the simulator's remote
+//! store, the fault-injecting wrapper) is a [`Store`] through the same table,
+//! so a new operation is written down once, beside the trait, and nowhere
+//! else can drift from it.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -20,159 +24,130 @@ use crate::model::{
     Timestamp,
 };
 
-/// One store operation, with its arguments.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum StoreCall {
-    CreateJob(NewJob),
-    StartAttempt(NewAttempt),
-    TransitionAttempt {
-        attempt_id: AttemptId,
-        to: AttemptState,
-        error: Option<Value>,
-        at: Timestamp,
-    },
-    Complete(Completion),
-    FailJob {
-        job_id: JobId,
-        read_version: i64,
-        reason: Value,
-        at: Timestamp,
-    },
-    PutCertificate(Certificate),
-    Certificate(CertificateKey),
-    RecordEvent(NewEvent),
-    Job(JobId),
-    JobByKey {
-        owner: OwnerId,
-        key: IdempotencyKey,
-    },
-    JobsNeedingAttempt {
-        limit: u32,
-    },
-    AttemptsInStates {
-        states: Vec<AttemptState>,
-        started_before: Timestamp,
-        limit: u32,
-    },
-    Attempt(AttemptId),
-    Attempts(JobId),
-    Events(JobId),
-    Dump,
-    JobsOfOwner {
-        owner: OwnerId,
-        after: PageAfter<JobId>,
-        limit: u32,
-    },
-    AttemptsPage {
-        state: AttemptState,
-        after: PageAfter<AttemptId>,
-        limit: u32,
-    },
-    AttemptCensus,
-    PruneJobs {
-        updated_before: Timestamp,
-        limit: u32,
-    },
+/// A carrier of store operations: sends a call, brings back its answer.
+/// Every carrier is a [`Store`].
+#[async_trait]
+pub trait CallStore: Send + Sync + std::fmt::Debug {
+    async fn call(&self, call: StoreCall) -> Result<StoreReply, StoreError>;
 }
 
-/// One store answer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum StoreReply {
-    Create(CreateOutcome),
-    Start(StartOutcome),
-    Transition(TransitionOutcome),
-    Complete(CompleteOutcome),
-    FailJob(FailJobOutcome),
-    Done,
-    Certificate(Option<Certificate>),
-    Job(Option<Job>),
-    Jobs(Vec<Job>),
-    Attempt(Option<Attempt>),
-    Attempts(Vec<Attempt>),
-    Events(Vec<Event>),
-    Dump(StoreDump),
-    Census(AttemptCensus),
-    Pruned(Vec<JobId>),
+/// An argument as the call carries it: owned.
+macro_rules! owned_type {
+    ($param:ty) => {
+        $param
+    };
+    ($param:ty, $owned:ty) => {
+        $owned
+    };
 }
 
-impl StoreCall {
-    /// The operation a fault rule targets.
-    pub fn op(&self) -> StoreOp {
-        match self {
-            StoreCall::CreateJob(_) => StoreOp::CreateJob,
-            StoreCall::StartAttempt(_) => StoreOp::StartAttempt,
-            StoreCall::TransitionAttempt { .. } => StoreOp::TransitionAttempt,
-            StoreCall::Complete(_) => StoreOp::Complete,
-            StoreCall::FailJob { .. } => StoreOp::FailJob,
-            StoreCall::RecordEvent(_) => StoreOp::RecordEvent,
-            StoreCall::PutCertificate(_) => StoreOp::PutCertificate,
-            StoreCall::PruneJobs { .. } => StoreOp::PruneJobs,
-            _ => StoreOp::Read,
-        }
-    }
+/// An argument the trait borrows becomes owned in the call.
+macro_rules! into_call {
+    ($arg:ident) => {
+        $arg
+    };
+    ($arg:ident, $owned:ty) => {
+        $arg.to_owned()
+    };
 }
 
-/// Applies one call to `store`.
-pub async fn apply(store: &dyn Store, call: StoreCall) -> Result<StoreReply, StoreError> {
-    Ok(match call {
-        StoreCall::CreateJob(new) => StoreReply::Create(store.create_job(new).await?),
-        StoreCall::StartAttempt(new) => StoreReply::Start(store.start_attempt(new).await?),
-        StoreCall::TransitionAttempt {
-            attempt_id,
-            to,
-            error,
-            at,
-        } => StoreReply::Transition(store.transition_attempt(attempt_id, to, error, at).await?),
-        StoreCall::Complete(completion) => StoreReply::Complete(store.complete(completion).await?),
-        StoreCall::FailJob {
-            job_id,
-            read_version,
-            reason,
-            at,
-        } => StoreReply::FailJob(store.fail_job(job_id, read_version, reason, at).await?),
-        StoreCall::PutCertificate(certificate) => {
-            store.put_certificate(certificate).await?;
-            StoreReply::Done
+/// An argument the call owns is lent to the trait when it borrows.
+macro_rules! from_call {
+    ($arg:ident) => {
+        $arg
+    };
+    ($arg:ident, $owned:ty) => {
+        &$arg
+    };
+}
+
+/// The table: method, call and reply variant, arguments (a borrowed one
+/// names the owned type the call carries), answer, and the fault class.
+macro_rules! store_operations {
+    ($(
+        $method:ident => $variant:ident { $( $arg:ident : $param:ty $(=> $owned:ty)? ),* }
+            -> $out:ty, $op:ident;
+    )*) => {
+        /// One store operation, with its arguments (see the [`Store`]
+        /// method of the same name).
+        #[derive(Clone, Debug, Serialize, Deserialize)]
+        pub enum StoreCall {
+            $( $variant { $( $arg: owned_type!($param $(, $owned)?) ),* }, )*
         }
-        StoreCall::Certificate(key) => StoreReply::Certificate(store.certificate(&key).await?),
-        StoreCall::RecordEvent(event) => {
-            store.record_event(event).await?;
-            StoreReply::Done
+
+        /// One store answer, named as the call it answers.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub enum StoreReply {
+            $( $variant($out), )*
         }
-        StoreCall::Job(id) => StoreReply::Job(store.job(id).await?),
-        StoreCall::JobByKey { owner, key } => {
-            StoreReply::Job(store.job_by_key(&owner, &key).await?)
+
+        impl StoreCall {
+            /// The operation a fault rule targets.
+            pub fn op(&self) -> StoreOp {
+                match self {
+                    $( StoreCall::$variant { .. } => StoreOp::$op, )*
+                }
+            }
         }
-        StoreCall::JobsNeedingAttempt { limit } => {
-            StoreReply::Jobs(store.jobs_needing_attempt(limit).await?)
+
+        /// Applies one call to `store`.
+        pub async fn apply(store: &dyn Store, call: StoreCall) -> Result<StoreReply, StoreError> {
+            Ok(match call {
+                $( StoreCall::$variant { $( $arg ),* } => StoreReply::$variant(
+                    store.$method($( from_call!($arg $(, $owned)?) ),*).await?
+                ), )*
+            })
         }
-        StoreCall::AttemptsInStates {
-            states,
-            started_before,
-            limit,
-        } => StoreReply::Attempts(
-            store
-                .attempts_in_states(&states, started_before, limit)
-                .await?,
-        ),
-        StoreCall::Attempt(id) => StoreReply::Attempt(store.attempt(id).await?),
-        StoreCall::Attempts(job_id) => StoreReply::Attempts(store.attempts(job_id).await?),
-        StoreCall::Events(job_id) => StoreReply::Events(store.events(job_id).await?),
-        StoreCall::Dump => StoreReply::Dump(store.dump().await?),
-        StoreCall::JobsOfOwner {
-            owner,
-            after,
-            limit,
-        } => StoreReply::Jobs(store.jobs_of_owner(&owner, after, limit).await?),
-        StoreCall::AttemptsPage {
-            state,
-            after,
-            limit,
-        } => StoreReply::Attempts(store.attempts_page(state, after, limit).await?),
-        StoreCall::AttemptCensus => StoreReply::Census(store.attempt_census().await?),
-        StoreCall::PruneJobs {
-            updated_before,
-            limit,
-        } => StoreReply::Pruned(store.prune_jobs(updated_before, limit).await?),
-    })
+
+        #[async_trait]
+        impl<T: CallStore> Store for T {
+            $(
+                async fn $method(&self, $( $arg: $param ),*) -> Result<$out, StoreError> {
+                    let call = StoreCall::$variant { $( $arg: into_call!($arg $(, $owned)?) ),* };
+                    match self.call(call).await? {
+                        StoreReply::$variant(out) => Ok(out),
+                        other => Err(StoreError::Corrupt(format!(
+                            "{} answered with {other:?}", stringify!($method)
+                        ))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+store_operations! {
+    create_job => CreateJob { new: NewJob } -> CreateOutcome, CreateJob;
+    start_attempt => StartAttempt { new: NewAttempt } -> StartOutcome, StartAttempt;
+    transition_attempt => TransitionAttempt {
+        attempt_id: AttemptId, to: AttemptState, error: Option<Value>, at: Timestamp
+    } -> TransitionOutcome, TransitionAttempt;
+    complete => Complete { completion: Completion } -> CompleteOutcome, Complete;
+    fail_job => FailJob {
+        job_id: JobId, read_version: i64, reason: Value, at: Timestamp
+    } -> FailJobOutcome, FailJob;
+    put_certificate => PutCertificate { certificate: Certificate } -> (), PutCertificate;
+    certificate => Certificate { key: &CertificateKey => CertificateKey }
+        -> Option<Certificate>, Read;
+    record_event => RecordEvent { event: NewEvent } -> (), RecordEvent;
+    job => Job { id: JobId } -> Option<Job>, Read;
+    job_by_key => JobByKey {
+        owner: &OwnerId => OwnerId, key: &IdempotencyKey => IdempotencyKey
+    } -> Option<Job>, Read;
+    jobs_needing_attempt => JobsNeedingAttempt { limit: u32 } -> Vec<Job>, Read;
+    attempts_in_states => AttemptsInStates {
+        states: &[AttemptState] => Vec<AttemptState>, started_before: Timestamp, limit: u32
+    } -> Vec<Attempt>, Read;
+    attempt => Attempt { id: AttemptId } -> Option<Attempt>, Read;
+    attempts => Attempts { job_id: JobId } -> Vec<Attempt>, Read;
+    events => Events { job_id: JobId } -> Vec<Event>, Read;
+    dump => Dump {} -> StoreDump, Read;
+    jobs_of_owner => JobsOfOwner {
+        owner: &OwnerId => OwnerId, after: PageAfter<JobId>, limit: u32
+    } -> Vec<Job>, Read;
+    attempts_page => AttemptsPage {
+        state: AttemptState, after: PageAfter<AttemptId>, limit: u32
+    } -> Vec<Attempt>, Read;
+    attempt_census => AttemptCensus {} -> AttemptCensus, Read;
+    prune_jobs => PruneJobs { updated_before: Timestamp, limit: u32 } -> Vec<JobId>, PruneJobs;
 }

@@ -11,17 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
-};
-use crate::contract::{Certificate, CertificateKey};
-use crate::model::{
-    Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
-    Timestamp,
-};
+use super::call::{CallStore, StoreCall, StoreReply, apply};
+use super::{Store, StoreError};
 
 /// The most rules one plan holds.
 pub const FAULT_RULES_MAX: usize = 64;
@@ -173,156 +165,22 @@ impl FaultyStore {
                 Err(StoreError::Indeterminate(LOST_ACK.to_owned()))
             }
             Some(StoreFault::Latency { latency_ms }) => {
-                tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+                crate::timer::sleep(Duration::from_millis(latency_ms)).await;
                 apply.await
             }
         }
     }
 }
 
+/// Every operation goes through the plan; `dump` is an inspection, not an
+/// operation, and no rule reaches it.
 #[async_trait]
-impl Store for FaultyStore {
-    async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
-        self.run(StoreOp::CreateJob, self.inner.create_job(new))
-            .await
-    }
-
-    async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError> {
-        self.run(StoreOp::StartAttempt, self.inner.start_attempt(new))
-            .await
-    }
-
-    async fn transition_attempt(
-        &self,
-        attempt_id: AttemptId,
-        to: AttemptState,
-        error: Option<Value>,
-        at: Timestamp,
-    ) -> Result<TransitionOutcome, StoreError> {
-        self.run(
-            StoreOp::TransitionAttempt,
-            self.inner.transition_attempt(attempt_id, to, error, at),
-        )
-        .await
-    }
-
-    async fn complete(&self, completion: Completion) -> Result<CompleteOutcome, StoreError> {
-        self.run(StoreOp::Complete, self.inner.complete(completion))
-            .await
-    }
-
-    async fn fail_job(
-        &self,
-        job_id: JobId,
-        read_version: i64,
-        reason: Value,
-        at: Timestamp,
-    ) -> Result<FailJobOutcome, StoreError> {
-        self.run(
-            StoreOp::FailJob,
-            self.inner.fail_job(job_id, read_version, reason, at),
-        )
-        .await
-    }
-
-    async fn put_certificate(&self, certificate: Certificate) -> Result<(), StoreError> {
-        self.run(
-            StoreOp::PutCertificate,
-            self.inner.put_certificate(certificate),
-        )
-        .await
-    }
-
-    async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
-        self.run(StoreOp::Read, self.inner.certificate(key)).await
-    }
-
-    async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
-        self.run(StoreOp::RecordEvent, self.inner.record_event(event))
-            .await
-    }
-
-    async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        self.run(StoreOp::Read, self.inner.job(id)).await
-    }
-
-    async fn job_by_key(
-        &self,
-        owner: &OwnerId,
-        key: &IdempotencyKey,
-    ) -> Result<Option<Job>, StoreError> {
-        self.run(StoreOp::Read, self.inner.job_by_key(owner, key))
-            .await
-    }
-
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        self.run(StoreOp::Read, self.inner.jobs_needing_attempt(limit))
-            .await
-    }
-
-    async fn attempts_in_states(
-        &self,
-        states: &[AttemptState],
-        started_before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
-        self.run(
-            StoreOp::Read,
-            self.inner.attempts_in_states(states, started_before, limit),
-        )
-        .await
-    }
-
-    async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
-        self.run(StoreOp::Read, self.inner.attempt(id)).await
-    }
-
-    async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError> {
-        self.run(StoreOp::Read, self.inner.attempts(job_id)).await
-    }
-
-    async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
-        self.run(StoreOp::Read, self.inner.events(job_id)).await
-    }
-
-    async fn dump(&self) -> Result<StoreDump, StoreError> {
-        self.inner.dump().await
-    }
-
-    async fn jobs_of_owner(
-        &self,
-        owner: &OwnerId,
-        after: PageAfter<JobId>,
-        limit: u32,
-    ) -> Result<Vec<Job>, StoreError> {
-        self.run(StoreOp::Read, self.inner.jobs_of_owner(owner, after, limit))
-            .await
-    }
-
-    async fn attempts_page(
-        &self,
-        state: AttemptState,
-        after: PageAfter<AttemptId>,
-        limit: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
-        self.run(StoreOp::Read, self.inner.attempts_page(state, after, limit))
-            .await
-    }
-
-    async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {
-        self.run(StoreOp::Read, self.inner.attempt_census()).await
-    }
-
-    async fn prune_jobs(
-        &self,
-        updated_before: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<JobId>, StoreError> {
-        self.run(
-            StoreOp::PruneJobs,
-            self.inner.prune_jobs(updated_before, limit),
-        )
-        .await
+impl CallStore for FaultyStore {
+    async fn call(&self, call: StoreCall) -> Result<StoreReply, StoreError> {
+        if matches!(call, StoreCall::Dump {}) {
+            return apply(self.inner.as_ref(), call).await;
+        }
+        self.run(call.op(), apply(self.inner.as_ref(), call)).await
     }
 }
 

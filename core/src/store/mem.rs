@@ -997,7 +997,7 @@ mod tests {
         let store = MemStore::new();
         let request = json!({"prompt": "hello"});
         let at = micros_to_timestamp(1_000_000);
-        store
+        let created = store
             .create_job(NewJob {
                 id: JobId(Uuid::from_u128(1)),
                 owner_id: OwnerId("alice".to_owned()),
@@ -1010,6 +1010,7 @@ mod tests {
             })
             .await
             .expect("created");
+        assert!(matches!(created, CreateOutcome::Created(_)), "{created:?}");
         store
             .put_certificate(Certificate {
                 key: CertificateKey {

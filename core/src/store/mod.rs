@@ -58,6 +58,7 @@ pub struct NewJob {
 }
 
 /// What create-or-get found.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CreateOutcome {
     Created(Job),
@@ -85,6 +86,7 @@ pub struct NewAttempt {
 }
 
 /// What starting an attempt did.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum StartOutcome {
     Started(Attempt),
@@ -98,6 +100,7 @@ pub enum StartOutcome {
 }
 
 /// What a guarded transition did.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TransitionOutcome {
     Moved {
@@ -122,6 +125,7 @@ pub struct Completion {
 }
 
 /// The verdict of the compare-and-swap.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CompleteOutcome {
     /// This attempt's output is the job's result.
@@ -135,6 +139,7 @@ pub enum CompleteOutcome {
 }
 
 /// What giving up on a job did.
+#[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum FailJobOutcome {
     Failed(Job),

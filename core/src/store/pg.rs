@@ -77,6 +77,19 @@ pub fn connect_options(url: &str, schema: &str) -> Result<PgConnectOptions, Stor
     Ok(options.options([("search_path", schema)]))
 }
 
+/// The pool a server opens: at most `connections_max` connections, and no
+/// ping before each acquire. sqlx pings every connection it hands out by
+/// default, one more round trip for every operation (issue 14 found it in
+/// 12% of the server's samples under a create load); a connection that broke while idle
+/// fails its next statement instead, which the caller sees as unavailable
+/// or indeterminate (and retries: every operation is idempotent or
+/// re-checked), and sqlx then discards it.
+pub fn pool_options(connections_max: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(connections_max)
+        .test_before_acquire(false)
+}
+
 /// How many times an operation re-runs after losing a benign race (for
 /// example two inserts computing the same attempt seq) before giving up.
 const CONTENTION_TRIES_MAX: u32 = 4;
@@ -86,6 +99,9 @@ const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
 
 /// SQLSTATE of unique_violation.
 const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
+/// The foreign key of an event's job: an event for a job that a prune
+/// removed is refused by it.
+const EVENTS_JOB_FKEY: &str = "job_events_job_id_fkey";
 /// SQLSTATEs of serialization_failure and deadlock_detected.
 const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
 
@@ -112,8 +128,7 @@ impl PgStore {
         schema: &str,
         connections_max: u32,
     ) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
-            .max_connections(connections_max)
+        let pool = pool_options(connections_max)
             .connect_with(connect_options(url, schema)?)
             .await
             .map_err(classify)?;
@@ -137,14 +152,36 @@ impl PgStore {
         self.pool.begin().await.map_err(classify)
     }
 
-    /// Inserts the job, or names the unique constraint that refused it.
-    async fn try_create(&self, new: &NewJob) -> Result<Result<Job, &'static str>, StoreError> {
-        let mut tx = self.begin().await?;
-        let inserted = sqlx::query(
-            "insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
-                               provider, fallbacks, state, version, created_at, updated_at)
-             values ($1, $2, $3, $4, $5::jsonb, $6, $7, 'pending', 0, $8, $8)
-             returning *",
+    /// One try at create-or-get, in one statement (one round trip, its own
+    /// transaction): the insert, or the row that holds the key read in the
+    /// statement's snapshot, with the `created` or `replayed` event written
+    /// by the same statement. `Ok(None)`: nothing decided, run again (the
+    /// row that refused the insert was committed after the snapshot, or was
+    /// pruned before the event could name it).
+    async fn try_create(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
+        let created_detail = json!({"fingerprint": new.request_fingerprint});
+        let row = sqlx::query(
+            "with ins as (
+               insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
+                                 provider, fallbacks, state, version, created_at, updated_at)
+               values ($1, $2, $3, $4, $5::jsonb, $6, $7, 'pending', 0, $8, $8)
+               on conflict (owner_id, idempotency_key) do nothing
+               returning *
+             ), found as (
+               select * from jobs
+                where owner_id = $2 and idempotency_key = $3 and not exists (select from ins)
+             ), logged as (
+               insert into job_events (job_id, attempt_id, at, kind, detail)
+               select id, null::uuid, $8, $9, $10 from ins
+               union all
+               select id, null::uuid, $8, $11, '{}'::jsonb from found where request_fingerprint = $4
+             )
+             select true as inserted, ins.*, null::text as request_text from ins
+             union all
+             select false, found.*,
+                    case when found.request_fingerprint = $4 then null
+                         else found.request::text end
+               from found",
         )
         .bind(new.id.0)
         .bind(&new.owner_id.0)
@@ -156,64 +193,60 @@ impl PgStore {
         .bind(&new.provider)
         .bind(&new.fallbacks)
         .bind(new.at)
-        .fetch_one(&mut *tx)
+        .bind(EventKind::Created.as_str())
+        .bind(&created_detail)
+        .bind(EventKind::Replayed.as_str())
+        .fetch_optional(&self.pool)
         .await;
-        let row = match inserted {
-            Ok(row) => row,
-            // The key is taken, or our own earlier try landed (same id).
+        let row = match row {
+            Ok(Some(row)) => row,
+            // The key's row committed after this statement's snapshot: the
+            // insert waited for it and did nothing, the read cannot see it.
+            // A new statement (a new snapshot) will.
+            Ok(None) => return Ok(None),
             Err(e) => {
                 return match unique_violation(&e) {
-                    Some(constraint::JOBS_OWNER_KEY) => Ok(Err(constraint::JOBS_OWNER_KEY)),
-                    Some(constraint::JOBS_PKEY) => Ok(Err(constraint::JOBS_PKEY)),
+                    // The id is taken by a row of another key: running
+                    // again cannot help, unless that row is gone (pruned).
+                    Some(constraint::JOBS_PKEY) => {
+                        if self.job(new.id).await?.is_some() {
+                            Err(StoreError::Constraint {
+                                constraint: constraint::JOBS_PKEY.to_owned(),
+                            })
+                        } else {
+                            Ok(None)
+                        }
+                    }
+                    _ if is_job_gone(&e) => Ok(None),
                     _ => Err(classify(e)),
                 };
             }
         };
         let job = job_from_row(&row)?;
-        insert_event(
-            &mut tx,
-            &NewEvent {
-                job_id: job.id,
-                attempt_id: None,
-                at: new.at,
-                kind: EventKind::Created,
-                detail: json!({"fingerprint": new.request_fingerprint}),
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(Ok(job))
-    }
-
-    /// The job that holds `new`'s key, read under `FOR KEY SHARE` together
-    /// with its exact stored request, and the replay or refusal recorded in
-    /// the same transaction: a prune of the job waits for it (or has
-    /// committed, and then there is no row and the key is free), so the
-    /// event never names a job that is gone. Completions are not held up:
-    /// their lock does not conflict with this one.
-    async fn found_existing(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
-        let mut tx = self.begin().await?;
-        let row = sqlx::query(
-            "select *, request::text as request_text from jobs
-              where owner_id = $1 and idempotency_key = $2 for key share",
-        )
-        .bind(&new.owner_id.0)
-        .bind(new.idempotency_key.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-        let Some(row) = row else {
-            tx.rollback().await.map_err(classify)?;
-            return Ok(None);
+        if row.try_get::<bool, _>("inserted").map_err(classify)? {
+            return Ok(Some(CreateOutcome::Created(job)));
+        }
+        let Some(text) = row
+            .try_get::<Option<String>, _>("request_text")
+            .map_err(classify)?
+        else {
+            // Same fingerprint: replayed, and its event written.
+            return Ok(Some(CreateOutcome::Existing(job)));
         };
-        let existing = job_from_row(&row)?;
-        let text: String = row.try_get("request_text").map_err(classify)?;
+        // Another body: name the differing pointers against the exact
+        // stored request, and record the refusal. The job's key, body and
+        // fingerprint never change, so the read explains the refusal; if a
+        // prune took the job since, the event's foreign key refuses it and
+        // the create runs again (the key is free).
         let stored = crate::json::parse(text.as_bytes())
             .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
-        let (outcome, event) = found_key(&existing, &stored, new, new.at);
-        insert_event(&mut tx, &event).await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(Some(outcome))
+        let (outcome, event) = found_key(&job, &stored, new, new.at);
+        let mut conn = self.pool.acquire().await.map_err(classify)?;
+        match insert_event(&mut conn, &event).await {
+            Ok(()) => Ok(Some(outcome)),
+            Err(StoreError::Constraint { constraint }) if constraint == EVENTS_JOB_FKEY => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
@@ -358,25 +391,13 @@ impl PgStore {
 #[async_trait]
 impl Store for PgStore {
     async fn create_job(&self, new: NewJob) -> Result<CreateOutcome, StoreError> {
+        // Each try that decides nothing saw a row come or go under it (a
+        // racing create's commit, a prune); a new statement sees the newer
+        // state.
         for _ in 0..CONTENTION_TRIES_MAX {
-            let refused_by = match self.try_create(&new).await? {
-                Ok(job) => return Ok(CreateOutcome::Created(job)),
-                Err(refused_by) => refused_by,
-            };
-            // The key is taken by a committed row: read it back (a new
-            // statement, so a new snapshot that sees it).
-            if let Some(outcome) = self.found_existing(&new).await? {
+            if let Some(outcome) = self.try_create(&new).await? {
                 return Ok(outcome);
             }
-            if refused_by == constraint::JOBS_PKEY && self.job(new.id).await?.is_some() {
-                // The id belongs to another key's job: running again cannot
-                // help.
-                return Err(StoreError::Constraint {
-                    constraint: refused_by.to_owned(),
-                });
-            }
-            // The row that refused us was pruned in between: the key (and
-            // the id) are free again.
         }
         Err(StoreError::Contended {
             tries: CONTENTION_TRIES_MAX,
@@ -977,6 +998,11 @@ async fn insert_event(conn: &mut sqlx::PgConnection, event: &NewEvent) -> Result
     .await
     .map_err(classify)?;
     Ok(())
+}
+
+/// Whether `e` is an event refused because its job is gone (pruned).
+fn is_job_gone(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.constraint() == Some(EVENTS_JOB_FKEY))
 }
 
 /// The constraint a unique violation names, if `e` is one (SQLSTATE 23505).

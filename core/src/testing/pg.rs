@@ -20,7 +20,7 @@ use std::time::Duration;
 use sqlx::Executor;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator};
+use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator, pool_options};
 
 const TEMPLATE_DB: &str = "idem_template";
 /// How long the cluster may take to accept connections, in 100 ms polls.
@@ -36,34 +36,44 @@ pub struct PgCluster {
     next_db: AtomicU32,
 }
 
-static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
+static CLUSTER: OnceLock<Result<PgCluster, String>> = OnceLock::new();
 
 /// The process-wide cluster, started on first use. Panics with the reason if
 /// no cluster can be had: a test that needs PostgreSQL fails, it never skips.
 pub fn cluster() -> &'static PgCluster {
-    CLUSTER.get_or_init(|| {
-        // Initialization is async (migrating the template) but may be called
-        // from inside a test's runtime, so it runs on a thread of its own.
-        std::thread::spawn(|| {
-            let server_url = match std::env::var("DATABASE_URL") {
-                Ok(url) if !url.is_empty() => server_part(&url),
-                _ => start_cluster().unwrap_or_else(|e| panic!("cannot start PostgreSQL: {e}")),
-            };
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a tokio runtime builds");
-            runtime
-                .block_on(prepare_template(&server_url))
-                .unwrap_or_else(|e| panic!("cannot prepare the template database: {e}"));
-            PgCluster {
-                server_url,
-                next_db: AtomicU32::new(0),
-            }
+    try_cluster().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The process-wide cluster, started on first use, or why there is none
+/// (for a command that must say so and exit, where a test would panic).
+/// A failed start is remembered: it is not tried again in this process.
+pub fn try_cluster() -> Result<&'static PgCluster, String> {
+    CLUSTER
+        .get_or_init(|| {
+            // Initialization is async (migrating the template) but may be
+            // called from inside a runtime, so it runs on a thread of its own.
+            std::thread::spawn(|| {
+                let server_url = match std::env::var("DATABASE_URL") {
+                    Ok(url) if !url.is_empty() => server_part(&url),
+                    _ => start_cluster().map_err(|e| format!("cannot start PostgreSQL: {e}"))?,
+                };
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("a tokio runtime: {e}"))?;
+                runtime
+                    .block_on(prepare_template(&server_url))
+                    .map_err(|e| format!("cannot prepare the template database: {e}"))?;
+                Ok(PgCluster {
+                    server_url,
+                    next_db: AtomicU32::new(0),
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the cluster start-up thread panicked".to_owned()))
         })
-        .join()
-        .expect("cluster start-up thread")
-    })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// A fresh, migrated database of its own, as a store.
@@ -71,8 +81,8 @@ pub async fn fresh_store() -> PgStore {
     let url = cluster().fresh_database_url().await;
     let options = connect_options(&url, SCHEMA_DEFAULT)
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-    let pool = PgPoolOptions::new()
-        .max_connections(TEST_POOL_CONNECTIONS_MAX)
+    // The server's pool settings, so that tests run what a server runs.
+    let pool = pool_options(TEST_POOL_CONNECTIONS_MAX)
         .connect_with(options)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
@@ -80,6 +90,11 @@ pub async fn fresh_store() -> PgStore {
 }
 
 impl PgCluster {
+    /// `postgres://user@host:port`: the server, naming no database.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
     /// Creates a new database from the migrated template and returns its URL.
     pub async fn fresh_database_url(&self) -> String {
         let n = self.next_db.fetch_add(1, Ordering::SeqCst);
@@ -152,7 +167,7 @@ async fn prepare_template(server_url: &str) -> Result<(), String> {
 }
 
 /// The directory holding `initdb` and `postgres`.
-fn pg_bin_dir() -> Result<PathBuf, String> {
+pub fn pg_bin_dir() -> Result<PathBuf, String> {
     if let Ok(dir) = std::env::var("IDEM_PG_BIN") {
         return Ok(PathBuf::from(dir));
     }
@@ -228,6 +243,13 @@ fn start_cluster() -> Result<String, String> {
         ));
     }
     let port = free_port()?;
+    // pg_stat_statements, where it is installed, lets the speed bench count
+    // the statements each request costs; it changes no query's result.
+    let preload = if bin.join("../lib/pg_stat_statements.so").exists() {
+        "shared_preload_libraries=pg_stat_statements"
+    } else {
+        "shared_preload_libraries="
+    };
     let log = std::fs::File::create(dir.join("postgres.log")).map_err(|e| e.to_string())?;
     let server = as_cluster_user(&bin.join("postgres"), root)
         .arg("-D")
@@ -245,6 +267,8 @@ fn start_cluster() -> Result<String, String> {
             "full_page_writes=off",
             "-c",
             "max_connections=400",
+            "-c",
+            preload,
         ])
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)

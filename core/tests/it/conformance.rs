@@ -901,9 +901,13 @@ async fn check_transition(
 async fn transition_without_error_keeps_the_stored_one(store: &dyn Store) -> TestResult {
     let attempt = attempt_in(store, 1, Starting).await?;
     let deadline = json!({"reason": "deadline"});
-    store
+    let timed_out = store
         .transition_attempt(attempt.id, Unknown, Some(deadline.clone()), at(10))
         .await?;
+    assert!(
+        matches!(timed_out, TransitionOutcome::Moved { .. }),
+        "{timed_out:?}"
+    );
     let outcome = store
         .transition_attempt(attempt.id, Cancelled, None, at(20))
         .await?;
@@ -1318,9 +1322,10 @@ async fn check_fail_stale(
 ) -> TestResult {
     let attempt = attempt_in(store, n, state).await?;
     if failed_first {
-        store
+        let first = store
             .fail_job(attempt.job_id, 0, json!("first"), at(9000))
             .await?;
+        assert!(matches!(first, FailJobOutcome::Failed(_)), "{first:?}");
     }
     let before = store.dump().await?;
     let outcome = store
@@ -1633,7 +1638,8 @@ async fn jobs_needing_attempt_order_and_limit(store: &dyn Store) -> TestResult {
     let won = move_to(store, won.id, Running, at(12)).await?;
     win(store, &won, json!(1), at(13)).await?;
     create(store, mk(8, 10)).await?;
-    store.fail_job(job_id(8), 0, json!({}), at(11)).await?;
+    let failed = store.fail_job(job_id(8), 0, json!({}), at(11)).await?;
+    assert!(matches!(failed, FailJobOutcome::Failed(_)), "{failed:?}");
 
     let expected_ids = [job_id(7), job_id(3), job_id(9), job_id(5)];
     let mut expected = Vec::new();

@@ -601,29 +601,33 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
             id,
         } => {
             let request = body(k, variant);
-            StoreCall::CreateJob(NewJob {
-                id: job_id(id.unwrap_or(o * 3 + k)),
-                owner_id: owner(o),
-                idempotency_key: key(k),
-                request_fingerprint: fingerprint::fingerprint(&request),
-                request: fingerprint::Canonical::from_value(&request),
-                provider: PROVIDERS[0].to_owned(),
-                fallbacks: vec![PROVIDERS[1].to_owned()],
-                at,
-            })
+            StoreCall::CreateJob {
+                new: NewJob {
+                    id: job_id(id.unwrap_or(o * 3 + k)),
+                    owner_id: owner(o),
+                    idempotency_key: key(k),
+                    request_fingerprint: fingerprint::fingerprint(&request),
+                    request: fingerprint::Canonical::from_value(&request),
+                    provider: PROVIDERS[0].to_owned(),
+                    fallbacks: vec![PROVIDERS[1].to_owned()],
+                    at,
+                },
+            }
         }
         Op::Start {
             job,
             attempt,
             provider,
             allow_while_running,
-        } => StoreCall::StartAttempt(NewAttempt {
-            id: attempt_id(attempt),
-            job_id: rows.job(job),
-            provider: PROVIDERS[usize::from(provider)].to_owned(),
-            at,
-            allow_while_running,
-        }),
+        } => StoreCall::StartAttempt {
+            new: NewAttempt {
+                id: attempt_id(attempt),
+                job_id: rows.job(job),
+                provider: PROVIDERS[usize::from(provider)].to_owned(),
+                at,
+                allow_while_running,
+            },
+        },
         Op::Transition { attempt, to, error } => StoreCall::TransitionAttempt {
             attempt_id: rows.attempt(attempt).0,
             to,
@@ -636,13 +640,15 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
             out_of_band,
         } => {
             let (attempt_id, job_id) = rows.attempt(attempt);
-            StoreCall::Complete(Completion {
-                job_id,
-                attempt_id,
-                output: value(output),
-                at,
-                out_of_band,
-            })
+            StoreCall::Complete {
+                completion: Completion {
+                    job_id,
+                    attempt_id,
+                    output: value(output),
+                    at,
+                    out_of_band,
+                },
+            }
         }
         Op::FailJob {
             job,
@@ -658,33 +664,37 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
             job,
             attempt,
             detail,
-        } => StoreCall::RecordEvent(NewEvent {
-            job_id: rows.job(job),
-            attempt_id: attempt.map(|a| rows.attempt(a).0),
-            at,
-            kind: EventKind::ReconcilerNote,
-            detail: value(detail),
-        }),
+        } => StoreCall::RecordEvent {
+            event: NewEvent {
+                job_id: rows.job(job),
+                attempt_id: attempt.map(|a| rows.attempt(a).0),
+                at,
+                kind: EventKind::ReconcilerNote,
+                detail: value(detail),
+            },
+        },
         Op::PutCertificate {
             provider,
             model,
             passed,
             evidence,
-        } => StoreCall::PutCertificate(Certificate {
+        } => StoreCall::PutCertificate {
+            certificate: Certificate {
+                key: certificate_key(provider, model),
+                passed,
+                evidence: value(evidence),
+                at,
+            },
+        },
+        Op::Certificate { provider, model } => StoreCall::Certificate {
             key: certificate_key(provider, model),
-            passed,
-            evidence: value(evidence),
-            at,
-        }),
-        Op::Certificate { provider, model } => {
-            StoreCall::Certificate(certificate_key(provider, model))
-        }
+        },
         Op::Prune { back_ms, limit } => StoreCall::PruneJobs {
             updated_before: at - chrono::TimeDelta::milliseconds(i64::from(back_ms)),
             limit,
         },
         Op::Read(read) => match read {
-            Read::Job(job) => StoreCall::Job(rows.job(job)),
+            Read::Job(job) => StoreCall::Job { id: rows.job(job) },
             Read::JobByKey { owner: o, key: k } => StoreCall::JobByKey {
                 owner: owner(o),
                 key: key(k),
@@ -699,10 +709,16 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 started_before: at - chrono::TimeDelta::milliseconds(i64::from(before_ms)),
                 limit,
             },
-            Read::Attempt(attempt) => StoreCall::Attempt(rows.attempt(attempt).0),
-            Read::Attempts(job) => StoreCall::Attempts(rows.job(job)),
-            Read::Events(job) => StoreCall::Events(rows.job(job)),
-            Read::Dump => StoreCall::Dump,
+            Read::Attempt(attempt) => StoreCall::Attempt {
+                id: rows.attempt(attempt).0,
+            },
+            Read::Attempts(job) => StoreCall::Attempts {
+                job_id: rows.job(job),
+            },
+            Read::Events(job) => StoreCall::Events {
+                job_id: rows.job(job),
+            },
+            Read::Dump => StoreCall::Dump {},
             Read::JobsOfOwner {
                 owner: o,
                 after,
@@ -721,7 +737,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 after: after.map(|(back_ms, attempt)| (back(at, back_ms), rows.attempt(attempt).0)),
                 limit,
             },
-            Read::Census => StoreCall::AttemptCensus,
+            Read::Census => StoreCall::AttemptCensus {},
         },
     }
 }
@@ -756,20 +772,22 @@ struct Coverage {
 impl Coverage {
     fn note(&self, res: &Res) {
         let label = match res {
-            Ok(StoreReply::Create(CreateOutcome::Created(_))) => "created",
-            Ok(StoreReply::Create(CreateOutcome::Existing(_))) => "replayed",
-            Ok(StoreReply::Create(CreateOutcome::KeyReused { .. })) => "key_reused",
-            Ok(StoreReply::Start(StartOutcome::Started(_))) => "started",
-            Ok(StoreReply::Start(StartOutcome::InFlight { .. })) => "in_flight",
-            Ok(StoreReply::Start(StartOutcome::Completed { .. })) => "start_on_completed",
-            Ok(StoreReply::Transition(TransitionOutcome::Moved { .. })) => "moved",
-            Ok(StoreReply::Transition(TransitionOutcome::Refused { .. })) => "transition_refused",
+            Ok(StoreReply::CreateJob(CreateOutcome::Created(_))) => "created",
+            Ok(StoreReply::CreateJob(CreateOutcome::Existing(_))) => "replayed",
+            Ok(StoreReply::CreateJob(CreateOutcome::KeyReused { .. })) => "key_reused",
+            Ok(StoreReply::StartAttempt(StartOutcome::Started(_))) => "started",
+            Ok(StoreReply::StartAttempt(StartOutcome::InFlight { .. })) => "in_flight",
+            Ok(StoreReply::StartAttempt(StartOutcome::Completed { .. })) => "start_on_completed",
+            Ok(StoreReply::TransitionAttempt(TransitionOutcome::Moved { .. })) => "moved",
+            Ok(StoreReply::TransitionAttempt(TransitionOutcome::Refused { .. })) => {
+                "transition_refused"
+            }
             Ok(StoreReply::Complete(CompleteOutcome::Won(_))) => "won",
             Ok(StoreReply::Complete(CompleteOutcome::Lost { .. })) => "lost",
             Ok(StoreReply::Complete(CompleteOutcome::NotOpen { .. })) => "not_open",
             Ok(StoreReply::FailJob(FailJobOutcome::Failed(_))) => "job_failed",
             Ok(StoreReply::FailJob(FailJobOutcome::Stale { .. })) => "fail_stale",
-            Ok(StoreReply::Pruned(jobs)) if !jobs.is_empty() => "pruned",
+            Ok(StoreReply::PruneJobs(jobs)) if !jobs.is_empty() => "pruned",
             Ok(_) => "read_or_unit",
             Err(StoreError::Constraint { constraint }) if constraint == "attempts_one_open" => {
                 "one_open_violation"
@@ -1200,7 +1218,7 @@ async fn wait_for_lock_waiters(
                  it decided its outcome without the row lock"
             ));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(GATE_POLL_MS)).await;
+        idem_core::timer::sleep(std::time::Duration::from_millis(GATE_POLL_MS)).await;
     }
     Err(format!(
         "a forced schedule waited {} ms for {count} sessions to queue on the gate",
@@ -1399,6 +1417,21 @@ fn forced_cases() -> Vec<Forced> {
             prefix: finished.clone(),
             a: prune,
             b: create(0, 0),
+            gate: Gate::Job(Ref::Recent(0)),
+        },
+        // The one-statement create reads the key's row without a lock; a
+        // refusal's event is a second statement, whose foreign-key check
+        // on the job queues behind the prune (or ahead of it).
+        Forced {
+            name: "prune against another body for the pruned key",
+            prefix: finished.clone(),
+            a: prune,
+            b: Op::Create {
+                owner: 0,
+                key: 0,
+                body: 1,
+                id: None,
+            },
             gate: Gate::Job(Ref::Recent(0)),
         },
         Forced {

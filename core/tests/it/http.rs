@@ -161,7 +161,7 @@ pub(crate) async fn wait_for(app: &App, path: &str, done: impl Fn(&Value) -> boo
         if reply.status == 200 && done(&reply.body) {
             return reply.body;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        idem_core::timer::sleep(Duration::from_millis(25)).await;
     }
     panic!("{path} never reached the expected state");
 }

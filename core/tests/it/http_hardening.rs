@@ -469,7 +469,7 @@ async fn unknown_routes_methods_and_oversized_requests_get_problems(
 async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
     let mut received = Vec::new();
     let read = stream.read_to_end(&mut received);
-    match tokio::time::timeout(Duration::from_millis(READ_WAIT_MS), read).await {
+    match idem_core::timer::timeout(Duration::from_millis(READ_WAIT_MS), read).await {
         Ok(Ok(_)) => Some(received),
         // A reset is a close too.
         Ok(Err(_)) => Some(received),

@@ -11,7 +11,7 @@ use idem_core::service::ServiceConfig;
 use serde_json::{Value, json};
 
 use crate::http::{
-    ALICE, App, Backend, OPERATOR, create, fast_worker, quiet_config, start_app_on, wait_for,
+    ALICE, App, Backend, OPERATOR, body, create, fast_worker, quiet_config, start_app_on, wait_for,
 };
 use crate::support::send;
 
@@ -78,7 +78,7 @@ async fn list_jobs_pages_the_callers_jobs_newest_first(backend: Backend) -> Test
         let reply = create(&app, &format!("k{i}"), json!({"i": i})).await;
         created.push(reply.body["id"].as_str().ok_or("an id")?.to_owned());
         // Distinct creation times, so that newest-first is this order reversed.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        idem_core::timer::sleep(Duration::from_millis(2)).await;
     }
     created.reverse();
     let mut seen = Vec::new();
@@ -219,26 +219,37 @@ async fn retention_prunes_finished_jobs_and_their_keys_make_new_jobs(
             ..RetentionConfig::default()
         },
     );
-    // A job still pending is never pruned, however old.
+    // A job still pending is never pruned, however old. Its provider is one
+    // only this second service knows, so the first service's worker, which
+    // polls the same store, cannot run it to an end (it would otherwise
+    // race the pruner for it).
     let hanging = start_app_on(
         app.store.clone(),
         Policy::Strict,
-        vec![
-            (
-                "primary",
-                Behaviour {
-                    hang: true,
-                    ..Behaviour::default()
-                },
-            ),
-            ("fallback", Behaviour::default()),
-        ],
+        vec![(
+            "stuck",
+            Behaviour {
+                hang: true,
+                ..Behaviour::default()
+            },
+        )],
         quiet_config(),
     )
     .await;
-    let pending = create(&hanging, "pending", json!({"text": "b"})).await;
-    assert_eq!(pending.status, 201);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    let pending = send(
+        hanging.addr,
+        "POST",
+        "/v1/jobs",
+        &[
+            ("authorization", ALICE),
+            ("content-type", "application/json"),
+            ("idempotency-key", "pending"),
+        ],
+        body(json!({"provider": "stuck", "params": {"text": "b"}})),
+    )
+    .await;
+    assert_eq!(pending.status, 201, "{:?}", pending.body);
+    idem_core::timer::sleep(Duration::from_millis(5)).await;
     let report = pruner.pass().await;
     assert_eq!((report.pruned, report.errors.len()), (1, 0), "{report:?}");
     assert_eq!(

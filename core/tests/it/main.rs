@@ -2,6 +2,7 @@
 //! PostgreSQL get a fresh database of their own from the throwaway cluster
 //! that `idem_core::testing::pg` starts on first use.
 
+mod certify;
 mod conformance;
 mod differential;
 mod http;

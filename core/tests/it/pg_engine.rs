@@ -553,9 +553,10 @@ async fn pg_tables_and_migrations_live_in_their_own_schema() -> TestResult {
     }
     let store = PgStore::connect(&url, "ops", 2).await?;
     let engine = engine(Arc::new(store.clone()), Policy::Strict, 1);
-    engine
+    let created = engine
         .create_job(&owner("alice"), "k", summarize("x"))
         .await?;
+    assert!(matches!(created, Created::New(_)), "{created:?}");
     let tables: Vec<(String, String)> = sqlx::query_as(
         "select table_schema::text, table_name::text from information_schema.tables
           where table_schema in ('public', 'ops') order by 1, 2",

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http_body_util::BodyExt;
-use idem_core::fingerprint::fingerprint;
 use idem_core::model::{AttemptId, JobId};
 use idem_core::provider::connect::TcpConnector;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
@@ -15,10 +14,10 @@ use idem_core::provider::server::{
     Behaviour, ContractMode, ExecutionOutcome, ProviderServer, router, serve,
 };
 use idem_core::provider::{Provider, ProviderCall, ProviderError, RemoteStatus};
+use idem_core::timer::{sleep, timeout};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout};
 use tower::ServiceExt;
 use uuid::Uuid;
 
@@ -82,7 +81,7 @@ fn call(n: u128, params: Value) -> ProviderCall {
 }
 
 fn params() -> Value {
-    json!({"prompt": "hello", "temperature": 0.1})
+    json!({"text": "Where is my order ORD-42?"})
 }
 
 /// Connects and sends, bounded by `PROMPT_MS` so a broken test fails
@@ -118,7 +117,10 @@ async fn wait_for_status(
 async fn valid_output_is_parsed_and_the_execution_billed() -> TestResult {
     let fixture = start(Behaviour::default()).await?;
     let output = send(&fixture.client, call(1, params())).await?;
-    assert_eq!(output["params_sha256"], json!(fingerprint(&params())));
+    // The provider answered the prompt rendered from the shipped contract.
+    assert_eq!(output["orders"], json!(["ORD-42"]), "{output}");
+    assert_eq!(output["language"], json!("en"), "{output}");
+    assert_eq!(output["subject"], json!("Where is my order ORD-42?"));
     assert!(output["summary"].is_string(), "{output}");
 
     let executions = fixture.server.executions();
@@ -360,17 +362,15 @@ async fn check(contract: ContractMode, expect: Expect) -> TestResult {
 
 #[tokio::test]
 async fn each_contract_mode_reaches_the_client_as_expected() -> TestResult {
-    check(
-        ContractMode::Valid,
-        Expect::Keys(&["params_sha256", "summary"]),
-    )
-    .await?;
+    const TRIAGE: &[&str] = &["language", "orders", "subject", "summary"];
+    check(ContractMode::Valid, Expect::Keys(TRIAGE)).await?;
     check(
         ContractMode::InventedKey,
-        Expect::Keys(&["confidence", "params_sha256", "summary"]),
+        Expect::Keys(&["confidence", "language", "orders", "subject", "summary"]),
     )
     .await?;
-    check(ContractMode::IgnoredFormat, Expect::Keys(&["text"])).await?;
+    // The right keys: the formats inside them are what it ignores.
+    check(ContractMode::IgnoredFormat, Expect::Keys(TRIAGE)).await?;
     check(ContractMode::Prose, Expect::Invalid).await?;
     Ok(())
 }

@@ -52,7 +52,7 @@ impl Dispatch for Connection {
     async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Value, ProviderError> {
         match self.latency_ms {
             Some(ms) => {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+                idem_core::timer::sleep(Duration::from_millis(ms)).await;
                 Ok(json!({"answer": "done"}))
             }
             None => std::future::pending().await,
@@ -160,7 +160,7 @@ impl Bench {
             if self.all_in(jobs, JobState::Succeeded).await {
                 return Ok(looks * LOOK_MS);
             }
-            tokio::time::sleep(Duration::from_millis(LOOK_MS)).await;
+            idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
         }
         Err(format!("{} jobs did not all succeed", jobs.len()))
     }
@@ -210,7 +210,7 @@ async fn worker_quick_jobs_do_not_wait_behind_stalled_ones() -> TestResult {
         vec![AttemptState::Running; STALLED_JOBS]
     );
     // At their deadline they become unknown, never failed.
-    tokio::time::sleep(Duration::from_millis(DEADLINE_MS - mixed_ms + 100)).await;
+    idem_core::timer::sleep(Duration::from_millis(DEADLINE_MS - mixed_ms + 100)).await;
     assert_eq!(
         mixed.attempt_states(&stalled).await?,
         vec![AttemptState::Unknown; STALLED_JOBS]
@@ -227,10 +227,89 @@ async fn worker_runs_at_most_its_slots_at_once() -> TestResult {
     let stalled = bench.create("stuck", 40).await?;
     let worker = bench.worker.clone();
     let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    idem_core::timer::sleep(Duration::from_millis(1_000)).await;
     let states = bench.attempt_states(&stalled).await?;
     let slots = usize::try_from(WorkerConfig::default().attempts_concurrent_max)?;
     assert_eq!(states.len(), slots, "one attempt per slot, no more");
     running.abort();
+    Ok(())
+}
+
+/// A worker whose run is cancelled while a task holds a job (its host
+/// crashed, in the simulator, where the worker outlives the host's tasks)
+/// picks that job up again when it runs next. Found by `idem explore`: a
+/// worker restarted after a crash mid-`start_attempt` never polled its job
+/// again, because the job stayed marked as held by a task that no longer
+/// existed.
+#[tokio::test(start_paused = true)]
+async fn worker_a_cancelled_task_releases_its_job() -> TestResult {
+    use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
+    let store = Arc::new(MemStore::new());
+    let plan = FaultPlan::default();
+    // The first start is slow: the run is cancelled during it, before it applies.
+    plan.add(FaultRule {
+        op: StoreOp::StartAttempt,
+        fault: StoreFault::Latency { latency_ms: 1_000 },
+        first: 1,
+        count: 1,
+    });
+    let engine = Engine::new(
+        Arc::new(FaultyStore::new(store.clone(), plan)),
+        Arc::new(ManualClock::default()),
+        Arc::new(SeededIds::new(6)),
+        Providers::named(["quick"]),
+        Policy::Strict,
+    );
+    let mut providers = ProviderSet::new();
+    providers.insert(
+        "quick".to_owned(),
+        Arc::new(Scripted {
+            latency_ms: Some(QUICK_MS),
+        }) as Arc<dyn Provider>,
+    );
+    let config = WorkerConfig {
+        poll_interval_ms: 20,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(engine.clone(), providers, config);
+    let request = JobRequest {
+        provider: "quick".to_owned(),
+        fallbacks: vec![],
+        params: json!({}),
+    };
+    let job = engine
+        .create_job(&owner("alice"), "k", request)
+        .await?
+        .job()
+        .clone();
+
+    let first = worker.clone();
+    let crashed = idem_core::timer::timeout(
+        Duration::from_millis(100),
+        first.run(std::future::pending()),
+    )
+    .await;
+    assert!(crashed.is_err(), "the run was cut short");
+    // Let the aborted task be dropped, then give the slow start time to
+    // have applied if it were going to (it was cancelled: it does not).
+    idem_core::timer::sleep(Duration::from_millis(2_000)).await;
+    assert!(store.attempts(job.id).await?.is_empty());
+
+    let restarted = worker.clone();
+    let running = tokio::spawn(async move { restarted.run(std::future::pending()).await });
+    let mut state = JobState::Pending;
+    for _ in 0..LOOKS_MAX {
+        state = store.job(job.id).await?.ok_or("the job exists")?.state;
+        if state == JobState::Succeeded {
+            break;
+        }
+        idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
+    }
+    running.abort();
+    assert_eq!(
+        state,
+        JobState::Succeeded,
+        "the restarted worker ran the job"
+    );
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
 //!   scenario, unreachable database).
 
-mod bench;
+pub mod bench;
 mod common;
 mod determinism;
 pub mod explore;
@@ -124,7 +124,9 @@ enum Command {
     /// into the summary, verdict and exit code of the unsharded run.
     #[command(after_help = EXIT_CODES)]
     Merge(merge::MergeArgs),
-    /// Measure the simulator against an idle world of the same size.
+    /// Measure what a seed, a sweep and a PostgreSQL create cost, against
+    /// bare turmoil and pgbench measured in the same run.
+    #[command(after_help = EXIT_CODES)]
     Bench(bench::BenchArgs),
     /// Apply the database migrations (as `idem-server migrate` does).
     Migrate(idem_core::cli::MigrateArgs),
@@ -132,6 +134,10 @@ enum Command {
     Serve(idem_core::cli::ServeArgs),
     /// Run the provider server (an OpenAI-compatible test provider).
     ProviderServer(serve::ProviderServerArgs),
+    /// Certify a provider against the operating contract (as
+    /// `idem-server certify` does): exit 0 certified, 1 not certified,
+    /// 2 bad flags or contract, or an unreachable provider or database.
+    Certify(idem_core::cli::CertifyArgs),
 }
 
 /// Parses the command line, runs the command, and maps the outcome to the
@@ -158,6 +164,12 @@ pub fn main() -> ExitCode {
             .map(|()| Exit::Pass)
             .map_err(CliError::from),
         Command::ProviderServer(args) => serve::provider_server(args),
+        Command::Certify(args) => idem_core::cli::certify(args)
+            .map(|outcome| match outcome {
+                idem_core::cli::CertifyOutcome::Certified => Exit::Pass,
+                idem_core::cli::CertifyOutcome::NotCertified => Exit::Violation,
+            })
+            .map_err(CliError::from),
     };
     match outcome {
         Ok(exit) => exit.into(),

@@ -1,4 +1,4 @@
-//! `idem mutants`: the bench proving its own power (BRIEF §8). The correct
+//! `idem mutants`: the bench proving its own power (docs/MODEL.md, naive designs). The correct
 //! design runs every scenario under every seed and must pass them all; each
 //! naive design is searched seed-major (every scenario under seed 0, then
 //! seed 1, ...) until a run catches it, and the report says how many seeds

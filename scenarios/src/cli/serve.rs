@@ -4,7 +4,7 @@
 
 use clap::{Args, ValueEnum};
 use idem_core::cli::{LogFormat, init_logging, runtime};
-use idem_core::provider::server::{Behaviour, ContractMode, ProviderServer};
+use idem_core::provider::server::{Behaviour, ContractMode, ProviderServer, TlsListener};
 use idem_core::service::os_signal;
 
 use super::{CliError, Exit};
@@ -27,8 +27,25 @@ pub struct ProviderServerArgs {
     /// Execute (and bill) every request, even with a repeated Idempotency-Key.
     #[arg(long)]
     ignore_idempotency_keys: bool,
+    /// How the answers break the triage contract, if they do.
     #[arg(long, value_enum, default_value = "valid")]
     contract: ContractArg,
+    /// One execution in this many answers differently (0: never).
+    #[arg(long, default_value_t = 0)]
+    deviate_one_in: u32,
+    /// Serve this model whatever is asked for (a silent model switch).
+    #[arg(long)]
+    served_model: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Require this environment variable's value as the API key
+    /// (`Authorization: Bearer ...`): 401 without it.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, value_enum, default_value = "text")]
@@ -57,18 +74,45 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
             ContractArg::Prose => ContractMode::Prose,
             ContractArg::IgnoredFormat => ContractMode::IgnoredFormat,
         },
+        deviate_one_in: args.deviate_one_in,
+        served_model: args.served_model.clone(),
         seed: args.seed,
         ..Behaviour::default()
     };
+    let api_key = args
+        .api_key_env
+        .as_deref()
+        .map(|var| {
+            std::env::var(var)
+                .ok()
+                .filter(|key| !key.is_empty())
+                .ok_or_else(|| {
+                    CliError::Usage(format!("--api-key-env {var}: the variable is not set"))
+                })
+        })
+        .transpose()?;
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
-        tracing::info!(listen = %args.listen, "provider serving");
         let server = ProviderServer::new(behaviour);
-        tokio::select! {
-            served = idem_core::provider::server::serve(listener, server) => served?,
-            () = os_signal() => {}
+        if let Some(api_key) = &api_key {
+            server.require_api_key(api_key);
+        }
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            let listener = TlsListener::from_pem_files(listener, cert, key)
+                .map_err(|e| CliError::Usage(format!("cannot serve TLS: {e}")))?;
+            tracing::info!(listen = %args.listen, "provider serving HTTPS");
+            tokio::select! {
+                served = idem_core::provider::server::serve(listener, server) => served?,
+                () = os_signal() => {}
+            }
+        } else {
+            tracing::info!(listen = %args.listen, "provider serving");
+            tokio::select! {
+                served = idem_core::provider::server::serve(listener, server) => served?,
+                () = os_signal() => {}
+            }
         }
         Ok(Exit::Pass)
     })

@@ -8,7 +8,7 @@
 //!
 //! Two coverage gates: each scenario must reach its own `expect_windows`
 //! under some seed, and a sweep of the whole catalogue (`--all`) must reach
-//! every race window of the brief (`Window::ALL`) in some run. A window no
+//! every race window of docs/MODEL.md (`Window::ALL`) in some run. A window no
 //! scenario reaches is a race the bench claims to test and does not.
 
 use std::io::IsTerminal;
@@ -23,8 +23,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use idem_core::design::Design;
-use idem_reports::sweep::{SeedRange, Shard, SweptScenario};
-use idem_reports::{RunRecord, SweepSummary};
+use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
 use idem_sim::scenario::Window;
 
 use super::common::{build, emit, execute, record, window_name};
@@ -40,7 +39,7 @@ pub struct SweepArgs {
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub scenarios: Vec<String>,
     /// Sweep the whole catalogue; the sweep then also fails if any race
-    /// window of the brief is reached by no run.
+    /// window of docs/MODEL.md is reached by no run.
     #[arg(long)]
     pub all: bool,
     /// Seeds: `A..B` (B excluded), `A..=B`, or one seed `N`.
@@ -63,6 +62,11 @@ pub struct SweepArgs {
     /// Write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Take every simulation step, skipping no quiet time (as if every
+    /// scenario said `timing.skip_quiet = false`): slower, and each seed a
+    /// different, equally valid run.
+    #[arg(long)]
+    pub every_step: bool,
 }
 
 /// A seed range, end excluded.
@@ -146,7 +150,12 @@ impl Seeds {
 }
 
 pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
-    let scenarios = load_set(&args.scenarios)?;
+    let mut scenarios = load_set(&args.scenarios)?;
+    if args.every_step {
+        for loaded in &mut scenarios {
+            loaded.scenario.timing.skip_quiet = false;
+        }
+    }
     let shard = args.shard.unwrap_or(ShardArg { index: 0, count: 1 });
     let seeds = args.seeds.shard(shard);
     if seeds.is_empty() {
@@ -159,14 +168,6 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
         .jobs
         .or_else(|| std::thread::available_parallelism().ok())
         .map_or(1, NonZeroUsize::get);
-    let work: Vec<(usize, u64)> = (0..scenarios.len())
-        .flat_map(|s| seeds.iter().map(move |seed| (s, *seed)))
-        .collect();
-    // Wall time for the person watching; it never enters the summary.
-    #[allow(clippy::disallowed_methods)]
-    let started = Instant::now();
-    let records = run_all(&scenarios, &work, jobs, args.design);
-    let elapsed = started.elapsed();
     let swept: Vec<SweptScenario> = scenarios
         .iter()
         .map(|l| SweptScenario {
@@ -180,7 +181,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
                 .collect(),
         })
         .collect();
-    let summary = SweepSummary::new(
+    let tally = SweepTally::new(
         args.design.name(),
         SeedRange {
             start: args.seeds.start,
@@ -191,10 +192,15 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
             count: shard.count,
         },
         &swept,
-        records,
-        build(),
-    )
-    .gate_windows(&all_windows(), args.all);
+    );
+    let runs = scenarios.len() * seeds.len();
+    // Wall time for the person watching; it never enters the summary.
+    #[allow(clippy::disallowed_methods)]
+    let started = Instant::now();
+    let summary = run_all(&scenarios, &seeds, jobs, args.design, tally)
+        .finish(build())
+        .gate_windows(&all_windows(), args.all);
+    let elapsed = started.elapsed();
     if let Some(path) = &args.json {
         std::fs::write(path, summary.to_json())
             .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
@@ -207,8 +213,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
     }
     emit(&summary.to_text());
     eprintln!(
-        "{} runs on {jobs} threads in {:.1} s",
-        work.len(),
+        "{runs} runs on {jobs} threads in {:.1} s",
         elapsed.as_secs_f64()
     );
     Ok(if summary.passed() {
@@ -218,7 +223,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
     })
 }
 
-/// Every race window's name, in the brief's order.
+/// Every race window's name, in docs/MODEL.md's order.
 pub(super) fn all_windows() -> Vec<String> {
     Window::ALL.iter().copied().map(window_name).collect()
 }
@@ -240,29 +245,33 @@ pub(super) fn progress_bar(len: usize, unit: &str) -> ProgressBar {
     progress
 }
 
-/// Runs every (scenario, seed) over `jobs` threads; the records come back
-/// in `work` order.
-fn run_all(
+/// Runs every seed of every scenario over `jobs` threads and adds each
+/// run to `tally` as it finishes; no record of a run is kept past that
+/// (the tally keeps aggregates and failures), so memory stays flat.
+pub(super) fn run_all(
     scenarios: &[Loaded],
-    work: &[(usize, u64)],
+    seeds: &[u64],
     jobs: usize,
     design: Design,
-) -> Vec<RunRecord> {
-    let progress = progress_bar(work.len(), "runs");
+    tally: SweepTally,
+) -> SweepTally {
+    let runs = scenarios.len() * seeds.len();
+    let progress = progress_bar(runs, "runs");
     let failed = AtomicUsize::new(0);
     progress.set_message("0 failed");
     let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<RunRecord>>> = Mutex::new(vec![None; work.len()]);
+    let tally = Mutex::new(tally);
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(work.len()) {
+        for _ in 0..jobs.min(runs) {
             scope.spawn(|| {
-                // Bounded: each pass claims one index below work.len().
+                // Bounded: each pass claims one index below `runs`.
                 loop {
                     let index = next.fetch_add(1, Ordering::SeqCst);
-                    let Some(&(s, seed)) = work.get(index) else {
+                    if index >= runs {
                         break;
-                    };
-                    let loaded = &scenarios[s];
+                    }
+                    let (s, position) = (index / seeds.len(), index % seeds.len());
+                    let (loaded, seed) = (&scenarios[s], seeds[position]);
                     let outcome = execute(&loaded.scenario, seed, design);
                     let record = record(
                         &loaded.scenario,
@@ -277,19 +286,17 @@ fn run_all(
                         let n = failed.fetch_add(1, Ordering::SeqCst) + 1;
                         progress.set_message(format!("{n} failed"));
                     }
-                    slots.lock().unwrap_or_else(PoisonError::into_inner)[index] = Some(record);
+                    tally
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .add(record, position as u64 + 1);
                     progress.inc(1);
                 }
             });
         }
     });
     progress.finish_and_clear();
-    slots
-        .into_inner()
-        .unwrap_or_else(PoisonError::into_inner)
-        .into_iter()
-        .map(|r| r.expect("every claimed index is filled before the scope ends"))
-        .collect()
+    tally.into_inner().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Search beyond the catalogue (BRIEF §13): every seed a whole generated
+//! Search beyond the catalogue: every seed a whole generated
 //! world ([`world`]), judged by the same oracle as every other run; a
 //! failure is known by its [`Signature`], shrunk to a minimal world
 //! ([`shrink`]) and kept as a scenario file whose `[kept]` table records

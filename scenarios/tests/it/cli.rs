@@ -219,7 +219,13 @@ fn sweeps_are_the_same_whatever_the_jobs() -> Result<(), Box<dyn std::error::Err
     assert_eq!(summaries[0], summaries[1]);
     let summary: serde_json::Value = serde_json::from_slice(&summaries[0].1)?;
     assert_eq!(summary["verdict"], "pass");
-    assert_eq!(summary["runs"].as_array().map(Vec::len), Some(8));
+    assert_eq!(summary["totals"]["runs"], 8);
+    assert!(summary.get("runs").is_none(), "no record per run");
+    assert_eq!(
+        summary["runs_fingerprint"].as_str().map(str::len),
+        Some(64),
+        "{summary}"
+    );
     Ok(())
 }
 
@@ -245,5 +251,175 @@ fn a_sweep_fails_when_an_expected_window_is_never_reached() -> Result<(), Box<dy
         stdout(&output)
     );
     assert!(Path::new(&path).exists());
+    Ok(())
+}
+
+/// Provider test servers on loopback, served by a runtime of their own
+/// while the test thread runs `idem certify` as a child process.
+struct Providers {
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Providers {
+    fn new() -> Result<Self, std::io::Error> {
+        Ok(Self {
+            runtime: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?,
+        })
+    }
+
+    /// Serves one provider with `behaviour`; its base URL.
+    fn start(
+        &self,
+        behaviour: idem_core::provider::server::Behaviour,
+        api_key: Option<&str>,
+    ) -> Result<String, std::io::Error> {
+        let listener = self
+            .runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        let addr = listener.local_addr()?;
+        let server = idem_core::provider::server::ProviderServer::new(behaviour);
+        if let Some(key) = api_key {
+            server.require_api_key(key);
+        }
+        self.runtime
+            .spawn(idem_core::provider::server::serve(listener, server));
+        Ok(format!("http://{addr}"))
+    }
+}
+
+#[test]
+fn certify_exits_0_certified_1_not_certified_2_when_it_cannot_run()
+-> Result<(), Box<dyn std::error::Error>> {
+    use idem_core::provider::server::{Behaviour, ContractMode};
+    let providers = Providers::new()?;
+    // The check each defect must fail, named in the verdict.
+    for (mode, code, verdict) in [
+        (ContractMode::Valid, 0, "verdict: CERTIFIED"),
+        (
+            ContractMode::InventedKey,
+            1,
+            "verdict: NOT CERTIFIED (failed: schema)",
+        ),
+        (
+            ContractMode::Prose,
+            1,
+            "verdict: NOT CERTIFIED (failed: parse)",
+        ),
+        (
+            ContractMode::IgnoredFormat,
+            1,
+            "verdict: NOT CERTIFIED (failed: business_type)",
+        ),
+    ] {
+        let url = providers.start(
+            Behaviour {
+                contract: mode,
+                ..Behaviour::default()
+            },
+            None,
+        )?;
+        let output = idem(&[
+            "certify",
+            "--provider",
+            &format!("good={url}"),
+            "--concurrency",
+            "8",
+        ]);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{mode:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stdout(&output).contains(verdict),
+            "{mode:?}:\n{}",
+            stdout(&output)
+        );
+    }
+
+    // Unreachable, a bad contract, a bad flag: 2, and no verdict.
+    let dir = tempfile::tempdir()?;
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/contracts/triage");
+    for file in ["contract.toml", "schema.json", "corpus.toml"] {
+        std::fs::copy(shipped.join(file), dir.path().join(file))?;
+    }
+    let contract = dir.path().join("contract.toml");
+    let text =
+        std::fs::read_to_string(&contract)?.replace("temperature = 0.0", "temperature = 0.7");
+    std::fs::write(&contract, text)?;
+    let url = providers.start(Behaviour::default(), None)?;
+    let contract = contract.to_str().ok_or("utf-8 path")?;
+    for (args, says) in [
+        (
+            vec!["certify", "--provider", "gone=http://127.0.0.1:1"],
+            "unreachable",
+        ),
+        (
+            vec![
+                "certify",
+                "--provider",
+                &format!("good={url}"),
+                "--contract",
+                contract,
+            ],
+            "`temperature` must be between 0 and 0.2",
+        ),
+        (
+            vec!["certify", "--provider", "good=ftp://x"],
+            "must start with http:// or https://",
+        ),
+    ] {
+        let output = idem(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains(says),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(!stdout(&output).contains("verdict"), "{args:?}");
+    }
+
+    // A provider that wants an API key: the configuration names the
+    // variable, the key comes from the environment and appears nowhere in
+    // the output; a wrong key is 2, not a verdict.
+    let url = providers.start(Behaviour::default(), Some("sk-cli-test-key"))?;
+    let config = dir.path().join("idem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.keyed]\nurl = \"{url}\"\nmodel = \"keyed-model\"\napi_key_env = \"IDEM_TEST_KEYED_API_KEY\"\n"
+        ),
+    )?;
+    let config = config.to_str().ok_or("utf-8 path")?;
+    for (key, code) in [("sk-cli-test-key", 0), ("sk-wrong", 2)] {
+        let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args([
+                "certify",
+                "--config",
+                config,
+                "--provider",
+                "keyed",
+                "--concurrency",
+                "8",
+            ])
+            .env("IDEM_TEST_KEYED_API_KEY", key)
+            .output()?;
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{key}: {}",
+            stderr(&output)
+        );
+        assert!(!stdout(&output).contains(key) && !stderr(&output).contains(key));
+    }
     Ok(())
 }

@@ -1,11 +1,13 @@
 //! Integration tests of idem-scenarios: the catalogue, validation errors,
 //! and the command line.
 
+mod bench;
 mod catalog;
 mod cli;
 mod explore;
 mod fuzz;
 mod mutants;
+mod pgbench;
 mod report;
 mod shards;
 mod validation;

@@ -473,7 +473,7 @@ fn the_coverage_gate_fails_a_whole_catalogue_sweep_missing_a_window()
     assert_eq!(
         names,
         all.iter().map(String::as_str).collect::<Vec<_>>(),
-        "the brief's order"
+        "docs/MODEL.md's order"
     );
     let tally = &gated.coverage.windows[0];
     assert_eq!((tally.seeds, tally.runs, tally.total), (2, 2, 2));

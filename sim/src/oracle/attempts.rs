@@ -1,11 +1,12 @@
 //! How attempts started and moved: invariants 4 (guard), 5 (timeout means
 //! unknown) and 7 (certified failover).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use idem_core::engine::Policy;
 use idem_core::model::{AttemptId, AttemptState, JobId};
 use idem_core::provider::server::ExecutionOutcome;
+use serde_json::Value;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text};
@@ -19,7 +20,7 @@ pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     certified_failover(run, findings);
 }
 
-/// BRIEF §4's legal moves, restated rather than imported so that a broken
+/// The legal moves of docs/MODEL.md, restated rather than imported so that a broken
 /// table in the engine cannot vouch for itself: `starting → running →
 /// {succeeded, failed, unknown, lost}`, `starting → {failed, unknown}`,
 /// `unknown → {succeeded, failed, cancelled, lost}`.
@@ -210,9 +211,59 @@ fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
 }
 
 /// Invariant 7: an attempt on a provider other than its job's primary needs
-/// a provider holding a certificate.
+/// a certificate that was valid when it started: the provider passed its
+/// certification, and had not switched since to another model than the
+/// one it was certified on (a `provider_model_change` fault in the trace
+/// before the attempt started). And no provider whose profile declares a
+/// contract defect ever passes certification.
 fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
-    let certified = &run.input.facts.certified;
+    let facts = run.input.facts;
+    let certified = &facts.certified;
+    // provider -> (seq, model) of each model change, in trace order.
+    let mut changes: BTreeMap<&str, Vec<(u64, String)>> = BTreeMap::new();
+    for event in &run.input.trace.events {
+        match &event.body {
+            TraceBody::Fault { name, detail } if name == "provider_model_change" => {
+                let provider = detail.get("provider").and_then(Value::as_str);
+                let model = detail.get("model").and_then(Value::as_str);
+                if let (Some(provider), Some(model)) = (provider, model) {
+                    changes
+                        .entry(provider)
+                        .or_default()
+                        .push((event.seq, model.to_owned()));
+                }
+            }
+            TraceBody::Certification {
+                provider,
+                passed: true,
+                ..
+            } => {
+                if let Some(defects) = facts.defects.get(provider)
+                    && !defects.is_empty()
+                {
+                    findings.report(
+                        Invariant::CertifiedFailover,
+                        format!(
+                            "provider {provider} passed certification at seq {}, but its profile breaks the contract: {}",
+                            event.seq,
+                            defects.join(", ")
+                        ),
+                        [event.seq],
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    // The model change that made `provider`'s certificate stale before
+    // `seq` (any change, when `seq` is unknown: the attempt left no start).
+    let stale_by = |provider: &str, seq: Option<u64>| -> Option<u64> {
+        let certified_model = facts.certified_models.get(provider);
+        changes.get(provider)?.iter().find_map(|(at, model)| {
+            let before = seq.is_none_or(|s| *at < s);
+            (before && certified_model != Some(model)).then_some(*at)
+        })
+    };
     let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
     let mut check_one = |findings: &mut Findings,
                          job: JobId,
@@ -225,15 +276,26 @@ fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
         let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
             return;
         };
-        if provider != primary && !certified.contains(provider) {
+        if provider == primary {
+            return;
+        }
+        let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
+        if !certified.contains(provider) {
             findings.report(
-                    Invariant::CertifiedFailover,
-                    format!(
-                        "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {}, and {provider} holds no certificate",
-                        seqs_text(&seq.into_iter().collect::<Vec<_>>())
-                    ),
-                    seq,
-                );
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
+                ),
+                seq,
+            );
+        } else if let Some(changed) = stale_by(provider, seq) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, after {provider} switched models at seq {changed}: its certificate was stale"
+                ),
+                seq.into_iter().chain([changed]),
+            );
         }
     };
     for start in &run.replay.starts {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use idem_core::fingerprint::fingerprint;
-use idem_core::model::{AttemptId, AttemptState, EventKind, Job, JobId, JobState};
+use idem_core::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, JobState};
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};
@@ -212,78 +212,120 @@ fn row_names_its_winner(
     endings: &[Ending<'_>],
     findings: &mut Findings,
 ) {
-    let job = row.id;
     let siblings = run
         .attempts_by_job
-        .get(&job)
+        .get(&row.id)
         .map(Vec::as_slice)
         .unwrap_or_default();
-    let succeeded: Vec<AttemptId> = siblings
-        .iter()
-        .filter(|a| a.state == AttemptState::Succeeded)
-        .map(|a| a.id)
-        .collect();
     let wins: Vec<&Ending<'_>> = endings.iter().filter(|e| e.winner().is_some()).collect();
-    let win_seqs: Vec<u64> = wins.iter().map(|e| e.seq).collect();
-    let report = |findings: &mut Findings, message: String, evidence: Vec<u64>| {
+    let check = RowCheck {
+        row,
+        siblings,
+        win_seqs: wins.iter().map(|e| e.seq).collect(),
+    };
+    check.one_succeeded_attempt(wins.len(), findings);
+    check.completed_by_matches_state(findings);
+    check.result_matches_state(findings);
+    if let Some(first) = wins.first() {
+        check.first_win_is_the_row(first, findings);
+    }
+    check.result_is_the_winners_output(findings);
+}
+
+/// One job's row against its attempts and the wins the trace recorded.
+struct RowCheck<'a> {
+    row: &'a Job,
+    siblings: &'a [&'a Attempt],
+    /// The seqs of the trace's winning completions: the evidence.
+    win_seqs: Vec<u64>,
+}
+
+impl RowCheck<'_> {
+    fn report(&self, findings: &mut Findings, message: String, evidence: Vec<u64>) {
         findings.report(
             Invariant::OneWinner,
-            format!("job {job}: {message}"),
+            format!("job {}: {message}", self.row.id),
             evidence,
         );
-    };
-    if succeeded.len() > 1 && wins.len() <= 1 {
-        let listed: Vec<String> = succeeded.iter().map(AttemptId::to_string).collect();
-        report(
-            findings,
-            format!(
-                "attempts {} are all succeeded in the store",
-                listed.join(" and ")
-            ),
-            win_seqs.clone(),
-        );
     }
-    match (row.state, row.completed_by) {
-        (JobState::Succeeded, None) => report(
-            findings,
-            "succeeded, but completed_by names no attempt".to_owned(),
-            win_seqs.clone(),
-        ),
-        (JobState::Succeeded, Some(named)) => {
-            let named_state = siblings.iter().find(|a| a.id == named).map(|a| a.state);
-            if named_state != Some(AttemptState::Succeeded) {
-                let what = named_state.map_or_else(
-                    || "not an attempt of the job".to_owned(),
-                    |s| format!("in state {s}"),
-                );
-                report(
-                    findings,
-                    format!("completed_by names attempt {named}, which is {what}"),
-                    win_seqs.clone(),
-                );
-            }
+
+    /// Two succeeded attempts in the store, where the trace shows at most
+    /// one win (two wins are reported where the wins are checked).
+    fn one_succeeded_attempt(&self, wins: usize, findings: &mut Findings) {
+        let succeeded: Vec<String> = self
+            .siblings
+            .iter()
+            .filter(|a| a.state == AttemptState::Succeeded)
+            .map(|a| a.id.to_string())
+            .collect();
+        if succeeded.len() > 1 && wins <= 1 {
+            self.report(
+                findings,
+                format!(
+                    "attempts {} are all succeeded in the store",
+                    succeeded.join(" and ")
+                ),
+                self.win_seqs.clone(),
+            );
         }
-        (state, Some(named)) => report(
-            findings,
-            format!("{state}, yet completed_by names attempt {named}"),
-            win_seqs.clone(),
-        ),
-        (_, None) => {}
     }
-    match (row.state, &row.result) {
-        (JobState::Succeeded, None) => report(
-            findings,
-            "succeeded without a result".to_owned(),
-            win_seqs.clone(),
-        ),
-        (JobState::Pending | JobState::Failed, Some(_)) => report(
-            findings,
-            format!("{} but holds a result", row.state),
-            win_seqs.clone(),
-        ),
-        _ => {}
+
+    /// `completed_by` is set exactly when the job succeeded, and names a
+    /// succeeded attempt of the job.
+    fn completed_by_matches_state(&self, findings: &mut Findings) {
+        match (self.row.state, self.row.completed_by) {
+            (JobState::Succeeded, None) => self.report(
+                findings,
+                "succeeded, but completed_by names no attempt".to_owned(),
+                self.win_seqs.clone(),
+            ),
+            (JobState::Succeeded, Some(named)) => {
+                let named_state = self
+                    .siblings
+                    .iter()
+                    .find(|a| a.id == named)
+                    .map(|a| a.state);
+                if named_state != Some(AttemptState::Succeeded) {
+                    let what = named_state.map_or_else(
+                        || "not an attempt of the job".to_owned(),
+                        |s| format!("in state {s}"),
+                    );
+                    self.report(
+                        findings,
+                        format!("completed_by names attempt {named}, which is {what}"),
+                        self.win_seqs.clone(),
+                    );
+                }
+            }
+            (state, Some(named)) => self.report(
+                findings,
+                format!("{state}, yet completed_by names attempt {named}"),
+                self.win_seqs.clone(),
+            ),
+            (_, None) => {}
+        }
     }
-    if let Some(first) = wins.first() {
+
+    /// A result exactly when the job succeeded.
+    fn result_matches_state(&self, findings: &mut Findings) {
+        match (self.row.state, &self.row.result) {
+            (JobState::Succeeded, None) => self.report(
+                findings,
+                "succeeded without a result".to_owned(),
+                self.win_seqs.clone(),
+            ),
+            (JobState::Pending | JobState::Failed, Some(_)) => self.report(
+                findings,
+                format!("{} but holds a result", self.row.state),
+                self.win_seqs.clone(),
+            ),
+            _ => {}
+        }
+    }
+
+    /// The first win in the trace is the one the row holds: its attempt is
+    /// `completed_by`, and the result is what it won with.
+    fn first_win_is_the_row(&self, first: &Ending<'_>, findings: &mut Findings) {
         let EndingKind::Won {
             attempt: first_winner,
             result_sha256,
@@ -291,31 +333,31 @@ fn row_names_its_winner(
         else {
             unreachable!("wins are filtered to winners");
         };
-        if row.state != JobState::Succeeded {
-            report(
+        if self.row.state != JobState::Succeeded {
+            self.report(
                 findings,
                 format!(
                     "{} in the store, though attempt {first_winner} won at seq {}",
-                    row.state, first.seq
+                    self.row.state, first.seq
                 ),
                 vec![first.seq],
             );
-        } else if let Some(named) = row.completed_by
+        } else if let Some(named) = self.row.completed_by
             && named != first_winner
         {
-            report(
+            self.report(
                 findings,
                 format!(
                     "completed_by names attempt {named}, but attempt {first_winner} won first at seq {}",
                     first.seq
                 ),
-                win_seqs.clone(),
+                self.win_seqs.clone(),
             );
         }
-        if let (Some(won_with), Some(result)) = (result_sha256, &row.result) {
+        if let (Some(won_with), Some(result)) = (result_sha256, &self.row.result) {
             let holds = fingerprint(result);
             if holds != won_with {
-                report(
+                self.report(
                     findings,
                     format!(
                         "the result ({}) is not the one attempt {first_winner} won with at seq {} ({}): it changed after it was written",
@@ -323,26 +365,32 @@ fn row_names_its_winner(
                         first.seq,
                         short(won_with)
                     ),
-                    win_seqs.clone(),
+                    self.win_seqs.clone(),
                 );
             }
         }
     }
-    if let (Some(named), Some(result)) = (row.completed_by, &row.result)
-        && let Some(winner) = siblings.iter().find(|a| a.id == named)
-    {
+
+    /// The result is the output the named winner recorded.
+    fn result_is_the_winners_output(&self, findings: &mut Findings) {
+        let (Some(named), Some(result)) = (self.row.completed_by, &self.row.result) else {
+            return;
+        };
+        let Some(winner) = self.siblings.iter().find(|a| a.id == named) else {
+            return;
+        };
         match &winner.output {
-            None => report(
+            None => self.report(
                 findings,
                 format!("attempt {named}, which completed_by names, has no output in the store"),
-                win_seqs,
+                self.win_seqs.clone(),
             ),
-            Some(output) if fingerprint(output) != fingerprint(result) => report(
+            Some(output) if fingerprint(output) != fingerprint(result) => self.report(
                 findings,
                 format!(
                     "the result is not the output of attempt {named}, which completed_by names"
                 ),
-                win_seqs,
+                self.win_seqs.clone(),
             ),
             Some(_) => {}
         }

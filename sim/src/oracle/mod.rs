@@ -1,5 +1,5 @@
-//! The invariant checker: BRIEF §7's eleven invariants, and a twelfth for
-//! clocks, over a run's trace,
+//! The invariant checker: the eleven invariants of docs/MODEL.md, and a
+//! twelfth for clocks, over a run's trace,
 //! the store's final state and the providers' ledgers. It is kept apart
 //! from the engine on purpose: it shares no code with the decisions it
 //! judges, only the data types that describe what happened.
@@ -48,9 +48,8 @@ use idem_core::store::StoreDump;
 use crate::scenario::Window;
 use crate::trace::Trace;
 
-/// The invariants, numbered as in BRIEF §7; the twelfth is this bench's
-/// own (BRIEF §13: rules that compare timestamps must stay safe when
-/// clocks are wrong).
+/// The invariants, numbered as in docs/MODEL.md; the twelfth says that
+/// rules comparing timestamps stay safe when clocks are wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Invariant {
@@ -86,7 +85,7 @@ impl Invariant {
         Invariant::WaitsInTrueTime,
     ];
 
-    /// BRIEF §7's number.
+    /// the number in docs/MODEL.md.
     pub fn number(self) -> u8 {
         self as u8
     }
@@ -106,8 +105,19 @@ pub struct Violation {
 pub struct WorldFacts {
     /// Which owner each client acts for (client name -> owner).
     pub client_owners: BTreeMap<String, String>,
-    /// Providers holding a passed certificate for the whole run.
+    /// Providers whose certification before the run passed.
     pub certified: BTreeSet<String>,
+    /// What each certified provider said it served when it was certified.
+    /// A `provider_model_change` fault to another model makes that
+    /// certificate stale from the moment it fires. A certified provider
+    /// missing here is taken to be stale after any model change.
+    #[serde(default)]
+    pub certified_models: BTreeMap<String, String>,
+    /// The contract defects each provider's profile declares (its contract
+    /// mode, its tokenizer's special-token handling, sampling deviations).
+    /// A provider with one must never have passed certification.
+    #[serde(default)]
+    pub defects: BTreeMap<String, Vec<String>>,
     pub policy: Policy,
     /// Whether a reconciler ran: without one, an unknown attempt waits for
     /// an operator, which counts as a pending action.

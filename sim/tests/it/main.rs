@@ -1,2 +1,3 @@
+mod certify;
 mod fragile;
 mod oracle;

@@ -87,6 +87,8 @@ impl Run {
                     .map(|c| (c.to_owned(), owner_of(c)))
                     .collect(),
                 certified: [PRIMARY, FALLBACK].into_iter().map(str::to_owned).collect(),
+                certified_models: BTreeMap::new(),
+                defects: BTreeMap::new(),
                 policy,
                 reconciler: true,
                 reconciler_config: None,
@@ -1205,6 +1207,107 @@ fn certified_failover_fires_on_an_uncertified_hedge() {
         &hedged.run,
         &[(Invariant::CertifiedFailover, &[hedged.hedge_started])],
     );
+}
+
+/// Inserts `body` as the event at `seq`, renumbering the events after it.
+fn insert(run: &mut Run, seq: u64, host: &str, body: TraceBody) {
+    let index = usize::try_from(seq).expect("small seq");
+    run.trace.events.insert(
+        index,
+        TraceEvent {
+            seq,
+            t_ms: 0,
+            host: host.to_owned(),
+            caller: None,
+            body,
+        },
+    );
+    for (i, event) in run.trace.events.iter_mut().enumerate().skip(index) {
+        event.seq = i as u64;
+        event.t_ms = i as u64 * 10;
+    }
+}
+
+fn model_change(model: &str) -> TraceBody {
+    TraceBody::Fault {
+        name: "provider_model_change".to_owned(),
+        detail: json!({"fault": "provider_model_change", "provider": FALLBACK, "model": model}),
+    }
+}
+
+#[test]
+fn certified_failover_fires_on_a_hedge_after_a_model_switch() {
+    let mut hedged = hedged_run();
+    hedged
+        .run
+        .facts
+        .certified_models
+        .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
+    // The switch comes just before the hedge: its certificate was stale.
+    let changed = hedged.hedge_started;
+    insert(
+        &mut hedged.run,
+        changed,
+        "driver",
+        model_change("fallback-model-v2"),
+    );
+    fires(
+        &hedged.run,
+        &[(
+            Invariant::CertifiedFailover,
+            &[changed, hedged.hedge_started + 1],
+        )],
+    );
+
+    // After the hedge started, the same switch is no violation...
+    let mut later = hedged_run();
+    let end = later.run.trace.events.len() as u64;
+    insert(
+        &mut later.run,
+        end,
+        "driver",
+        model_change("fallback-model-v2"),
+    );
+    fires(&later.run, &[]);
+    // ...nor, before it, a "switch" to the model that was certified.
+    let mut same = hedged_run();
+    same.run
+        .facts
+        .certified_models
+        .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
+    insert(
+        &mut same.run,
+        same.hedge_started,
+        "driver",
+        model_change("fallback-model"),
+    );
+    fires(&same.run, &[]);
+}
+
+#[test]
+fn certified_failover_fires_when_a_defective_provider_passes_certification() {
+    let mut hedged = hedged_run();
+    let certification = |passed| TraceBody::Certification {
+        provider: FALLBACK.to_owned(),
+        model: "fallback-model".to_owned(),
+        model_identity: Some("fallback-model".to_owned()),
+        passed,
+        failed_checks: if passed {
+            vec![]
+        } else {
+            vec!["parse".to_owned()]
+        },
+    };
+    hedged
+        .run
+        .facts
+        .defects
+        .insert(FALLBACK.to_owned(), vec!["contract = prose".to_owned()]);
+    insert(&mut hedged.run, 0, "certifier", certification(true));
+    fires(&hedged.run, &[(Invariant::CertifiedFailover, &[0])]);
+    // Failing it is what a defective provider does.
+    hedged.run.replace(0, certification(false));
+    fires(&hedged.run, &[]);
 }
 
 #[test]

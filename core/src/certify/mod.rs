@@ -1,0 +1,31 @@
+//! Provider contract certification.
+//!
+//! Providers that share a code path, an HTTP client and a JSON Schema can
+//! still behave differently: one invents a top-level key, another answers in
+//! prose, a third ignores the system prompt's formats and returns valid JSON
+//! that the business logic cannot read. Automatic failover is safe only to a
+//! provider *proven* to share the operating contract, so a certificate here
+//! is the outcome of a run, not a flag:
+//!
+//! - [`spec`]: the contract as data (prompt template, strict output schema,
+//!   business type, corpus, temperature, samples), read with
+//!   `path:line:col` errors; the shipped one is [`Contract::shipped`];
+//! - [`business`]: the business types outputs must deserialize into;
+//! - [`tokenizer`]: the prompt through the provider's real vocabulary;
+//! - [`run`]: the run itself, over any [`run::ChatEndpoint`] (the real
+//!   OpenAI-compatible client, on real or simulated sockets);
+//! - [`report`]: the table, the failures and the certificate's evidence.
+//!
+//! This is product code: `idem-server serve --certify NAME` runs it at
+//! start, and `idem certify` / `idem-server certify` on demand.
+
+pub mod business;
+pub mod report;
+pub mod run;
+pub mod spec;
+pub mod tokenizer;
+
+pub use report::{Certification, Check};
+pub use run::{CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunLimits, Target, certify};
+pub use spec::{Contract, ContractError};
+pub use tokenizer::{Encoding, SpecialTokens, TokenizerProfile};

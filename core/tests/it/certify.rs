@@ -1,0 +1,672 @@
+//! Contract certification over real loopback HTTP, and over TLS: the
+//! shipped contract against the provider server in each of its behaviours,
+//! each defect failing the check that exists for it; a stale certificate
+//! refused on real PostgreSQL; and one whole job run over HTTPS with a
+//! certificate generated here.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::certify::{
+    CertifyError, ChatEndpoint, Check, Contract, Encoding, RunLimits, SpecialTokens, Target,
+    TokenizerProfile, certify,
+};
+use idem_core::clock::{ManualClock, SeededIds, SystemClock, UuidV7Ids};
+use idem_core::contract::{Certificate, ProviderSpec, Providers};
+use idem_core::engine::{Engine, EngineError, ModelProbes, Policy, Trigger};
+use idem_core::model::{EventKind, JobRequest, JobState, OwnerId};
+use idem_core::provider::connect::TcpConnector;
+use idem_core::provider::openai::{ApiKey, OpenAiClient, OpenAiConfig};
+use idem_core::provider::server::{Behaviour, ContractMode, ProviderServer, TlsListener};
+use idem_core::provider::tls::{TlsConnector, TlsSettings, client_config};
+use idem_core::provider::{Provider, ProviderSet};
+use idem_core::service::{Service, ServiceConfig, shutdown_pair};
+use idem_core::store::Store;
+use idem_core::store::mem::MemStore;
+use idem_core::testing::pg::fresh_store;
+use serde_json::{Value, json};
+
+use crate::support::{FALLBACK, PRIMARY, send};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Calls at once: the loopback provider answers at once, so this bounds
+/// the test's time, not the provider's.
+const LIMITS: RunLimits = RunLimits {
+    concurrency: 16,
+    call_timeout_ms: 10_000,
+    call_tries_max: 2,
+};
+
+async fn start_provider(
+    behaviour: Behaviour,
+) -> Result<(SocketAddr, ProviderServer), Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = ProviderServer::new(behaviour);
+    tokio::spawn(idem_core::provider::server::serve(listener, server.clone()));
+    Ok((addr, server))
+}
+
+fn target(tokenizer: TokenizerProfile) -> Target {
+    Target {
+        provider: "candidate".to_owned(),
+        model: "candidate-model".to_owned(),
+        tokenizer,
+    }
+}
+
+/// One behaviour and profile, and the checks it must fail: `must` all fail,
+/// nothing outside `must` and `may` fails, and the verdict follows.
+struct Case {
+    name: &'static str,
+    behaviour: Behaviour,
+    tokenizer: TokenizerProfile,
+    must: &'static [Check],
+    may: &'static [Check],
+}
+
+async fn check(case: Case) -> TestResult {
+    let (addr, server) = start_provider(case.behaviour).await?;
+    let client = OpenAiClient::new(
+        TcpConnector,
+        OpenAiConfig::new(addr.to_string(), "candidate-model"),
+    )?;
+    let endpoint: Arc<dyn ChatEndpoint> = Arc::new(client);
+    let contract = Contract::shipped();
+    let certification = certify(
+        endpoint,
+        Arc::clone(&contract),
+        &target(case.tokenizer),
+        &SeededIds::new(7),
+        LIMITS,
+    )
+    .await?;
+    let failed = certification.failed_checks();
+    let must: BTreeSet<Check> = case.must.iter().copied().collect();
+    let allowed: BTreeSet<Check> = must.iter().chain(case.may).copied().collect();
+    assert!(
+        must.is_subset(&failed) && failed.is_subset(&allowed),
+        "{}: failed {failed:?}, must {must:?}, may {:?}\n{}",
+        case.name,
+        case.may,
+        certification.to_text()
+    );
+    assert_eq!(certification.passed(), must.is_empty(), "{}", case.name);
+    let text = certification.to_text();
+    for check in &must {
+        assert!(
+            text.contains(&format!("  {check} ")),
+            "{}: the failures list does not name {check}:\n{text}",
+            case.name
+        );
+    }
+    // Every input was tried, and (unless the window refused it) sent
+    // samples_per_input times.
+    assert_eq!(
+        certification.rows.len(),
+        contract.inputs.len(),
+        "{}",
+        case.name
+    );
+    if !must.contains(&Check::ContextWindow) {
+        let calls = contract.inputs.len() * contract.samples_per_input as usize;
+        assert_eq!(server.executions().len(), calls, "{}", case.name);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_defect_fails_its_own_check_and_a_compliant_provider_certifies() -> TestResult {
+    let tokenizer = TokenizerProfile::default();
+    let contract = |contract| Behaviour {
+        contract,
+        ..Behaviour::default()
+    };
+    let cases = vec![
+        Case {
+            name: "compliant",
+            behaviour: Behaviour::default(),
+            tokenizer,
+            must: &[],
+            may: &[],
+        },
+        Case {
+            name: "compliant, o200k_base",
+            behaviour: Behaviour::default(),
+            tokenizer: TokenizerProfile {
+                encoding: Encoding::O200kBase,
+                context_window_tokens: 128_000,
+                ..tokenizer
+            },
+            must: &[],
+            may: &[],
+        },
+        Case {
+            name: "an invented top-level key",
+            behaviour: contract(ContractMode::InventedKey),
+            tokenizer,
+            must: &[Check::Schema],
+            may: &[],
+        },
+        Case {
+            name: "prose instead of JSON",
+            behaviour: contract(ContractMode::Prose),
+            tokenizer,
+            must: &[Check::Parse],
+            may: &[],
+        },
+        Case {
+            name: "the system prompt's formats ignored",
+            behaviour: contract(ContractMode::IgnoredFormat),
+            tokenizer,
+            must: &[Check::BusinessType],
+            may: &[],
+        },
+        Case {
+            name: "a tokenizer that parses special tokens in user text",
+            behaviour: Behaviour::default(),
+            tokenizer: TokenizerProfile {
+                special_tokens: SpecialTokens::Parsed,
+                ..tokenizer
+            },
+            must: &[Check::SpecialTokens],
+            may: &[],
+        },
+        Case {
+            name: "a context window too small for the long input",
+            behaviour: Behaviour::default(),
+            tokenizer: TokenizerProfile {
+                context_window_tokens: 1_024,
+                ..tokenizer
+            },
+            must: &[Check::ContextWindow],
+            may: &[],
+        },
+        Case {
+            // Which input a deviating sample lands on depends on arrival
+            // order; the answer differs from its siblings in any case, and
+            // from the corpus wherever the corpus pins the language.
+            name: "one sample in 7 deviates at temperature 0",
+            behaviour: Behaviour {
+                deviate_one_in: 7,
+                ..Behaviour::default()
+            },
+            tokenizer,
+            must: &[Check::Consistency],
+            may: &[Check::RoundTrip],
+        },
+    ];
+    for case in cases {
+        check(case).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_is_an_error_not_a_verdict() -> TestResult {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    drop(listener);
+    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(addr.to_string(), "m"))?;
+    let outcome = certify(
+        Arc::new(client),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(1),
+        LIMITS,
+    )
+    .await;
+    assert!(
+        matches!(outcome, Err(CertifyError::Unreachable { .. })),
+        "{outcome:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_api_key_is_an_error_not_a_verdict() -> TestResult {
+    let (addr, server) = start_provider(Behaviour::default()).await?;
+    server.require_api_key("sk-right");
+    for key in [None, Some("sk-wrong")] {
+        let mut config = OpenAiConfig::new(addr.to_string(), "candidate-model");
+        config.api_key = key.map(ApiKey::new);
+        let outcome = certify(
+            Arc::new(OpenAiClient::new(TcpConnector, config)?),
+            Contract::shipped(),
+            &target(TokenizerProfile::default()),
+            &SeededIds::new(1),
+            LIMITS,
+        )
+        .await;
+        assert!(
+            matches!(&outcome, Err(CertifyError::Unauthorized { detail, .. }) if detail.contains("401")),
+            "{key:?}: {outcome:?}"
+        );
+    }
+    assert!(server.executions().is_empty());
+    let mut config = OpenAiConfig::new(addr.to_string(), "candidate-model");
+    config.api_key = Some(ApiKey::new("sk-right"));
+    let certification = certify(
+        Arc::new(OpenAiClient::new(TcpConnector, config)?),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(1),
+        LIMITS,
+    )
+    .await?;
+    assert!(certification.passed(), "{}", certification.to_text());
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_evidence_names_what_was_certified() -> TestResult {
+    let (addr, _) = start_provider(Behaviour {
+        served_model: Some("candidate-model-2026-01".to_owned()),
+        ..Behaviour::default()
+    })
+    .await?;
+    let client = OpenAiClient::new(
+        TcpConnector,
+        OpenAiConfig::new(addr.to_string(), "candidate-model"),
+    )?;
+    let contract = Contract::shipped();
+    let certification = certify(
+        Arc::new(client),
+        Arc::clone(&contract),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(2),
+        LIMITS,
+    )
+    .await?;
+    let evidence = certification.evidence("test build");
+    assert_eq!(evidence["source"], "certification");
+    assert_eq!(evidence["passed"], true);
+    assert_eq!(evidence["provider"], "candidate");
+    assert_eq!(evidence["model"], "candidate-model");
+    assert_eq!(evidence["model_identity"], "candidate-model-2026-01");
+    assert_eq!(
+        evidence["served_models"],
+        json!(["candidate-model-2026-01"])
+    );
+    assert_eq!(evidence["prompt_version"], json!(contract.prompt_version));
+    assert_eq!(evidence["schema_version"], json!(contract.schema_version));
+    assert_eq!(
+        evidence["inputs"].as_array().map(Vec::len),
+        Some(contract.inputs.len())
+    );
+    assert_eq!(evidence["checks"]["schema"]["inputs_failed"], 0);
+    assert_eq!(evidence["failures"], json!([]));
+    Ok(())
+}
+
+fn request() -> JobRequest {
+    JobRequest {
+        provider: PRIMARY.to_owned(),
+        fallbacks: vec![FALLBACK.to_owned()],
+        params: json!({"text": "Where is ORD-77?"}),
+    }
+}
+
+#[tokio::test]
+async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused() -> TestResult {
+    let store = fresh_store().await;
+    let contract = Contract::shipped();
+    let (addr, fallback) = start_provider(Behaviour::default()).await?;
+    let client = Arc::new(OpenAiClient::new(
+        TcpConnector,
+        OpenAiConfig::new(addr.to_string(), "fallback-model"),
+    )?);
+    // A real certification of the fallback, recorded as `idem certify` does.
+    let certification = certify(
+        client.clone(),
+        Arc::clone(&contract),
+        &Target {
+            provider: FALLBACK.to_owned(),
+            model: "fallback-model".to_owned(),
+            tokenizer: TokenizerProfile::default(),
+        },
+        &SeededIds::new(3),
+        LIMITS,
+    )
+    .await?;
+    assert!(certification.passed(), "{}", certification.to_text());
+    let mut providers = Providers::for_contract(&contract);
+    for (name, model) in [(PRIMARY, "primary-model"), (FALLBACK, "fallback-model")] {
+        providers.specs.insert(
+            name.to_owned(),
+            ProviderSpec {
+                model: model.to_owned(),
+                endpoint: None,
+            },
+        );
+    }
+    let key = providers
+        .certificate_key(FALLBACK)
+        .ok_or("the fallback is configured")?;
+    let clock = Arc::new(ManualClock::default());
+    store
+        .put_certificate(Certificate {
+            key: key.clone(),
+            passed: certification.passed(),
+            evidence: certification.evidence("test build"),
+            at: idem_core::clock::Clock::now(clock.as_ref()),
+        })
+        .await?;
+    let mut clients = ProviderSet::new();
+    clients.insert(FALLBACK.to_owned(), client as Arc<dyn Provider>);
+    let engine = Engine::new(
+        Arc::new(store.clone()),
+        clock,
+        Arc::new(SeededIds::new(4)),
+        providers,
+        Policy::Strict,
+    )
+    .with_model_probes(ModelProbes::new(clients, 2_000));
+    let alice = OwnerId("alice".to_owned());
+
+    // Before the switch: the backup button may use the fallback.
+    let first = engine.create_job(&alice, "k-1", request()).await?;
+    let attempt = engine
+        .start_attempt(first.job(), Some(FALLBACK), Trigger::Manual)
+        .await?;
+    assert_eq!(attempt.provider, FALLBACK);
+
+    // The provider silently serves another model under the same name.
+    fallback.set_behaviour(Behaviour {
+        served_model: Some("fallback-model-2026-06".to_owned()),
+        ..Behaviour::default()
+    });
+    let second = engine.create_job(&alice, "k-2", request()).await?;
+    let refused = engine
+        .start_attempt(second.job(), Some(FALLBACK), Trigger::Manual)
+        .await;
+    assert!(
+        matches!(refused, Err(EngineError::ProviderNotCertified { .. })),
+        "{refused:?}"
+    );
+    // Revoked in the database, for every replica, with the reason.
+    let stored = store
+        .certificate(&key)
+        .await?
+        .ok_or("the certificate row")?;
+    assert!(!stored.passed);
+    assert_eq!(stored.evidence["source"], "revoked");
+    assert_eq!(
+        stored.evidence["certified_model_identity"],
+        "fallback-model"
+    );
+    assert_eq!(
+        stored.evidence["serving_model_identity"],
+        "fallback-model-2026-06"
+    );
+    let events = store.events(second.job().id).await?;
+    let refusal = events
+        .iter()
+        .find(|e| e.kind == EventKind::FailoverRefused)
+        .ok_or("a failover_refused event")?;
+    assert_eq!(refusal.detail["reason"], "certificate_stale");
+    // Switching back does not restore it: a revoked certificate needs a new
+    // certification.
+    fallback.set_behaviour(Behaviour::default());
+    assert!(!engine.is_certified(FALLBACK).await?);
+    Ok(())
+}
+
+/// A self-signed certificate for `localhost`, as PEM (certificate, key).
+fn localhost_certificate() -> Result<(String, String), rcgen::Error> {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+    Ok((certified.cert.pem(), certified.signing_key.serialize_pem()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_job_runs_over_tls_on_loopback() -> TestResult {
+    let (cert_pem, key_pem) = localhost_certificate()?;
+    let dir = tempfile::tempdir()?;
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, &cert_pem)?;
+    std::fs::write(&key_path, &key_pem)?;
+
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = tcp.local_addr()?.port();
+    let listener = TlsListener::from_pem_files(tcp, &cert_path, &key_path)?;
+    let server = ProviderServer::new(Behaviour::default());
+    server.require_api_key("sk-test-not-a-secret");
+    tokio::spawn(idem_core::provider::server::serve(listener, server.clone()));
+
+    // Trusting only the compiled-in roots, the handshake fails before
+    // anything is sent: unreachable, never dispatched.
+    let untrusting = OpenAiClient::new(
+        TlsConnector::new(TcpConnector, client_config(&TlsSettings::default())?),
+        OpenAiConfig::new(format!("localhost:{port}"), PRIMARY),
+    )?;
+    let refused = untrusting.connect().await.map(drop);
+    assert!(
+        matches!(
+            refused,
+            Err(idem_core::provider::ProviderError::Unreachable(_))
+        ),
+        "{refused:?}"
+    );
+    assert!(server.executions().is_empty());
+
+    let tls = client_config(&TlsSettings {
+        ca_file: Some(cert_path.clone()),
+        ..TlsSettings::default()
+    })?;
+    // Trusted, but without the key: the provider refuses before executing.
+    let keyless = OpenAiClient::new(
+        TlsConnector::new(TcpConnector, tls.clone()),
+        OpenAiConfig::new(format!("localhost:{port}"), PRIMARY),
+    )?;
+    let refused = Provider::model_identity(&keyless).await;
+    assert!(
+        matches!(
+            refused,
+            Err(idem_core::provider::ProviderError::Rejected { status: 401, .. })
+        ),
+        "{refused:?}"
+    );
+    assert!(server.executions().is_empty());
+
+    let mut config = OpenAiConfig::new(format!("localhost:{port}"), PRIMARY);
+    config.api_key = Some(ApiKey::new("sk-test-not-a-secret"));
+    let client = OpenAiClient::new(TlsConnector::new(TcpConnector, tls), config)?;
+    assert!(!format!("{client:?}").contains("sk-test"));
+    let mut clients = ProviderSet::new();
+    clients.insert(PRIMARY.to_owned(), Arc::new(client) as Arc<dyn Provider>);
+    let engine = Engine::new(
+        Arc::new(MemStore::new()),
+        Arc::new(SystemClock),
+        Arc::new(UuidV7Ids),
+        Providers::named([PRIMARY]),
+        Policy::Strict,
+    );
+    let auth = idem_core::api::Auth::new().with_owner("token-alice", OwnerId("alice".into()));
+    let mut service_config = ServiceConfig::default();
+    service_config.worker.poll_interval_ms = 20;
+    let service = Service::new(engine.clone(), auth, clients, service_config);
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = api.local_addr()?;
+    let (_stop, shutdown) = shutdown_pair();
+    tokio::spawn(service.run(api, shutdown));
+
+    let created = send(
+        addr,
+        "POST",
+        "/v1/jobs",
+        &[
+            ("authorization", "Bearer token-alice"),
+            ("content-type", "application/json"),
+            ("idempotency-key", "tls-1"),
+        ],
+        Some(serde_json::to_vec(&json!({
+            "provider": PRIMARY,
+            "params": {"text": "Bonjour, ma commande ORD-20931 est arrivée abîmée."}
+        }))?),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["id"].as_str().ok_or("a job id")?.to_owned();
+    let mut job = Value::Null;
+    for _ in 0..200 {
+        job = send(
+            addr,
+            "GET",
+            &format!("/v1/jobs/{id}"),
+            &[("authorization", "Bearer token-alice")],
+            None,
+        )
+        .await
+        .body;
+        if job["state"] == json!(JobState::Succeeded) {
+            break;
+        }
+        idem_core::timer::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(job["state"], json!(JobState::Succeeded), "{job}");
+    assert_eq!(job["result"]["orders"], json!(["ORD-20931"]), "{job}");
+    assert_eq!(job["result"]["language"], "fr", "{job}");
+    let executions = server.executions();
+    assert_eq!(executions.len(), 1);
+    assert!(executions[0].billed);
+    Ok(())
+}
+
+/// A certificate on file and the configuration the service runs with now:
+/// the certificate holds only while its whole key and its endpoint are
+/// what the configuration says.
+struct KeyCase {
+    name: &'static str,
+    change: fn(&mut Providers),
+    valid: bool,
+    reason: &'static str,
+}
+
+async fn check_key(case: KeyCase) -> TestResult {
+    let certified = |providers: &mut Providers| {
+        providers.prompt_version = "prompt-1".to_owned();
+        providers.schema_version = "schema-1".to_owned();
+        for (name, model, endpoint) in [
+            (PRIMARY, "primary-model", "https://primary.example:443"),
+            (FALLBACK, "fallback-model", "https://fallback.example:443"),
+        ] {
+            providers.specs.insert(
+                name.to_owned(),
+                ProviderSpec {
+                    model: model.to_owned(),
+                    endpoint: Some(endpoint.to_owned()),
+                },
+            );
+        }
+    };
+    let mut then = Providers::default();
+    certified(&mut then);
+    let store = Arc::new(MemStore::new());
+    store
+        .put_certificate(Certificate {
+            key: then.certificate_key(FALLBACK).ok_or("configured")?,
+            passed: true,
+            evidence: json!({"source": "certification", "endpoint": "https://fallback.example:443"}),
+            at: idem_core::clock::Clock::now(&ManualClock::default()),
+        })
+        .await?;
+    let mut now = then.clone();
+    (case.change)(&mut now);
+    let engine = Engine::new(
+        store,
+        Arc::new(ManualClock::default()),
+        Arc::new(SeededIds::new(9)),
+        now,
+        Policy::Strict,
+    );
+    let status = engine.certificate_status(FALLBACK).await?;
+    assert_eq!(status.is_valid(), case.valid, "{}: {status:?}", case.name);
+    assert_eq!(status.reason(), case.reason, "{}", case.name);
+    // The backup button follows the same answer: 422 when not valid.
+    let job = engine
+        .create_job(&OwnerId("alice".to_owned()), case.name, request())
+        .await?;
+    let manual = engine
+        .start_attempt(job.job(), Some(FALLBACK), Trigger::Manual)
+        .await;
+    if case.valid {
+        assert!(manual.is_ok(), "{}: {manual:?}", case.name);
+    } else {
+        assert!(
+            matches!(manual, Err(EngineError::ProviderNotCertified { .. })),
+            "{}: {manual:?}",
+            case.name
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_certificate_stops_being_valid_when_its_key_or_endpoint_changes() -> TestResult {
+    let cases = vec![
+        KeyCase {
+            name: "unchanged",
+            change: |_| {},
+            valid: true,
+            reason: "valid",
+        },
+        KeyCase {
+            name: "model",
+            change: |p| {
+                if let Some(spec) = p.specs.get_mut(FALLBACK) {
+                    spec.model = "fallback-model-2".to_owned();
+                }
+            },
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "prompt_version",
+            change: |p| p.prompt_version = "prompt-2".to_owned(),
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "schema_version",
+            change: |p| p.schema_version = "schema-2".to_owned(),
+            valid: false,
+            reason: "no_certificate",
+        },
+        KeyCase {
+            name: "endpoint",
+            change: |p| {
+                if let Some(spec) = p.specs.get_mut(FALLBACK) {
+                    spec.endpoint = Some("https://elsewhere.example:443".to_owned());
+                }
+            },
+            valid: false,
+            reason: "certificate_other_endpoint",
+        },
+        KeyCase {
+            name: "provider",
+            // The certified provider's name now stands for another one
+            // (its old entry gone, a new name given its settings).
+            change: |p| {
+                if let Some(spec) = p.specs.remove(FALLBACK) {
+                    p.specs.insert("fallback-2".to_owned(), spec);
+                }
+                p.specs.insert(
+                    FALLBACK.to_owned(),
+                    ProviderSpec {
+                        model: "other-model".to_owned(),
+                        endpoint: Some("https://other.example:443".to_owned()),
+                    },
+                );
+            },
+            valid: false,
+            reason: "no_certificate",
+        },
+    ];
+    for case in cases {
+        check_key(case).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! The simulator's section of `idem bench`: per scenario against a bare
+//! turmoil replay of the same runs, the catalogue × 1000 seeds on every
+//! core, the 1 → N jobs scaling, and a sweep's memory.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use idem_core::design::Design;
+use idem_reports::SweepSummary;
+use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
+use idem_sim::bench::{Capture, ReplayWorld, Traffic, replay};
+use idem_sim::run::RunOutcome;
+
+use super::super::common::{build, execute, window_name};
+use super::super::sweep::{all_windows, run_all};
+use super::timed;
+use crate::load::Loaded;
+
+/// How much the simulator section measures.
+#[derive(Clone, Copy, Debug)]
+pub struct SimPlan {
+    /// Seeds per scenario for the per-scenario figures and the scaling.
+    pub seeds: u64,
+    /// Seeds of the catalogue sweep `catalogue_x1000_seconds` comes from
+    /// (1000 measures it for real; fewer extrapolate, and say so).
+    pub catalogue_seeds: u64,
+    /// Runs of the small and the large sweep whose memory is compared.
+    pub rss_small_runs: u64,
+    pub rss_large_runs: u64,
+    pub jobs: NonZeroUsize,
+}
+
+/// One scenario over `seeds` seeds, run one after another on one thread.
+/// Each seed runs three times, interleaved so that a change of load on the
+/// machine touches all three alike: idem as it runs by default (quiet
+/// time skipped), idem with every step taken (`timing.skip_quiet = false`,
+/// the simulator before skips), and the bare turmoil replay of the first
+/// run's traffic.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioBench {
+    pub scenario: String,
+    pub seeds: u64,
+    pub hosts: u64,
+    pub seeds_per_s: f64,
+    pub steps_per_seed: f64,
+    pub wall_per_seed_ms: f64,
+    pub sim_ms_per_seed: f64,
+    pub connections_per_seed: f64,
+    pub segments_per_seed: f64,
+    /// The bare turmoil replay: same hosts, connections, segments, tick,
+    /// latencies and simulated time, no idem code, every step taken.
+    pub turmoil_wall_per_seed_ms: f64,
+    pub turmoil_steps_per_seed: f64,
+    /// idem's wall time per seed over the replay's, measured in this run.
+    pub sim_vs_turmoil_cost_ratio: f64,
+    /// idem with every step taken (no quiet-time skips).
+    pub exact_wall_per_seed_ms: f64,
+    pub exact_steps_per_seed: f64,
+    pub exact_vs_turmoil_cost_ratio: f64,
+    /// Where the steps went, per seed: skipping ahead, held back by a
+    /// message in flight, by a timer or deadline within two ticks, or by
+    /// the driver's own action.
+    pub steps_skipping_per_seed: f64,
+    pub skipped_ms_per_seed: f64,
+    pub steps_in_flight_per_seed: f64,
+    pub steps_timer_due_per_seed: f64,
+    pub steps_driver_per_seed: f64,
+    /// Runs that did not pass (either way of running); should be 0.
+    pub not_passed: u64,
+}
+
+/// A sweep run through the same code as `idem sweep`, timed.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepBench {
+    pub seeds: u64,
+    pub runs: u64,
+    pub jobs: usize,
+    pub wall_seconds: f64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errors: u64,
+    pub windows_never_reached: Vec<String>,
+    /// Resident memory (KiB) before and after the sweep, and its peak
+    /// during it (the peak is reset just before it starts).
+    pub rss_start_kib: Option<u64>,
+    pub rss_end_kib: Option<u64>,
+    pub rss_peak_kib: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Scaling {
+    pub runs: u64,
+    pub jobs_1_seconds: f64,
+    pub jobs: usize,
+    pub jobs_n_seconds: f64,
+    /// jobs_1_seconds / jobs_n_seconds.
+    pub speedup: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Memory {
+    pub small: SweepBench,
+    pub large: SweepBench,
+    /// large peak / small peak; within 1.10 is flat.
+    pub peak_ratio: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SimBench {
+    pub seeds_per_scenario: u64,
+    pub scenarios: Vec<ScenarioBench>,
+    pub sim_vs_turmoil_cost_ratio_max: f64,
+    pub exact_vs_turmoil_cost_ratio_max: f64,
+    /// The whole catalogue × 1000 seeds on `catalogue.jobs` threads.
+    pub catalogue_x1000_seconds: f64,
+    /// Whether it was extrapolated from `catalogue.seeds` seeds.
+    pub catalogue_x1000_extrapolated: bool,
+    pub catalogue: SweepBench,
+    pub scaling: Scaling,
+    pub memory: Memory,
+}
+
+/// Runs the simulator section.
+pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
+    let per_scenario: Vec<ScenarioBench> = scenarios
+        .iter()
+        .map(|l| {
+            let b = scenario_bench(l, plan.seeds);
+            eprintln!(
+                "  {}: {:.1} ms/seed, {:.0} steps/seed, {:.2}x bare turmoil ({:.2}x with every step)",
+                b.scenario,
+                b.wall_per_seed_ms,
+                b.steps_per_seed,
+                b.sim_vs_turmoil_cost_ratio,
+                b.exact_vs_turmoil_cost_ratio
+            );
+            b
+        })
+        .collect();
+    let one = NonZeroUsize::MIN;
+    let serial = sweep_bench(scenarios, plan.seeds, one);
+    let parallel = sweep_bench(scenarios, plan.seeds, plan.jobs);
+    let scaling = Scaling {
+        runs: serial.runs,
+        jobs_1_seconds: serial.wall_seconds,
+        jobs: parallel.jobs,
+        jobs_n_seconds: parallel.wall_seconds,
+        speedup: serial.wall_seconds / parallel.wall_seconds.max(f64::EPSILON),
+    };
+    eprintln!(
+        "  scaling: {} runs, {:.1} s on 1 job, {:.1} s on {}",
+        scaling.runs, scaling.jobs_1_seconds, scaling.jobs_n_seconds, scaling.jobs
+    );
+    let per_catalogue = |runs: u64| runs.div_ceil(scenarios.len().max(1) as u64).max(1);
+    let small = sweep_bench(scenarios, per_catalogue(plan.rss_small_runs), plan.jobs);
+    let catalogue = sweep_bench(scenarios, plan.catalogue_seeds, plan.jobs);
+    eprintln!(
+        "  catalogue x {} seeds: {:.1} s on {} jobs",
+        catalogue.seeds, catalogue.wall_seconds, catalogue.jobs
+    );
+    // The catalogue sweep is the large one when it is large enough.
+    let large = if catalogue.runs >= plan.rss_large_runs {
+        catalogue.clone()
+    } else {
+        sweep_bench(scenarios, per_catalogue(plan.rss_large_runs), plan.jobs)
+    };
+    let peak_ratio = match (small.rss_peak_kib, large.rss_peak_kib) {
+        (Some(s), Some(l)) if s > 0 => Some(l as f64 / s as f64),
+        _ => None,
+    };
+    eprintln!(
+        "  memory: peak {:?} KiB over {} runs, {:?} KiB over {} runs",
+        small.rss_peak_kib, small.runs, large.rss_peak_kib, large.runs
+    );
+    let catalogue_x1000_seconds =
+        catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
+    let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
+    SimBench {
+        seeds_per_scenario: plan.seeds,
+        sim_vs_turmoil_cost_ratio_max: max(|b| b.sim_vs_turmoil_cost_ratio),
+        exact_vs_turmoil_cost_ratio_max: max(|b| b.exact_vs_turmoil_cost_ratio),
+        scenarios: per_scenario,
+        catalogue_x1000_seconds,
+        catalogue_x1000_extrapolated: plan.catalogue_seeds != 1000,
+        catalogue,
+        scaling,
+        memory: Memory {
+            small,
+            large,
+            peak_ratio,
+        },
+    }
+}
+
+fn passed(outcome: &Result<RunOutcome, String>) -> bool {
+    matches!(outcome, Ok(o) if o.report.violations.is_empty())
+}
+
+fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
+    let scenario = &loaded.scenario;
+    let mut exact_scenario = scenario.clone();
+    exact_scenario.timing.skip_quiet = false;
+    let (mut wall, mut exact_wall, mut turmoil_wall) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    let (mut steps, mut exact_steps, mut turmoil_steps, mut sim_ms) = (0u64, 0u64, 0u64, 0u64);
+    let (mut connections, mut segments, mut hosts, mut not_passed) = (0u64, 0u64, 0u64, 0u64);
+    let mut kinds = idem_sim::quiet::StepCounts::default();
+    for seed in 0..seeds {
+        let capture = Capture::start();
+        let (outcome, took) = timed(|| execute(scenario, seed, Design::Correct));
+        let traffic: Traffic = capture.finish();
+        wall += took;
+        not_passed += u64::from(!passed(&outcome));
+        let (exact, took) = timed(|| execute(&exact_scenario, seed, Design::Correct));
+        exact_wall += took;
+        not_passed += u64::from(!passed(&exact));
+        if let Ok(exact) = &exact {
+            exact_steps += exact.report.steps;
+        }
+        let Ok(outcome) = outcome else { continue };
+        steps += outcome.report.steps;
+        sim_ms += outcome.report.sim_ms;
+        kinds.skipping += outcome.quiet.skipping;
+        kinds.skipped_ms += outcome.quiet.skipped_ms;
+        kinds.in_flight += outcome.quiet.in_flight;
+        kinds.timer_due += outcome.quiet.timer_due;
+        kinds.driver += outcome.quiet.driver;
+        connections += traffic.connections.len() as u64;
+        segments += traffic.segments();
+        hosts = outcome.hosts.len() as u64;
+        let world = ReplayWorld {
+            hosts: outcome.hosts.clone(),
+            tick_ms: scenario.timing.tick_ms,
+            latency_ms_min: scenario.timing.latency_ms_min,
+            latency_ms_max: scenario.timing.latency_ms_max,
+            sim_ms: outcome.report.sim_ms,
+        };
+        drop(outcome);
+        let (replay_steps, took) = timed(|| replay(&world, &traffic));
+        turmoil_wall += took;
+        turmoil_steps += replay_steps;
+    }
+    let n = seeds.max(1) as f64;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(f64::EPSILON);
+    ScenarioBench {
+        scenario: scenario.name.clone(),
+        seeds,
+        hosts,
+        seeds_per_s: n / wall.as_secs_f64().max(f64::EPSILON),
+        steps_per_seed: steps as f64 / n,
+        wall_per_seed_ms: ms(wall),
+        sim_ms_per_seed: sim_ms as f64 / n,
+        connections_per_seed: connections as f64 / n,
+        segments_per_seed: segments as f64 / n,
+        turmoil_wall_per_seed_ms: ms(turmoil_wall),
+        turmoil_steps_per_seed: turmoil_steps as f64 / n,
+        sim_vs_turmoil_cost_ratio: ratio(wall, turmoil_wall),
+        exact_wall_per_seed_ms: ms(exact_wall),
+        exact_steps_per_seed: exact_steps as f64 / n,
+        exact_vs_turmoil_cost_ratio: ratio(exact_wall, turmoil_wall),
+        steps_skipping_per_seed: kinds.skipping as f64 / n,
+        skipped_ms_per_seed: kinds.skipped_ms as f64 / n,
+        steps_in_flight_per_seed: kinds.in_flight as f64 / n,
+        steps_timer_due_per_seed: kinds.timer_due as f64 / n,
+        steps_driver_per_seed: kinds.driver as f64 / n,
+        not_passed,
+    }
+}
+
+/// The catalogue over seeds `0..seeds` on `jobs` threads, as `idem sweep`
+/// runs it.
+fn sweep_bench(scenarios: &[Loaded], seeds: u64, jobs: NonZeroUsize) -> SweepBench {
+    let swept: Vec<SweptScenario> = scenarios
+        .iter()
+        .map(|l| SweptScenario {
+            name: l.scenario.name.clone(),
+            expect_windows: l
+                .scenario
+                .expect_windows
+                .iter()
+                .copied()
+                .map(window_name)
+                .collect(),
+        })
+        .collect();
+    let seed_list: Vec<u64> = (0..seeds.max(1)).collect();
+    let tally = SweepTally::new(
+        Design::Correct.name(),
+        SeedRange {
+            start: 0,
+            end: seeds.max(1),
+        },
+        Shard { index: 0, count: 1 },
+        &swept,
+    );
+    let rss_start_kib = memory::resident_kib();
+    memory::reset_peak();
+    let (summary, took): (SweepSummary, Duration) = timed(|| {
+        run_all(scenarios, &seed_list, jobs.get(), Design::Correct, tally)
+            .finish(build())
+            .gate_windows(&all_windows(), true)
+    });
+    let rss_peak_kib = memory::peak_kib();
+    let rss_end_kib = memory::resident_kib();
+    let t = summary.totals;
+    SweepBench {
+        seeds: seeds.max(1),
+        runs: t.runs,
+        jobs: jobs.get(),
+        wall_seconds: took.as_secs_f64(),
+        passed: t.passed,
+        failed: t.failed,
+        errors: t.errors,
+        windows_never_reached: summary.coverage.never_reached,
+        rss_start_kib,
+        rss_end_kib,
+        rss_peak_kib,
+    }
+}
+
+/// The process's memory, from Linux's /proc (None elsewhere).
+mod memory {
+    fn status_kib(field: &str) -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    pub fn resident_kib() -> Option<u64> {
+        status_kib("VmRSS:")
+    }
+
+    pub fn peak_kib() -> Option<u64> {
+        status_kib("VmHWM:")
+    }
+
+    /// Resets the peak to the current resident size (Linux ≥ 4.0).
+    pub fn reset_peak() {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+}

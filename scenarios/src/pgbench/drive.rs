@@ -1,0 +1,363 @@
+//! The load generator: idem's service in this process, and clients that
+//! drive it (over HTTP/1, or the store directly) for a bounded time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use idem_core::api::Auth;
+use idem_core::clock::{Clock, IdSource, SystemClock, UuidV7Ids};
+use idem_core::contract::Providers;
+use idem_core::engine::{Engine, Policy};
+use idem_core::fingerprint::Canonical;
+use idem_core::model::{IdempotencyKey, OwnerId};
+use idem_core::provider::ProviderSet;
+use idem_core::service::{Service, ServiceConfig, ShutdownTrigger, shutdown_pair};
+use idem_core::store::pg::PgStore;
+use idem_core::store::{CreateOutcome, NewJob, Store};
+
+use super::workload::{Answer, Ask, FALLBACK, Ledger, PRIMARY, Plan};
+use super::{BenchPath, PgBenchError, PointReport, now};
+
+/// The bearer token of every bench owner is its name.
+const TOKEN_PREFIX: &str = "bench-token-";
+/// The most latencies one client keeps (about 40 minutes at 10,000
+/// requests/s, far past any point's bound); past it, requests still count.
+const LATENCIES_PER_CLIENT_MAX: usize = 1 << 24;
+
+/// What one point measured.
+#[derive(Debug, Default)]
+pub struct Measured {
+    pub ledger: Ledger,
+    /// Microseconds per request, every client's.
+    pub latencies_us: Vec<u32>,
+    pub requests: u64,
+    pub seconds: f64,
+}
+
+impl Measured {
+    pub fn point(self, path: BenchPath, clients: u32, errors: u64) -> PointReport {
+        let (p50_ms, p99_ms) = percentiles_ms(self.latencies_us);
+        PointReport {
+            path,
+            clients,
+            requests: self.requests,
+            seconds: self.seconds,
+            requests_per_s: if self.seconds > 0.0 {
+                self.requests as f64 / self.seconds
+            } else {
+                0.0
+            },
+            p50_ms,
+            p99_ms,
+            errors,
+            statements_per_request: None,
+            rollbacks_per_request: None,
+            server_ms_per_request: None,
+        }
+    }
+}
+
+/// The 50th and 99th percentiles (nearest rank), in milliseconds.
+pub fn percentiles_ms(mut latencies_us: Vec<u32>) -> (f64, f64) {
+    if latencies_us.is_empty() {
+        return (0.0, 0.0);
+    }
+    latencies_us.sort_unstable();
+    let at = |q: f64| {
+        let rank = ((q * latencies_us.len() as f64).ceil() as usize).clamp(1, latencies_us.len());
+        f64::from(latencies_us[rank - 1]) / 1000.0
+    };
+    (at(0.50), at(0.99))
+}
+
+/// Opens every connection of the pool before anything is measured, so that
+/// no point pays for connecting (pgbench's figure leaves its connection
+/// time out too).
+pub async fn warm_pool(store: &PgStore, connections: u32) -> Result<(), PgBenchError> {
+    let mut held = Vec::new();
+    for _ in 0..connections {
+        held.push(
+            store
+                .pool()
+                .acquire()
+                .await
+                .map_err(|e| PgBenchError::Database(e.to_string()))?,
+        );
+    }
+    Ok(())
+}
+
+/// idem's service (the API only: no worker, reconciler or pruner, whose
+/// work is not what is measured) on a loopback port of its own runtime.
+#[derive(Debug)]
+pub struct HttpServer {
+    pub addr: std::net::SocketAddr,
+    trigger: ShutdownTrigger,
+    runtime: tokio::runtime::Runtime,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// Threads of the server's runtime: as `idem-server` would have on this
+/// machine (one per core).
+fn server_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from)
+}
+
+impl HttpServer {
+    pub fn start(store: Arc<dyn Store>) -> Result<Self, PgBenchError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(server_threads())
+            .thread_name("idem-bench-server")
+            .enable_all()
+            .build()
+            .map_err(|e| PgBenchError::Load(format!("the server's runtime: {e}")))?;
+        let engine = Engine::new(
+            store,
+            Arc::new(SystemClock),
+            Arc::new(UuidV7Ids),
+            Providers::named([PRIMARY, FALLBACK]),
+            Policy::Strict,
+        );
+        let mut auth = Auth::new();
+        for path in [BenchPath::Http] {
+            for clients in 0..=super::CLIENTS_MAX {
+                let owner = format!("bench-{}-{clients}", path.name());
+                auth = auth.with_owner(&format!("{TOKEN_PREFIX}{owner}"), OwnerId(owner));
+            }
+        }
+        let config = ServiceConfig {
+            run_worker: false,
+            run_reconciler: false,
+            run_pruner: false,
+            ..ServiceConfig::default()
+        };
+        let service = Service::new(engine, auth, ProviderSet::new(), config);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| PgBenchError::Load(format!("cannot listen: {e}")))?;
+        let listener = {
+            let _inside = runtime.enter();
+            tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| PgBenchError::Load(format!("cannot listen: {e}")))?
+        };
+        let addr = listener
+            .local_addr()
+            .map_err(|e| PgBenchError::Load(e.to_string()))?;
+        let (trigger, shutdown) = shutdown_pair();
+        let served = runtime.spawn(service.run(listener, shutdown));
+        Ok(Self {
+            addr,
+            trigger,
+            runtime,
+            served,
+        })
+    }
+
+    pub async fn stop(self) {
+        self.trigger.trigger();
+        // The service drains and returns; a failure to serve was already
+        // seen by the clients as failed requests.
+        let _ = self.served.await;
+        self.runtime.shutdown_background();
+    }
+}
+
+/// Runs `clients` tasks until `duration` has passed; each returns its ledger
+/// and latencies.
+async fn drive<F, Fut>(
+    plan: &Arc<Plan>,
+    duration: Duration,
+    client: F,
+) -> Result<Measured, PgBenchError>
+where
+    F: Fn(u32, Arc<Plan>, std::time::Instant) -> Fut,
+    Fut: Future<Output = Result<(Ledger, Vec<u32>, u64), PgBenchError>> + Send + 'static,
+{
+    let start = now();
+    let deadline = start + duration;
+    let mut tasks = JoinSet::new();
+    for c in 0..plan.clients {
+        tasks.spawn(client(c, plan.clone(), deadline));
+    }
+    let mut measured = Measured::default();
+    while let Some(joined) = tasks.join_next().await {
+        let (ledger, latencies, requests) =
+            joined.map_err(|e| PgBenchError::Load(format!("a client task: {e}")))??;
+        measured.ledger.merge(ledger);
+        measured.latencies_us.extend(latencies);
+        measured.requests += requests;
+    }
+    measured.seconds = now().duration_since(start).as_secs_f64();
+    Ok(measured)
+}
+
+fn micros(since: std::time::Instant) -> u32 {
+    u32::try_from(now().duration_since(since).as_micros()).unwrap_or(u32::MAX)
+}
+
+/// Drives the service over HTTP/1, one keep-alive connection per client.
+pub async fn http(
+    server: &HttpServer,
+    plan: &Arc<Plan>,
+    duration: Duration,
+) -> Result<Measured, PgBenchError> {
+    let addr = server.addr;
+    let measured = drive(plan, duration, move |c, plan, deadline| async move {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| PgBenchError::Load(format!("connect: {e}")))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| PgBenchError::Load(e.to_string()))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| PgBenchError::Load(format!("handshake: {e}")))?;
+        tokio::spawn(connection);
+        let token = format!("Bearer {TOKEN_PREFIX}{}", plan.owner);
+        let host = addr.to_string();
+        let mut rng = plan.rng(c);
+        let mut next_index = 0u64;
+        let mut ledger = Ledger::default();
+        let mut latencies = Vec::new();
+        let mut requests = 0u64;
+        while now() < deadline {
+            let ask = plan.next(c, next_index, &mut rng);
+            let body = serde_json::to_vec(&ask.request()).expect("a JobRequest serializes");
+            let request = http::Request::post("/v1/jobs")
+                .header("host", &host)
+                .header("authorization", &token)
+                .header("idempotency-key", ask.key())
+                .header("content-type", "application/json")
+                .body(Full::new(bytes::Bytes::from(body)))
+                .map_err(|e| PgBenchError::Load(e.to_string()))?;
+            let sent = now();
+            sender
+                .ready()
+                .await
+                .map_err(|e| PgBenchError::Load(format!("connection: {e}")))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| PgBenchError::Load(format!("request: {e}")))?;
+            let status = response.status().as_u16();
+            let replayed = response
+                .headers()
+                .get(idem_core::api::IDEMPOTENT_REPLAYED)
+                .is_some_and(|v| v == "true");
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| PgBenchError::Load(format!("response body: {e}")))?
+                .to_bytes();
+            if latencies.len() < LATENCIES_PER_CLIENT_MAX {
+                latencies.push(micros(sent));
+            }
+            requests += 1;
+            let answer = http_answer(status, replayed, &bytes);
+            if let (Ask::New { index, .. }, Answer::Created(_)) = (ask, &answer) {
+                plan.created(c, index);
+            }
+            if matches!(ask, Ask::New { .. }) {
+                next_index += 1;
+            }
+            ledger.entries.push((ask, answer));
+        }
+        Ok((ledger, latencies, requests))
+    })
+    .await?;
+    Ok(measured)
+}
+
+fn http_answer(status: u16, replayed: bool, body: &[u8]) -> Answer {
+    let json: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let id = json
+        .get("id")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok());
+    match (status, replayed, id) {
+        (201, false, Some(id)) => Answer::Created(id),
+        (200, true, Some(id)) => Answer::Replayed(id),
+        (409, _, _)
+            if json
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("idempotency-key-reused")) =>
+        {
+            Answer::Refused(None)
+        }
+        _ => Answer::Unexpected(format!(
+            "HTTP {status} {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        )),
+    }
+}
+
+/// Drives `PgStore::create_job` directly, building each job as the engine
+/// does (canonical body, fingerprint, time-ordered id, the system clock).
+pub async fn store(
+    store: &PgStore,
+    plan: &Arc<Plan>,
+    duration: Duration,
+) -> Result<Measured, PgBenchError> {
+    let store = store.clone();
+    let measured = drive(plan, duration, move |c, plan, deadline| {
+        let store = store.clone();
+        async move {
+            let owner = OwnerId(plan.owner.clone());
+            let ids = UuidV7Ids;
+            let clock = SystemClock;
+            let mut rng = plan.rng(c);
+            let mut next_index = 0u64;
+            let mut ledger = Ledger::default();
+            let mut latencies = Vec::new();
+            let mut requests = 0u64;
+            while now() < deadline {
+                let ask = plan.next(c, next_index, &mut rng);
+                let sent = now();
+                let request = ask.request();
+                let canonical = Canonical::from_value(
+                    &serde_json::to_value(&request).expect("a JobRequest serializes"),
+                );
+                let new = NewJob {
+                    id: ids.job_id(),
+                    owner_id: owner.clone(),
+                    idempotency_key: IdempotencyKey::parse(&ask.key())
+                        .map_err(|e| PgBenchError::Load(e.to_string()))?,
+                    request_fingerprint: canonical.fingerprint(),
+                    request: canonical,
+                    provider: request.provider,
+                    fallbacks: request.fallbacks,
+                    at: clock.now(),
+                };
+                let answer = match store.create_job(new).await {
+                    Ok(CreateOutcome::Created(job)) => Answer::Created(job.id.0),
+                    Ok(CreateOutcome::Existing(job)) => Answer::Replayed(job.id.0),
+                    Ok(CreateOutcome::KeyReused { existing, .. }) => {
+                        Answer::Refused(Some(existing.0))
+                    }
+                    Err(e) => Answer::Unexpected(e.to_string()),
+                };
+                if latencies.len() < LATENCIES_PER_CLIENT_MAX {
+                    latencies.push(micros(sent));
+                }
+                requests += 1;
+                if let (Ask::New { index, .. }, Answer::Created(_)) = (ask, &answer) {
+                    plan.created(c, index);
+                }
+                if matches!(ask, Ask::New { .. }) {
+                    next_index += 1;
+                }
+                ledger.entries.push((ask, answer));
+            }
+            Ok((ledger, latencies, requests))
+        }
+    })
+    .await?;
+    Ok(measured)
+}
