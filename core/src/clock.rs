@@ -4,10 +4,20 @@
 //! simulator must replay a run byte for byte from its seed. Production uses
 //! [`SystemClock`] and [`UuidV7Ids`]; tests and the simulator use
 //! [`ManualClock`] and [`SeededIds`] (or their own sources over sim time).
+//!
+//! A clock has two faces, as TigerBeetle's has: *realtime* ([`Clock::now`]),
+//! the timestamps written into rows, which may be offset, drift and jump
+//! on any host; and *monotonic* ([`Clock::monotonic`]), which only moves
+//! forward at the rate of true time and means something only as a
+//! difference on the host that read it. A rule that waits ("stale after 3
+//! s", "overdue after 10 minutes") measures the wait on the monotonic face
+//! of the host that acts, never by subtracting timestamps that two hosts
+//! wrote with two clocks.
 
 use std::fmt;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use rand::{RngCore, SeedableRng};
@@ -20,7 +30,13 @@ use crate::model::{AttemptId, JobId, Timestamp};
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time, at microsecond precision (what `timestamptz` keeps),
     /// so that a value read back from PostgreSQL equals the value written.
+    /// Another host's clock may disagree with it by any amount.
     fn now(&self) -> Timestamp;
+
+    /// Time elapsed since an arbitrary origin fixed for this clock: never
+    /// goes back, never jumps, and is comparable only with other readings
+    /// of the same clock. Waits are measured on it.
+    fn monotonic(&self) -> Duration;
 }
 
 /// A source of fresh ids.
@@ -52,11 +68,21 @@ pub fn micros_to_timestamp(micros: i64) -> Timestamp {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
+/// The origin of [`SystemClock::monotonic`]: the first reading in the
+/// process. Production adapter: the OS monotonic clock is the point here.
+#[allow(clippy::disallowed_methods)]
+static MONOTONIC_ORIGIN: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
 impl Clock for SystemClock {
     // Production adapter: real time is the point here.
     #[allow(clippy::disallowed_methods)]
     fn now(&self) -> Timestamp {
         to_micros(Utc::now())
+    }
+
+    fn monotonic(&self) -> Duration {
+        MONOTONIC_ORIGIN.elapsed()
     }
 }
 
@@ -76,6 +102,7 @@ impl IdSource for UuidV7Ids {
 #[derive(Debug)]
 pub struct ManualClock {
     now_us: AtomicI64,
+    monotonic_us: AtomicU64,
 }
 
 /// 2026-01-01T00:00:00Z, the fixed epoch of deterministic clocks.
@@ -91,10 +118,23 @@ impl ManualClock {
     pub fn starting_at_us(now_us: i64) -> Self {
         Self {
             now_us: AtomicI64::new(now_us),
+            monotonic_us: AtomicU64::new(0),
         }
     }
 
+    /// Time passes: both faces move by `delta_ms` (the monotonic face only
+    /// forward: a negative delta moves the realtime face alone).
     pub fn advance_ms(&self, delta_ms: i64) {
+        self.now_us.fetch_add(delta_ms * 1000, Ordering::SeqCst);
+        if let Ok(forward_ms) = u64::try_from(delta_ms) {
+            self.monotonic_us
+                .fetch_add(forward_ms * 1000, Ordering::SeqCst);
+        }
+    }
+
+    /// The realtime face jumps by `delta_ms` (forward or back), as a clock
+    /// stepped by an operator or NTP does; no time passes.
+    pub fn jump_ms(&self, delta_ms: i64) {
         self.now_us.fetch_add(delta_ms * 1000, Ordering::SeqCst);
     }
 }
@@ -102,6 +142,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         micros_to_timestamp(self.now_us.load(Ordering::SeqCst))
+    }
+
+    fn monotonic(&self) -> Duration {
+        Duration::from_micros(self.monotonic_us.load(Ordering::SeqCst))
     }
 }
 
@@ -159,5 +203,9 @@ mod tests {
         assert_eq!(clock.now(), t0);
         clock.advance_ms(1500);
         assert_eq!((clock.now() - t0).num_milliseconds(), 1500);
+        assert_eq!(clock.monotonic(), Duration::from_millis(1500));
+        clock.jump_ms(-60_000);
+        assert_eq!((clock.now() - t0).num_milliseconds(), -58_500);
+        assert_eq!(clock.monotonic(), Duration::from_millis(1500));
     }
 }

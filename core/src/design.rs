@@ -34,6 +34,10 @@ pub enum Design {
     SessionScopedKey,
     /// A completion whose acknowledgement is lost is called lost, unchecked.
     LostAckMeansLost,
+    /// The reconciler's waits (stale, overdue) subtract the `started_at`
+    /// another host's clock wrote from its own clock's `now()`, so a clock
+    /// ahead or behind makes it act early.
+    WallClockDeadlines,
     /// Not a design anyone would choose: a bug planted on purpose (the
     /// compare-and-swap's `completed_by IS NULL` swapped for `IS NOT NULL`)
     /// so that a test can show the property test finding and shrinking a
@@ -52,6 +56,7 @@ impl Design {
         Design::BlindFailover,
         Design::SessionScopedKey,
         Design::LostAckMeansLost,
+        Design::WallClockDeadlines,
     ];
 
     /// The naive designs only.
@@ -70,6 +75,7 @@ impl Design {
             Design::BlindFailover => "blind-failover",
             Design::SessionScopedKey => "session-scoped-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
+            Design::WallClockDeadlines => "wall-clock-deadlines",
             Design::PlantedSwappedCas => "planted-swapped-cas",
         }
     }
@@ -84,7 +90,7 @@ impl fmt::Display for Design {
 /// An unknown design name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown design {0:?}; known: correct, check-then-insert, no-fingerprint, timeout-is-failure, last-writer-wins, unguarded-attempts, blind-failover, session-scoped-key, lost-ack-means-lost"
+    "unknown design {0:?}; known: correct, check-then-insert, no-fingerprint, timeout-is-failure, last-writer-wins, unguarded-attempts, blind-failover, session-scoped-key, lost-ack-means-lost, wall-clock-deadlines"
 )]
 pub struct UnknownDesign(pub String);
 
@@ -116,6 +122,6 @@ mod tests {
         assert!("nope".parse::<Design>().is_err());
         assert_eq!("planted-swapped-cas".parse(), Ok(Design::PlantedSwappedCas));
         assert!(!Design::ALL.contains(&Design::PlantedSwappedCas));
-        assert_eq!(Design::mutants().count(), 8);
+        assert_eq!(Design::mutants().count(), 9);
     }
 }

@@ -29,6 +29,12 @@ use crate::store::{
 /// re-run before the engine gives up and reports the store as unavailable.
 pub const ACK_RECHECKS_MAX: u32 = 3;
 
+/// The `reason` recorded with a move to unknown because the provider call
+/// outlived its deadline (or broke after dispatch).
+pub const DEADLINE_REASON: &str = "deadline";
+/// The `reason` recorded with a move to unknown because the reconciler
+/// presumed the attempt's worker gone.
+pub const PRESUMED_ORPHANED_REASON: &str = "presumed_orphaned";
 /// How long the engine waits for a provider to say which model it serves
 /// before a failover to it, by default. Past it the failover is refused: a
 /// certificate that cannot be checked is not relied on.
@@ -609,6 +615,17 @@ impl Engine {
     /// that is still starting holds it for the moment it takes to connect,
     /// so a refusal by that index is waited out, a bounded number of times.
     pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+        self.to_unknown(attempt, DEADLINE_REASON).await
+    }
+
+    /// The reconciler's judgement that a starting or running attempt's
+    /// worker is gone (it has been silent too long): unknown, as a timeout
+    /// is, with a reason that says who decided it and why.
+    pub async fn presume_orphaned(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+        self.to_unknown(attempt, PRESUMED_ORPHANED_REASON).await
+    }
+
+    async fn to_unknown(&self, attempt: AttemptId, reason: &str) -> Result<Attempt, EngineError> {
         #[cfg(feature = "bench")]
         if self.runs(Design::TimeoutIsFailure) {
             // Naive: the client saw a failure, so the attempt failed.
@@ -616,7 +633,7 @@ impl Engine {
                 .transition(
                     attempt,
                     AttemptState::Failed,
-                    Some(json!({"reason": "deadline"})),
+                    Some(json!({"reason": DEADLINE_REASON})),
                 )
                 .await;
         }
@@ -626,7 +643,7 @@ impl Engine {
                 .transition(
                     attempt,
                     AttemptState::Unknown,
-                    Some(json!({"reason": "deadline"})),
+                    Some(json!({"reason": reason})),
                 )
                 .await;
             match result {

@@ -7,17 +7,29 @@
 //! cancelled are recorded, still running waits. Past `unknown_max_ms` it
 //! cancels where the provider supports it; otherwise the job stays blocked
 //! and the reconciler reports it. Every pass is bounded.
+//!
+//! How long an attempt has been around is measured on the reconciler's own
+//! monotonic clock, from the pass that first saw it, never by subtracting
+//! the `started_at` another host's clock wrote from this host's `now()`:
+//! with one of the two clocks ahead or behind, that difference says
+//! nothing, and acting on it takes a call away from a worker still inside
+//! its deadline. Seeing an attempt late (it starts between two passes, or
+//! the reconciler restarts and forgets) only makes the wait longer, never
+//! shorter. The `wall-clock-deadlines` naive design keeps the subtraction,
+//! so that the bench can show what it costs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use chrono::TimeDelta;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+#[cfg(feature = "bench")]
+use crate::design::Design;
 use crate::engine::{Engine, EngineError, Resolution, Resolved};
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind};
+use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
 
 /// Tunables; every wait and batch is bounded by one.
@@ -96,6 +108,28 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     /// Blocked attempts already reported, so the trace is not flooded.
     reported: Arc<Mutex<BTreeSet<AttemptId>>>,
+    /// When (on this reconciler's monotonic clock) each open attempt was
+    /// first seen. Bounded: only attempts the last pass returned are kept,
+    /// at most `attempts_per_pass_max` per state.
+    sightings: Arc<Mutex<BTreeMap<AttemptId, Duration>>>,
+}
+
+/// Why the reconciler cancels an unknown attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cancel {
+    /// The provider says it never received the request: cancelling
+    /// tombstones the key, so a copy still on the network cannot run late.
+    NeverReceived,
+    /// It outlived `unknown_max_ms`; `can_ask` says whether the provider
+    /// offers a status lookup.
+    Overdue { can_ask: bool },
+}
+
+/// Past every timestamp a clock could write: the store's queries for open
+/// attempts filter nothing by time, since no clock here is trusted to.
+fn horizon() -> Timestamp {
+    // 9999-12-31T23:59:59Z, which PostgreSQL's timestamptz holds.
+    crate::clock::micros_to_timestamp(253_402_300_799_000_000)
 }
 
 impl Reconciler {
@@ -105,6 +139,7 @@ impl Reconciler {
             providers,
             config,
             reported: Arc::default(),
+            sightings: Arc::default(),
         }
     }
 
@@ -121,8 +156,23 @@ impl Reconciler {
         .await;
     }
 
-    fn ago(&self, ms: u64) -> crate::model::Timestamp {
-        self.engine.clock().now() - TimeDelta::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX))
+    /// Whether `attempt` has been around for `wait_ms`: on this host's
+    /// monotonic clock since this reconciler first saw it (`now` read after
+    /// the store's answer that showed it).
+    fn waited(&self, attempt: &Attempt, wait_ms: u64, now: Duration) -> bool {
+        let first = *self
+            .sightings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(attempt.id)
+            .or_insert(now);
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::WallClockDeadlines {
+            // Naive: how old the row says it is, by this host's clock.
+            let wait = chrono::TimeDelta::milliseconds(i64::try_from(wait_ms).unwrap_or(i64::MAX));
+            return attempt.started_at <= self.engine.clock().now() - wait;
+        }
+        now.saturating_sub(first) >= Duration::from_millis(wait_ms)
     }
 
     /// One bounded pass over orphaned and unknown attempts.
@@ -130,17 +180,20 @@ impl Reconciler {
         let mut report = PassReport::default();
         let store = self.engine.store().clone();
         let limit = self.config.attempts_per_pass_max;
+        let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
         for (state, stale_ms) in [
             (AttemptState::Starting, self.config.starting_stale_ms),
             (AttemptState::Running, self.config.running_stale_ms),
         ] {
-            match store
-                .attempts_in_states(&[state], self.ago(stale_ms), limit)
-                .await
-            {
-                Ok(orphans) => {
-                    for attempt in orphans {
-                        let action = match self.engine.time_out(attempt.id).await {
+            match store.attempts_in_states(&[state], horizon(), limit).await {
+                Ok(open) => {
+                    let now = self.engine.clock().monotonic();
+                    for attempt in open {
+                        seen.insert(attempt.id);
+                        if !self.waited(&attempt, stale_ms, now) {
+                            continue;
+                        }
+                        let action = match self.engine.presume_orphaned(attempt.id).await {
                             Ok(_) => Action::MarkedUnknown,
                             Err(EngineError::IllegalTransition { .. }) => Action::Moved,
                             Err(e) => {
@@ -154,14 +207,16 @@ impl Reconciler {
                 Err(e) => report.errors.push(e.to_string()),
             }
         }
-        let now = self.engine.clock().now();
         match store
-            .attempts_in_states(&[AttemptState::Unknown], now, limit)
+            .attempts_in_states(&[AttemptState::Unknown], horizon(), limit)
             .await
         {
             Ok(unknowns) => {
+                let now = self.engine.clock().monotonic();
                 for attempt in unknowns {
-                    match self.reconcile(&attempt).await {
+                    seen.insert(attempt.id);
+                    let overdue = self.waited(&attempt, self.config.unknown_max_ms, now);
+                    match self.reconcile(&attempt, overdue).await {
                         Ok(action) => report.actions.push((attempt.id, action)),
                         Err(e) => report.errors.push(e.to_string()),
                     }
@@ -169,15 +224,20 @@ impl Reconciler {
             }
             Err(e) => report.errors.push(e.to_string()),
         }
+        // Forget what this pass did not see: it left the open states (or
+        // fell past the limit, and will be timed afresh when seen again).
+        self.sightings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|id, _| seen.contains(id));
         report
     }
 
     /// Ask the provider about one unknown attempt and act on the answer.
-    async fn reconcile(&self, attempt: &Attempt) -> Result<Action, EngineError> {
+    async fn reconcile(&self, attempt: &Attempt, overdue: bool) -> Result<Action, EngineError> {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return self.blocked(attempt, "no client for the provider").await;
         };
-        let overdue = attempt.started_at <= self.ago(self.config.unknown_max_ms);
         let resolution = match provider.status(attempt.id).await {
             Ok(RemoteStatus::Succeeded { output }) => Resolution::Succeeded { result: output },
             Ok(RemoteStatus::Failed { error }) => Resolution::Failed { error },
@@ -185,33 +245,62 @@ impl Reconciler {
             // Never received. Cancelling tombstones the key, so a request
             // still in flight on the network cannot execute later.
             Ok(RemoteStatus::NotFound) => {
-                return self.cancel(attempt, provider.as_ref(), true).await;
+                return self
+                    .cancel(attempt, provider.as_ref(), Cancel::NeverReceived)
+                    .await;
             }
             Ok(RemoteStatus::Running) if overdue => {
-                return self.cancel(attempt, provider.as_ref(), false).await;
+                return self
+                    .cancel(
+                        attempt,
+                        provider.as_ref(),
+                        Cancel::Overdue { can_ask: true },
+                    )
+                    .await;
             }
             Ok(RemoteStatus::Running) => return Ok(Action::StillRunning),
             Err(ProviderError::Unsupported(_)) if overdue => {
-                return self.cancel(attempt, provider.as_ref(), false).await;
+                return self
+                    .cancel(
+                        attempt,
+                        provider.as_ref(),
+                        Cancel::Overdue { can_ask: false },
+                    )
+                    .await;
             }
             Err(ProviderError::Unsupported(_)) => return Ok(Action::StillRunning),
             Err(_) => return Ok(Action::Unreachable),
         };
-        self.resolve(attempt, resolution).await
+        self.resolve(attempt, resolution, false).await
     }
 
+    /// Cancels at the provider, then resolves the attempt as cancelled.
     async fn cancel(
         &self,
         attempt: &Attempt,
         provider: &dyn crate::provider::Provider,
-        never_received: bool,
+        why: Cancel,
     ) -> Result<Action, EngineError> {
         match provider.cancel(attempt.id).await {
-            Ok(true) => self.resolve(attempt, Resolution::Cancelled).await,
+            Ok(true) => {
+                let overdue = matches!(why, Cancel::Overdue { .. });
+                self.resolve(attempt, Resolution::Cancelled, overdue).await
+            }
             // It finished meanwhile; the next pass reads its status.
-            Ok(false) => Ok(Action::StillRunning),
+            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(Action::StillRunning),
+            // It finished, and the provider cannot say with what result:
+            // no pass will ever learn more, so an operator must look (found
+            // by `idem fuzz`: such a job stayed blocked, unreported, for
+            // ever, the reconciler cancelling in vain every pass).
+            Ok(false) => {
+                self.blocked(
+                    attempt,
+                    "the provider finished the work and cannot say with what result (no status lookup)",
+                )
+                .await
+            }
             Err(ProviderError::Unsupported(_)) => {
-                let reason = if never_received {
+                let reason = if why == Cancel::NeverReceived {
                     "the provider never received the request, and cannot refuse a late copy"
                 } else {
                     "the provider cannot cancel"
@@ -222,10 +311,14 @@ impl Reconciler {
         }
     }
 
+    /// Resolves the attempt out of band and notes it in the decision trace;
+    /// `overdue` marks a cancel made because the attempt outlived
+    /// `unknown_max_ms`.
     async fn resolve(
         &self,
         attempt: &Attempt,
         resolution: Resolution,
+        overdue: bool,
     ) -> Result<Action, EngineError> {
         let outcome = match &resolution {
             Resolution::Succeeded { .. } => "succeeded",
@@ -238,7 +331,12 @@ impl Reconciler {
             .await
         {
             Ok(resolved) => {
-                self.note(attempt, json!({"resolved": outcome})).await;
+                let detail = if overdue {
+                    json!({"resolved": outcome, "overdue": true})
+                } else {
+                    json!({"resolved": outcome})
+                };
+                self.note(attempt, detail).await;
                 Ok(match resolved {
                     Resolved::Won(_) => Action::ResolvedSucceeded,
                     Resolved::Lost { .. } => Action::ResolvedLost,

@@ -12,14 +12,24 @@
 //! `updated_at`, which the host that finished the job wrote with its own
 //! clock. A skew between the two moves when a key becomes free by the size
 //! of the skew, and nothing else: which jobs may be pruned at all is
-//! decided by their state, never by time.
+//! decided by their state, never by time, so no clock can make the pruner
+//! touch an open execution or a winner.
+//!
+//! A clock that jumps forward on the pruner's own host would free keys
+//! early by the size of the jump (an hour's jump: a retry 23 hours after
+//! the first request makes a second job). The pruner notices it: it keeps
+//! its first reading of both faces of its clock, and any gain of the
+//! realtime face over the monotonic one since then is taken off the
+//! cutoff. A clock stepped back only delays pruning, so it is left alone.
 
 use std::future::Future;
+use std::time::Duration;
 
 use chrono::TimeDelta;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
+use crate::model::Timestamp;
 
 /// Tunables; every pass is bounded by them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,11 +69,37 @@ pub struct PruneReport {
 pub struct Pruner {
     engine: Engine,
     config: RetentionConfig,
+    /// Both faces of the clock when the pruner was made: the baseline for
+    /// how far the realtime face has run ahead since.
+    origin: (Timestamp, Duration),
 }
 
 impl Pruner {
     pub fn new(engine: Engine, config: RetentionConfig) -> Self {
-        Self { engine, config }
+        let origin = (engine.clock().now(), engine.clock().monotonic());
+        Self {
+            engine,
+            config,
+            origin,
+        }
+    }
+
+    /// How far this host's realtime clock has gained on its monotonic clock
+    /// since the pruner was made (a forward jump, or a fast drift); zero
+    /// when it has lost.
+    fn realtime_gain(&self) -> TimeDelta {
+        let clock = self.engine.clock();
+        let realtime = clock.now() - self.origin.0;
+        let monotonic = TimeDelta::from_std(clock.monotonic().saturating_sub(self.origin.1))
+            .unwrap_or(TimeDelta::MAX);
+        (realtime - monotonic).max(TimeDelta::zero())
+    }
+
+    /// The newest `updated_at` a prunable job may have now.
+    pub fn cutoff(&self) -> Timestamp {
+        let retention =
+            TimeDelta::milliseconds(i64::try_from(self.config.retention_ms).unwrap_or(i64::MAX));
+        self.engine.clock().now() - retention - self.realtime_gain()
     }
 
     /// Runs passes until `shutdown` resolves.
@@ -79,10 +115,8 @@ impl Pruner {
     /// `prune_batch_max` jobs each.
     pub async fn pass(&self) -> PruneReport {
         let mut report = PruneReport::default();
-        let retention =
-            TimeDelta::milliseconds(i64::try_from(self.config.retention_ms).unwrap_or(i64::MAX));
         for _ in 0..self.config.prune_batches_per_pass_max {
-            let cutoff = self.engine.clock().now() - retention;
+            let cutoff = self.cutoff();
             match self
                 .engine
                 .store()
@@ -110,5 +144,65 @@ impl Pruner {
             );
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::{Clock, ManualClock, SeededIds};
+    use crate::contract::Providers;
+    use crate::engine::Policy;
+    use crate::store::mem::MemStore;
+
+    fn pruner(clock: Arc<ManualClock>) -> Pruner {
+        let engine = Engine::new(
+            Arc::new(MemStore::new()),
+            clock,
+            Arc::new(SeededIds::new(1)),
+            Providers::named(["primary"]),
+            Policy::Strict,
+        );
+        Pruner::new(
+            engine,
+            RetentionConfig {
+                retention_ms: 60_000,
+                ..RetentionConfig::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_forward_jump_does_not_free_keys_early() {
+        let clock = Arc::new(ManualClock::default());
+        let pruner = pruner(clock.clone());
+        let start = clock.now();
+        clock.advance_ms(1_000);
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_000 - 60_000)
+        );
+        // An hour's jump: the cutoff stays where true time puts it.
+        clock.jump_ms(3_600_000);
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_000 - 60_000)
+        );
+        clock.advance_ms(500);
+        assert_eq!(
+            pruner.cutoff(),
+            start + TimeDelta::milliseconds(1_500 - 60_000)
+        );
+    }
+
+    #[test]
+    fn a_backward_jump_only_delays_pruning() {
+        let clock = Arc::new(ManualClock::default());
+        let pruner = pruner(clock.clone());
+        let start = clock.now();
+        clock.jump_ms(-10_000);
+        assert_eq!(pruner.cutoff(), start - TimeDelta::milliseconds(70_000));
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod chain;
 pub mod diff;
+pub mod fuzz;
 pub mod html;
 pub mod index;
 pub mod junit;
@@ -32,10 +33,21 @@ pub mod sweep;
 pub mod timeline;
 pub mod trace;
 
+pub use fuzz::FuzzSummary;
 pub use idem_core::stamp::BuildStamp;
 pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
 pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
+
+/// Why summaries could not be merged into one.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("nothing to merge")]
+    Empty,
+    /// They are not the shards of one run.
+    #[error("{0}")]
+    Mismatch(String),
+}
 
 /// The version of the JSON schema; bumped on any incompatible change.
 /// Schema 2 added the build stamp (`build`) to every record that names a

@@ -467,7 +467,7 @@ fn timeline_section(out: &mut String, timeline: &Timeline, overlay: &Overlay) {
     }
     out.push_str(concat!(
         r#"<span>│ arrows: request, response (green ok, orange error), store call (teal), lost ack (red dashed)</span>"#,
-        r#"<span>⊘ refused start</span><span>⌀ lost, output discarded</span><span>$ billed</span><span>✖ crash ↻ restart</span><span>⚡ store fault</span><span>shaded: fault window</span>"#,
+        r#"<span>⊘ refused start</span><span>⌀ lost, output discarded</span><span>$ billed</span><span>✖ crash ↻ restart</span><span>⚡ store fault</span><span>⏱ clock stepped</span><span>shaded: fault window</span>"#,
         "</div>"
     ));
     let _ = write!(

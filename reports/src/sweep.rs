@@ -370,9 +370,216 @@ impl SweepSummary {
     }
 }
 
+/// Checks that parts given as (shard, design, build) are the shards of one
+/// run: one design, one build, one shard count, each index exactly once.
+pub(crate) fn check_shards(
+    parts: Vec<(Shard, &str, &crate::BuildStamp)>,
+) -> Result<(), crate::MergeError> {
+    use crate::MergeError::Mismatch;
+    let Some(&(first, design, build)) = parts.first() else {
+        return Err(crate::MergeError::Empty);
+    };
+    let mut indexes = BTreeSet::new();
+    for (shard, d, b) in &parts {
+        if *d != design {
+            return Err(Mismatch(format!(
+                "designs {design} and {d}: not shards of one run"
+            )));
+        }
+        if *b != build {
+            return Err(Mismatch(format!(
+                "builds {build} and {b}: a seed reproduces only on one build, so shards of two builds do not merge"
+            )));
+        }
+        if shard.count != first.count {
+            return Err(Mismatch(format!(
+                "shard counts {} and {}: not shards of one run",
+                first.count, shard.count
+            )));
+        }
+        if !indexes.insert(shard.index) {
+            return Err(Mismatch(format!(
+                "shard {}/{} is given twice",
+                shard.index, shard.count
+            )));
+        }
+    }
+    let missing: Vec<String> = (0..first.count)
+        .filter(|i| !indexes.contains(i))
+        .map(|i| format!("{i}/{}", first.count))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Mismatch(format!(
+            "shard(s) {} missing: a merge of some shards is not the whole run",
+            missing.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+impl SweepSummary {
+    /// The summary of all of `parts`, the shards (`--shard i/n`) of one
+    /// sweep: the same scenarios, design, seeds and build, each shard
+    /// once. The shards' seeds are disjoint, so every count adds up
+    /// (distinct seeds included), and the verdict and the window gate are
+    /// judged again on the sums: the result is the summary the unsharded
+    /// sweep writes.
+    pub fn merge(parts: Vec<SweepSummary>) -> Result<SweepSummary, crate::MergeError> {
+        use crate::MergeError::Mismatch;
+        let first = parts.first().ok_or(crate::MergeError::Empty)?.clone();
+        check_shards(
+            parts
+                .iter()
+                .map(|p| (p.shard, p.design.as_str(), &p.build))
+                .collect(),
+        )?;
+        for part in &parts {
+            if part.seeds != first.seeds {
+                return Err(Mismatch(format!(
+                    "seeds {}..{} and {}..{}: not shards of one sweep",
+                    first.seeds.start, first.seeds.end, part.seeds.start, part.seeds.end
+                )));
+            }
+            if part.coverage.gated != first.coverage.gated {
+                return Err(Mismatch(
+                    "a sweep of the whole catalogue and a sweep of some scenarios: not shards of one sweep"
+                        .to_owned(),
+                ));
+            }
+        }
+        let mut scenarios: BTreeMap<String, ScenarioCoverage> = BTreeMap::new();
+        let mut tallies: BTreeMap<String, WindowTally> = BTreeMap::new();
+        let mut failures = Vec::new();
+        let mut fingerprint = [0u8; 32];
+        for part in parts {
+            for s in part.scenarios {
+                match scenarios.get_mut(&s.name) {
+                    None => {
+                        scenarios.insert(s.name.clone(), s);
+                    }
+                    Some(merged) => {
+                        if merged.expect_windows != s.expect_windows {
+                            return Err(Mismatch(format!(
+                                "scenario {} expects other windows in another shard: not shards of one sweep",
+                                s.name
+                            )));
+                        }
+                        merged.runs += s.runs;
+                        merged.passed += s.passed;
+                        merged.failed += s.failed;
+                        merged.errors += s.errors;
+                        merged.first_failing_seed =
+                            match (merged.first_failing_seed, s.first_failing_seed) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            };
+                        for (window, c) in s.windows {
+                            let entry = merged.windows.entry(window).or_default();
+                            entry.seeds += c.seeds;
+                            entry.total += c.total;
+                        }
+                    }
+                }
+            }
+            for t in part.coverage.windows {
+                let entry = tallies
+                    .entry(t.window.clone())
+                    .or_insert_with(|| WindowTally {
+                        window: t.window.clone(),
+                        ..WindowTally::default()
+                    });
+                entry.seeds += t.seeds;
+                entry.runs += t.runs;
+                entry.total += t.total;
+            }
+            failures.extend(part.failures);
+            // Each run's hash is XORed in, and shards run disjoint seeds:
+            // the XOR of the shards' fingerprints is the whole sweep's.
+            let part_fingerprint = fingerprint_bytes(&part.runs_fingerprint).ok_or_else(|| {
+                Mismatch(format!(
+                    "runs_fingerprint {:?} is not a SHA-256 in hex",
+                    part.runs_fingerprint
+                ))
+            })?;
+            for (acc, byte) in fingerprint.iter_mut().zip(part_fingerprint) {
+                *acc ^= byte;
+            }
+        }
+        let mut totals = Totals::default();
+        let scenarios: Vec<ScenarioCoverage> = scenarios
+            .into_values()
+            .map(|mut s| {
+                // Every seed of the range ran for every scenario, so the
+                // first failing seed's position is its place in the range.
+                s.seeds_to_first_failure = s
+                    .first_failing_seed
+                    .map(|seed| seed - first.seeds.start + 1);
+                s.missing_windows = if s.runs == 0 {
+                    Vec::new()
+                } else {
+                    let unique: BTreeSet<&String> = s.expect_windows.iter().collect();
+                    unique
+                        .into_iter()
+                        .filter(|w| s.windows.get(*w).is_none_or(|c| c.seeds == 0))
+                        .cloned()
+                        .collect()
+                };
+                totals.runs += s.runs;
+                totals.passed += s.passed;
+                totals.failed += s.failed;
+                totals.errors += s.errors;
+                totals.missing_windows += s.missing_windows.len() as u64;
+                s
+            })
+            .collect();
+        failures.sort_by(|a, b| (&a.scenario, a.seed).cmp(&(&b.scenario, b.seed)));
+        let order: Vec<String> = first
+            .coverage
+            .windows
+            .iter()
+            .map(|t| t.window.clone())
+            .collect();
+        let merged = SweepSummary {
+            schema: first.schema,
+            design: first.design.clone(),
+            seeds: first.seeds,
+            shard: Shard { index: 0, count: 1 },
+            verdict: SweepVerdict::Pass,
+            totals,
+            scenarios,
+            coverage: SweepCoverage {
+                gated: first.coverage.gated,
+                windows: tallies.into_values().collect(),
+                never_reached: Vec::new(),
+            },
+            failures,
+            runs_fingerprint: fingerprint_hex(&fingerprint),
+            build: first.build.clone(),
+        };
+        Ok(merged.gate_windows(&order, first.coverage.gated))
+    }
+}
+
+/// A runs fingerprint as lowercase hex.
+fn fingerprint_hex(fingerprint: &[u8; 32]) -> String {
+    fingerprint.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of a runs fingerprint written by [`fingerprint_hex`].
+fn fingerprint_bytes(hex: &str) -> Option<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    if hex.len() != 2 * bytes.len() || !hex.is_ascii() {
+        return None;
+    }
+    for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(bytes)
+}
+
 /// A sweep summed up run by run. It keeps counts, window tallies, the
 /// failing runs and a fingerprint, never a record per run, so a sweep's
-/// memory stays flat however many seeds it runs (BRIEF §14).
+/// memory stays flat however many seeds it runs.
 #[derive(Debug)]
 pub struct SweepTally {
     design: String,
@@ -576,11 +783,7 @@ impl SweepTally {
             scenarios,
             coverage,
             failures: self.failures,
-            runs_fingerprint: self
-                .fingerprint
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
+            runs_fingerprint: fingerprint_hex(&self.fingerprint),
             build,
         };
         summary.judge();
@@ -716,5 +919,72 @@ mod tests {
             one.to_text()
                 .contains("reproduce with: idem run a --seed 2")
         );
+    }
+
+    #[test]
+    fn shards_merge_into_the_unsharded_summary() {
+        let scenarios = [
+            SweptScenario {
+                name: "a".to_owned(),
+                expect_windows: vec!["duplicate_create".to_owned(), "mismatch".to_owned()],
+            },
+            SweptScenario {
+                name: "b".to_owned(),
+                expect_windows: Vec::new(),
+            },
+        ];
+        let windows = [
+            "duplicate_create".to_owned(),
+            "mismatch".to_owned(),
+            "cas_loser".to_owned(),
+        ];
+        let all: Vec<RunRecord> = (10..17)
+            .flat_map(|seed| {
+                [
+                    record(
+                        "a",
+                        seed,
+                        &[("duplicate_create", 1), ("mismatch", u32::from(seed == 13))],
+                        seed == 15,
+                    ),
+                    record(
+                        "b",
+                        seed,
+                        &[("mismatch", u32::from(seed % 3 == 0))],
+                        seed == 12,
+                    ),
+                ]
+            })
+            .collect();
+        let seeds = SeedRange { start: 10, end: 17 };
+        let build = crate::BuildStamp::from_build("0.1.0", None, None);
+        let summary = |shard: Shard| {
+            let runs = all
+                .iter()
+                .filter(|r| (r.seed - seeds.start) % shard.count == shard.index)
+                .cloned()
+                .collect();
+            SweepSummary::new("correct", seeds, shard, &scenarios, runs, build.clone())
+                .gate_windows(&windows, true)
+        };
+        let whole = summary(Shard { index: 0, count: 1 });
+        assert!(!whole.passed());
+        assert_eq!(whole.coverage.never_reached, vec!["cas_loser".to_owned()]);
+        let shards: Vec<SweepSummary> = [2, 0, 1]
+            .into_iter()
+            .map(|index| summary(Shard { index, count: 3 }))
+            .collect();
+        // A shard alone misses a window the whole sweep reaches.
+        assert!(
+            shards
+                .iter()
+                .any(|s| !s.scenarios[0].missing_windows.is_empty())
+        );
+        let merged = SweepSummary::merge(shards.clone()).expect("shards of one sweep");
+        assert_eq!(merged.to_json(), whole.to_json());
+        assert!(SweepSummary::merge(shards[..2].to_vec()).is_err());
+        let mut other_build = shards.clone();
+        other_build[0].build = crate::BuildStamp::from_build("0.2.0", None, None);
+        assert!(SweepSummary::merge(other_build).is_err());
     }
 }

@@ -656,6 +656,23 @@ fn fault_event<'a>(
                 });
             }
         }
+        // A clock stepped (a jump, or an offset or drift that stays):
+        // nothing opens or heals, so it is a mark on the host's lane.
+        ("clock_jump" | "clock_offset" | "clock_drift", Some(host))
+            if detail
+                .get("duration_ms")
+                .is_none_or(serde_json::Value::is_null) =>
+        {
+            let lane = lanes.index(host);
+            timeline.marks.push(Mark {
+                lane,
+                t_ms: event.t_ms,
+                glyph: "⏱",
+                colour: "#0e7490",
+                title: clock_title(host, name, detail),
+                seqs: vec![event.seq],
+            });
+        }
         _ => {
             if let Some(healed) = name.strip_prefix("heal_") {
                 if let Some(index) = open
@@ -1018,9 +1035,26 @@ impl Timeline {
     }
 }
 
+/// What a clock fault that stays did, for a mark's title.
+fn clock_title(host: &str, name: &str, detail: &serde_json::Value) -> String {
+    let number = |field: &str| detail.get(field).and_then(serde_json::Value::as_i64);
+    match (
+        name,
+        number("jump_ms"),
+        number("offset_ms"),
+        number("drift_ppm"),
+    ) {
+        ("clock_jump", Some(ms), _, _) => format!("{host}'s clock jumped {ms:+} ms"),
+        ("clock_offset", _, Some(ms), _) => format!("{host}'s clock set {ms:+} ms off true time"),
+        ("clock_drift", _, _, Some(ppm)) => format!("{host}'s clock drifts {ppm:+} ppm"),
+        _ => format!("{host}'s clock: {name}"),
+    }
+}
+
 /// The colour of a fault kind's shading.
 fn fault_colour(name: &str) -> &'static str {
     match name {
+        "clock_offset" | "clock_drift" => "#0e7490",
         "partition" => "#dc2626",
         "hold" => "#ea580c",
         "link_latency" => "#ca8a04",
@@ -1186,5 +1220,40 @@ mod tests {
         );
         assert_eq!(timeline.marks.iter().filter(|m| m.glyph == "✖").count(), 1);
         assert_eq!(timeline.marks.iter().filter(|m| m.glyph == "↻").count(), 1);
+    }
+
+    #[test]
+    fn clock_faults_mark_or_shade_the_host_whose_clock_moved() {
+        let t = trace(&[
+            r#"{"seq":0,"t_ms":5,"host":"driver","kind":"fault","name":"clock_jump","detail":{"fault":"clock_jump","host":"reconciler","jump_ms":3600000}}"#,
+            r#"{"seq":1,"t_ms":6,"host":"driver","kind":"fault","name":"clock_offset","detail":{"duration_ms":null,"fault":"clock_offset","host":"worker-1","offset_ms":-600000}}"#,
+            r#"{"seq":2,"t_ms":7,"host":"driver","kind":"fault","name":"clock_drift","detail":{"duration_ms":50,"drift_ppm":500,"fault":"clock_drift","host":"worker-1"}}"#,
+            r#"{"seq":3,"t_ms":57,"host":"driver","kind":"fault","name":"heal_clock_drift","detail":{"duration_ms":50,"drift_ppm":500,"fault":"clock_drift","host":"worker-1"}}"#,
+        ]);
+        let timeline = Timeline::build(&t, &hosts(), 200);
+        let titles: Vec<&str> = timeline
+            .marks
+            .iter()
+            .filter(|m| m.glyph == "⏱")
+            .map(|m| m.title.as_str())
+            .collect();
+        assert_eq!(
+            titles,
+            vec![
+                "reconciler's clock jumped +3600000 ms",
+                "worker-1's clock set -600000 ms off true time",
+            ]
+        );
+        let windows: Vec<(&str, u64, u64)> = timeline
+            .faults
+            .iter()
+            .map(|f| (f.name.as_str(), f.t0_ms, f.t1_ms))
+            .collect();
+        assert_eq!(windows, vec![("clock_drift", 7, 57)]);
+        assert!(
+            timeline
+                .to_svg(&Overlay::default())
+                .contains("clock jumped")
+        );
     }
 }

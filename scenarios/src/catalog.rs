@@ -15,6 +15,7 @@ macro_rules! catalogue {
 /// `scenarios/catalog/` is listed here.
 const ENTRIES: &[(&str, &str)] = catalogue![
     "backup-button",
+    "clock-jump",
     "cross-owner-same-key",
     "double-click",
     "key-reuse-after-completion",

@@ -11,6 +11,8 @@ use toml::{Table, Value};
 use idem_core::engine::Policy;
 use idem_sim::scenario::{Action, Fault, Scenario, When};
 
+use crate::validate::Kept;
+
 /// Why a scenario cannot be written as a file.
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
@@ -24,6 +26,16 @@ pub enum EmitError {
 
 /// The scenario as file text, headed by `comment` (one `#` line per line).
 pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> {
+    to_file_kept(scenario, comment, None)
+}
+
+/// The scenario as file text with a `[kept]` table: what the file was
+/// kept for (its seed, the design it failed under, the path it took).
+pub fn to_file_kept(
+    scenario: &Scenario,
+    comment: &str,
+    kept: Option<&Kept>,
+) -> Result<String, EmitError> {
     let mut root = Table::new();
     root.insert(
         "description".into(),
@@ -205,6 +217,30 @@ pub fn to_file(scenario: &Scenario, comment: &str) -> Result<String, EmitError> 
         faults.push(Value::Table(entry));
     }
     root.insert("faults".into(), Value::Array(faults));
+    if let Some(kept) = kept {
+        let mut t = Table::new();
+        t.insert("seed".into(), int("seed", kept.seed)?);
+        t.insert(
+            "design".into(),
+            Value::String(kept.design.name().to_owned()),
+        );
+        if let Some(path) = &kept.path {
+            t.insert(
+                "windows".into(),
+                Value::Array(
+                    path.windows
+                        .iter()
+                        .map(|w| Value::String(name_of(w)))
+                        .collect(),
+                ),
+            );
+            t.insert(
+                "event_kinds".into(),
+                Value::String(path.event_kinds.clone()),
+            );
+        }
+        root.insert("kept".into(), Value::Table(t));
+    }
     let mut text = String::new();
     for line in comment.lines() {
         text.push_str("# ");
@@ -386,6 +422,32 @@ fn fault(fault: &Fault) -> Result<Table, EmitError> {
             t.insert("nth".into(), Value::Integer(i64::from(*nth)));
             t.insert("count".into(), Value::Integer(i64::from(*count)));
             t.insert("latency_ms".into(), int("latency_ms", *latency_ms)?);
+        }
+        Fault::ClockOffset {
+            host,
+            offset_ms,
+            duration_ms,
+        } => {
+            t.insert("host".into(), s(host));
+            t.insert("offset_ms".into(), Value::Integer(*offset_ms));
+            if let Some(duration_ms) = duration_ms {
+                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+            }
+        }
+        Fault::ClockDrift {
+            host,
+            drift_ppm,
+            duration_ms,
+        } => {
+            t.insert("host".into(), s(host));
+            t.insert("drift_ppm".into(), Value::Integer(*drift_ppm));
+            if let Some(duration_ms) = duration_ms {
+                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+            }
+        }
+        Fault::ClockJump { host, jump_ms } => {
+            t.insert("host".into(), s(host));
+            t.insert("jump_ms".into(), Value::Integer(*jump_ms));
         }
     }
     Ok(t)

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_spanned::Spanned;
 
+use idem_core::design::Design;
 use idem_core::certify::{Encoding, SpecialTokens};
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;
@@ -42,6 +43,23 @@ pub struct ScenarioFile {
     pub clients: Vec<Spanned<ClientFile>>,
     #[serde(default)]
     pub faults: Vec<Spanned<FaultFile>>,
+    /// What a saved regression or corpus file was kept for; the simulator
+    /// ignores it, `idem regress` checks it.
+    pub kept: Field<KeptFile>,
+}
+
+/// `[kept]`: the seed a saved file runs under, the design it was found
+/// failing under, and the path it was saved for (the race windows the
+/// correct design reached under that seed, and a fingerprint of the kinds
+/// of its events), so that `idem regress` can tell when a change of code
+/// moved the seed off that path.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptFile {
+    pub seed: Spanned<u64>,
+    pub design: Field<Design>,
+    pub windows: Field<Vec<Spanned<Window>>>,
+    pub event_kinds: Field<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -248,9 +266,29 @@ pub enum FaultKind {
     StoreLoseAck,
     StoreFailBeforeApply,
     StoreLatency,
+    ClockOffset,
+    ClockDrift,
+    ClockJump,
 }
 
 impl FaultKind {
+    /// Every kind, in the order the format documents them.
+    pub const ALL: &'static [FaultKind] = &[
+        FaultKind::LinkLatency,
+        FaultKind::Hold,
+        FaultKind::Partition,
+        FaultKind::Crash,
+        FaultKind::ProviderHang,
+        FaultKind::ProviderStall,
+        FaultKind::ProviderError,
+        FaultKind::StoreLoseAck,
+        FaultKind::StoreFailBeforeApply,
+        FaultKind::StoreLatency,
+        FaultKind::ClockOffset,
+        FaultKind::ClockDrift,
+        FaultKind::ClockJump,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::LinkLatency => "link_latency",
@@ -264,6 +302,9 @@ impl FaultKind {
             FaultKind::StoreLoseAck => "store_lose_ack",
             FaultKind::StoreFailBeforeApply => "store_fail_before_apply",
             FaultKind::StoreLatency => "store_latency",
+            FaultKind::ClockOffset => "clock_offset",
+            FaultKind::ClockDrift => "clock_drift",
+            FaultKind::ClockJump => "clock_jump",
         }
     }
 }
@@ -292,6 +333,12 @@ pub struct FaultFile {
     pub nth: Field<u32>,
     pub count: Field<u32>,
     pub latency_ms: Field<u64>,
+    /// clock_offset: how far the host's clock reads from true time.
+    pub offset_ms: Field<i64>,
+    /// clock_drift: microseconds gained per second (lost, if negative).
+    pub drift_ppm: Field<i64>,
+    /// clock_jump: how far the clock steps.
+    pub jump_ms: Field<i64>,
 }
 
 /// `after = { kind = "attempt_dispatched", nth = 1 }`.

@@ -8,6 +8,8 @@
 //! - [`error`]: [`ScenarioError`], every error with `path:line:col`.
 //! - [`catalog`]: the catalogue, built into the binary.
 //! - [`load`]: a scenario by catalogue name or file path.
+//! - [`fuzz`]: whole generated worlds, failure signatures, the shrinker,
+//!   and the path a kept file was saved for.
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
 //! - [`cli`]: the `idem` command line.
 
@@ -16,6 +18,7 @@ pub mod cli;
 pub mod emit;
 pub mod error;
 pub mod format;
+pub mod fuzz;
 pub mod load;
 pub mod pgbench;
 pub mod strategies;

@@ -6,7 +6,7 @@ use idem_sim::scenario::Scenario;
 
 use crate::catalog;
 use crate::error::{ScenarioError, ScenarioErrors};
-use crate::validate::scenario_from_str;
+use crate::validate::{Kept, file_from_str};
 
 /// Where a scenario came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct Loaded {
     /// What to pass to `idem run` to load it again: the catalogue name, or
     /// the path as the user gave it.
     pub target: String,
+    /// What a saved file was kept for (its `[kept]` table), if it says.
+    pub kept: Option<Kept>,
 }
 
 /// Why a scenario could not be loaded.
@@ -50,11 +52,12 @@ pub fn load(target: &str) -> Result<Loaded, LoadError> {
     if !is_path(target)
         && let Some(text) = catalog::entry(target)
     {
-        let scenario = scenario_from_str(target, &catalog::display_path(target), text)?;
+        let (scenario, kept) = file_from_str(target, &catalog::display_path(target), text)?;
         return Ok(Loaded {
             scenario,
             origin: Origin::Catalog,
             target: target.to_owned(),
+            kept,
         });
     }
     let path = Path::new(target);
@@ -72,11 +75,12 @@ pub fn load(target: &str) -> Result<Loaded, LoadError> {
         .and_then(|s| s.to_str())
         .unwrap_or(target)
         .to_owned();
-    let scenario = scenario_from_str(&name, target, &text)?;
+    let (scenario, kept) = file_from_str(&name, target, &text)?;
     Ok(Loaded {
         scenario,
         origin: Origin::File,
         target: target.to_owned(),
+        kept,
     })
 }
 

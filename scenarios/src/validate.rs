@@ -17,14 +17,15 @@ use std::ops::Range;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
+use idem_core::design::Design;
 use idem_core::certify::TokenizerProfile;
 use idem_core::engine::Policy;
 use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;
 use idem_sim::scenario::{
-    ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, ClientSpec, FAULTS_MAX, Fault,
-    FaultSpec, PROVIDERS_MAX, ProviderProfile, RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing,
-    Topology, WORKERS_MAX, When, host,
+    ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, CLOCK_DRIFT_PPM_MAX,
+    CLOCK_OFFSET_MS_MAX, ClientSpec, FAULTS_MAX, Fault, FaultSpec, PROVIDERS_MAX, ProviderProfile,
+    RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When, Window, host,
 };
 
 use crate::error::{ScenarioError, ScenarioErrors};
@@ -32,6 +33,7 @@ use crate::format::{
     ActionFile, ActionKind, ClientFile, FaultFile, FaultKind, Field, Jitter, PolicyKind,
     ProviderFile, ScenarioFile,
 };
+use crate::fuzz::RunPath;
 
 /// One simulation step is at most this long; longer steps would hide the
 /// interleavings the bench exists to find.
@@ -66,14 +68,37 @@ pub mod defaults {
     pub const COUNT: u32 = 1;
 }
 
+/// What a saved file was kept for (its `[kept]` table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The seed it runs under.
+    pub seed: u64,
+    /// The design it was found failing under (`correct` if none is named).
+    pub design: Design,
+    /// The path the correct design took under that seed when it was saved;
+    /// `None` when the file does not record one.
+    pub path: Option<RunPath>,
+}
+
 /// Validates `text` (the contents of `path`) and builds the scenario
 /// `name`.
 pub fn scenario_from_str(name: &str, path: &str, text: &str) -> Result<Scenario, ScenarioErrors> {
+    file_from_str(name, path, text).map(|(scenario, _)| scenario)
+}
+
+/// Validates `text` and builds the scenario `name`, with what the file was
+/// kept for, if it says.
+pub fn file_from_str(
+    name: &str,
+    path: &str,
+    text: &str,
+) -> Result<(Scenario, Option<Kept>), ScenarioErrors> {
     let file = crate::format::parse(text).map_err(|e| ScenarioError::syntax(path, text, &e))?;
     let mut checker = Checker::default();
+    let kept = checker.kept(&file);
     let scenario = checker.scenario(name, file);
     if checker.errors.is_empty() {
-        return Ok(scenario);
+        return Ok((scenario, kept));
     }
     // In file order; errors at one position keep the order they were found.
     checker.errors.sort_by_key(|(span, _)| span.start);
@@ -102,6 +127,8 @@ struct Hosts {
     apis: Vec<String>,
     workers: Vec<String>,
     clients: BTreeSet<String>,
+    /// The hosts whose software reads a clock (the engine's hosts).
+    clocked: BTreeSet<String>,
 }
 
 impl Hosts {
@@ -118,11 +145,16 @@ impl Hosts {
         all.extend(workers.iter().cloned());
         all.extend(topology.providers.iter().map(|p| host::provider(&p.name)));
         all.extend(clients.iter().cloned());
+        let mut clocked: BTreeSet<String> = apis.iter().chain(&workers).cloned().collect();
+        if topology.reconciler {
+            clocked.insert(host::RECONCILER.to_owned());
+        }
         Self {
             all,
             apis,
             workers,
             clients,
+            clocked,
         }
     }
 
@@ -207,6 +239,45 @@ impl Checker {
                 ),
             );
         }
+    }
+
+    fn kept(&mut self, file: &ScenarioFile) -> Option<Kept> {
+        let kept = file.kept.as_ref()?.get_ref();
+        let event_kinds = kept.event_kinds.as_ref().map(|e| {
+            let text = e.get_ref();
+            if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+                self.error(
+                    e.span(),
+                    "`event_kinds` is a fingerprint of 16 hex digits, as `idem fuzz` and `idem regress --update` write it",
+                );
+            }
+            text.to_ascii_lowercase()
+        });
+        let windows = kept.windows.as_ref().map(|ws| {
+            let mut windows: Vec<Window> = ws.get_ref().iter().map(|w| *w.get_ref()).collect();
+            windows.sort();
+            windows.dedup();
+            windows
+        });
+        let path = match (windows, event_kinds) {
+            (Some(windows), Some(event_kinds)) => Some(RunPath {
+                windows,
+                event_kinds,
+            }),
+            (None, None) => None,
+            _ => {
+                self.error(
+                    file.kept.as_ref().map(Spanned::span).unwrap_or_default(),
+                    "a recorded path names both `windows` and `event_kinds`",
+                );
+                None
+            }
+        };
+        Some(Kept {
+            seed: *kept.seed.get_ref(),
+            design: value(&kept.design, Design::Correct),
+            path,
+        })
     }
 
     fn scenario(&mut self, name: &str, file: ScenarioFile) -> Scenario {
@@ -1101,6 +1172,9 @@ impl Checker {
             ("nth", f.nth.as_ref().map(Spanned::span)),
             ("count", f.count.as_ref().map(Spanned::span)),
             ("latency_ms", f.latency_ms.as_ref().map(Spanned::span)),
+            ("offset_ms", f.offset_ms.as_ref().map(Spanned::span)),
+            ("drift_ppm", f.drift_ppm.as_ref().map(Spanned::span)),
+            ("jump_ms", f.jump_ms.as_ref().map(Spanned::span)),
             ("model", f.model.as_ref().map(Spanned::span)),
         ];
         let allowed: &[&str] = match kind {
@@ -1113,6 +1187,9 @@ impl Checker {
             FaultKind::ProviderModelChange => &["provider", "model"],
             FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply => &["op", "nth", "count"],
             FaultKind::StoreLatency => &["op", "nth", "count", "latency_ms"],
+            FaultKind::ClockOffset => &["host", "offset_ms", "duration_ms"],
+            FaultKind::ClockDrift => &["host", "drift_ppm", "duration_ms"],
+            FaultKind::ClockJump => &["host", "jump_ms"],
         };
         self.only(kind.name(), "fault", &present, allowed);
         match kind {
@@ -1288,7 +1365,66 @@ impl Checker {
                     },
                 }]
             }
+            FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => {
+                self.clock_fault(f, kind, hosts)
+            }
         }
+    }
+
+    /// A clock fault on every host `host` stands for. Only hosts that read
+    /// a clock take one: the API replicas, the workers and the reconciler.
+    fn clock_fault(&mut self, f: &FaultFile, kind: FaultKind, hosts: &Hosts) -> Vec<Fault> {
+        let at = &f.fault;
+        let targets = self.hosts(&f.host, "host", kind, at, hosts);
+        let (field, name, max) = match kind {
+            FaultKind::ClockOffset => (&f.offset_ms, "offset_ms", CLOCK_OFFSET_MS_MAX),
+            FaultKind::ClockDrift => (&f.drift_ppm, "drift_ppm", CLOCK_DRIFT_PPM_MAX),
+            _ => (&f.jump_ms, "jump_ms", CLOCK_OFFSET_MS_MAX),
+        };
+        let amount = self
+            .required(field, name, kind, at)
+            .map(|v| self.bounded(field, name, v, -max, max, ""));
+        let duration_ms = f
+            .duration_ms
+            .as_ref()
+            .map(|_| self.bounded(&f.duration_ms, "duration_ms", 1, 1, SETTLE_MS_MAX, ""));
+        let Some(amount) = amount else {
+            return Vec::new();
+        };
+        let mut faults = Vec::new();
+        for host in targets {
+            if !hosts.clocked.contains(&host) {
+                let span = f
+                    .host
+                    .as_ref()
+                    .map(Spanned::span)
+                    .unwrap_or_else(|| at.span());
+                self.error(
+                    span,
+                    format!(
+                        "{host:?} reads no clock; clock faults apply to the API replicas, the workers and the reconciler"
+                    ),
+                );
+                continue;
+            }
+            faults.push(match kind {
+                FaultKind::ClockOffset => Fault::ClockOffset {
+                    host,
+                    offset_ms: amount,
+                    duration_ms,
+                },
+                FaultKind::ClockDrift => Fault::ClockDrift {
+                    host,
+                    drift_ppm: amount,
+                    duration_ms,
+                },
+                _ => Fault::ClockJump {
+                    host,
+                    jump_ms: amount,
+                },
+            });
+        }
+        faults
     }
 }
 

@@ -13,6 +13,7 @@ use idem_core::provider::server::{Behaviour, Execution};
 use idem_core::store::StoreDump;
 use idem_core::store::faults::{FaultRule, StoreFault};
 
+use crate::net::Skew;
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::scenario::{Fault, FaultSpec, Scenario, When, Window};
 use crate::trace::{Trace, TraceBody};
@@ -387,6 +388,34 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                     first: *nth,
                     count: *count,
                 }),
+                Fault::ClockOffset {
+                    host,
+                    offset_ms,
+                    duration_ms,
+                } => {
+                    let offset_us = offset_ms.saturating_mul(1000);
+                    change_clock(world, host, |skew, now_us| {
+                        skew.set_offset(now_us, offset_us)
+                    });
+                    if let Some(duration_ms) = duration_ms {
+                        heal_after(*duration_ms, &fault, timed);
+                    }
+                }
+                Fault::ClockDrift {
+                    host,
+                    drift_ppm,
+                    duration_ms,
+                } => {
+                    let ppm = *drift_ppm;
+                    change_clock(world, host, |skew, now_us| skew.set_drift(now_us, ppm));
+                    if let Some(duration_ms) = duration_ms {
+                        heal_after(*duration_ms, &fault, timed);
+                    }
+                }
+                Fault::ClockJump { host, jump_ms } => {
+                    let by_us = jump_ms.saturating_mul(1000);
+                    change_clock(world, host, |skew, now_us| skew.jump(now_us, by_us));
+                }
             }
         }
         Step::Heal(fault) => {
@@ -426,6 +455,15 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
                         server.set_behaviour(original);
                     }
                 }
+                // Healed: stepped back to true time, as NTP would.
+                Fault::ClockOffset { host, .. } => {
+                    change_clock(world, host, |skew, now_us| skew.resync(now_us));
+                }
+                // Healed: the drift stops and the clock is stepped back.
+                Fault::ClockDrift { host, .. } => change_clock(world, host, |skew, now_us| {
+                    skew.set_drift(now_us, 0);
+                    skew.resync(now_us);
+                }),
                 _ => {}
             }
         }
@@ -437,6 +475,17 @@ fn change_provider(world: &World, provider: &str, change: impl FnOnce(&mut Behav
         let mut behaviour = server.behaviour();
         change(&mut behaviour);
         server.set_behaviour(behaviour);
+    }
+}
+
+/// Changes the skew of `host`'s clock at the current simulated time. A
+/// host that reads no clock (the store, providers, clients) has none to
+/// change; the scenario format refuses such faults.
+fn change_clock(world: &World, host: &str, change: impl FnOnce(&mut Skew, i64)) {
+    let now_us = i64::try_from(crate::quiet::elapsed(&world.sim).as_micros())
+        .expect("simulated time fits i64 microseconds");
+    if let Some(clock) = world.clocks.get(host) {
+        clock.update(|skew| change(skew, now_us));
     }
 }
 
@@ -454,5 +503,8 @@ pub fn fault_name(fault: &Fault) -> &'static str {
         Fault::StoreLoseAck { .. } => "store_lose_ack",
         Fault::StoreFailBeforeApply { .. } => "store_fail_before_apply",
         Fault::StoreLatency { .. } => "store_latency",
+        Fault::ClockOffset { .. } => "clock_offset",
+        Fault::ClockDrift { .. } => "clock_drift",
+        Fault::ClockJump { .. } => "clock_jump",
     }
 }

@@ -26,6 +26,11 @@ pub const PROVIDERS_MAX: usize = 8;
 pub const RETRIES_MAX: u32 = 16;
 /// The longest a scenario may run, in simulated milliseconds.
 pub const SETTLE_MS_MAX: u64 = 30 * 60 * 1000;
+/// The largest clock offset or jump, either way: a day.
+pub const CLOCK_OFFSET_MS_MAX: i64 = 24 * 60 * 60 * 1000;
+/// The largest clock drift, either way: a clock that runs twice as fast, or
+/// stands still.
+pub const CLOCK_DRIFT_PPM_MAX: i64 = 1_000_000;
 
 /// Host names, shared by the world builder, fault targets and the trace.
 pub mod host {
@@ -255,6 +260,25 @@ pub enum Fault {
         count: u32,
         latency_ms: u64,
     },
+    /// The host's realtime clock reads `offset_ms` away from true time
+    /// (behind, if negative); with `duration_ms`, it is then stepped back
+    /// to true time. Monotonic time (timers, deadlines) is not affected.
+    ClockOffset {
+        host: String,
+        offset_ms: i64,
+        duration_ms: Option<u64>,
+    },
+    /// The host's realtime clock gains `drift_ppm` microseconds per second
+    /// of true time (loses, if negative); with `duration_ms`, the drift
+    /// then stops and the clock is stepped back to true time.
+    ClockDrift {
+        host: String,
+        drift_ppm: i64,
+        duration_ms: Option<u64>,
+    },
+    /// The host's realtime clock steps by `jump_ms`, forward or back, and
+    /// stays there.
+    ClockJump { host: String, jump_ms: i64 },
 }
 
 /// The race windows of docs/MODEL.md: the rare interleavings the bench exists

@@ -14,7 +14,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
-use crate::net::{SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
+use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::quiet::Quiet;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
@@ -50,6 +50,9 @@ pub struct World {
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
     /// The scenario's maximum message latency, to restore after a fault.
     pub base_latency_ms_max: u64,
+    /// The realtime clock of every host that reads one (API replicas,
+    /// workers, the reconciler), by host name: clock faults change them.
+    pub clocks: BTreeMap<String, HostClock>,
     pub facts: WorldFacts,
     /// Skips of quiet simulated time; every host's software runs inside it.
     pub quiet: Quiet,
@@ -79,6 +82,13 @@ impl std::fmt::Debug for World {
         f.debug_struct("World")
             .field("facts", &self.facts)
             .finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// The clock of host `name`, made on first use.
+    fn clock(&mut self, name: &str) -> HostClock {
+        self.clocks.entry(name.to_owned()).or_default().clone()
     }
 }
 
@@ -132,6 +142,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
+        clocks: BTreeMap::new(),
         // A zero latency can deliver a message in the step that sent it,
         // where the in-flight check cannot see it: no skips then.
         quiet: Quiet::new(
@@ -154,6 +165,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                 .collect(),
             policy: scenario.policy,
             reconciler: scenario.topology.reconciler,
+            reconciler_config: Some(scenario.topology.reconciler_config.clone()),
         },
     };
     let shipped = Contract::shipped();
@@ -243,15 +255,16 @@ struct EngineParts {
 }
 
 impl EngineParts {
-    /// The engine of host `session`, running the design under test.
-    fn engine(&self, session: &str, ids: Arc<SeededIds>) -> Engine {
+    /// The engine of host `session`, running the design under test, on
+    /// that host's own (possibly faulty) clock.
+    fn engine(&self, session: &str, ids: Arc<SeededIds>, clock: HostClock) -> Engine {
         let store = RemoteStore::new(
             format!("{}:{SERVICE_PORT}", host::STORE),
             self.store_timeout_ms,
         );
         Engine::new(
             Arc::new(store),
-            Arc::new(SimClock::new(FIXED_EPOCH_US)),
+            Arc::new(SimClock::skewed(FIXED_EPOCH_US, clock)),
             ids,
             self.contract.clone(),
             self.policy,
@@ -364,7 +377,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
     for index in 1..=scenario.topology.api_replicas {
         let name = host::api(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
-        let engine = parts.engine(&name, ids);
+        let engine = parts.engine(&name, ids, world.clock(&name));
         // The replica runs the attempts its backup button starts.
         let runner = Worker::new(
             engine.clone(),
@@ -388,7 +401,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
         let name = host::worker(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
         let worker = Worker::new(
-            parts.engine(&name, ids),
+            parts.engine(&name, ids, world.clock(&name)),
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
@@ -403,7 +416,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
     if scenario.topology.reconciler {
         let ids = Arc::new(SeededIds::new(child_seed(seed, "ids/reconciler")));
         let reconciler = Reconciler::new(
-            parts.engine(host::RECONCILER, ids),
+            parts.engine(host::RECONCILER, ids, world.clock(host::RECONCILER)),
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );

@@ -10,5 +10,6 @@ mod http_hardening;
 mod http_ops;
 mod pg_engine;
 mod provider;
+mod reconciler;
 mod support;
 mod worker;

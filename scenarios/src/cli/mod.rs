@@ -12,7 +12,9 @@ pub mod bench;
 mod common;
 mod determinism;
 pub mod explore;
+mod fuzz;
 mod list;
+mod merge;
 mod mutants;
 mod regress;
 mod report;
@@ -114,6 +116,14 @@ enum Command {
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
+    /// Search beyond the catalogue: a whole generated world per seed, a
+    /// swarm of faults, failures shrunk and kept in a corpus.
+    #[command(after_help = EXIT_CODES)]
+    Fuzz(fuzz::FuzzArgs),
+    /// Merge the JSON summaries of the shards of one sweep or fuzz run
+    /// into the summary, verdict and exit code of the unsharded run.
+    #[command(after_help = EXIT_CODES)]
+    Merge(merge::MergeArgs),
     /// Measure what a seed, a sweep and a PostgreSQL create cost, against
     /// bare turmoil and pgbench measured in the same run.
     #[command(after_help = EXIT_CODES)]
@@ -144,6 +154,8 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::explore(args),
         Command::Report(args) => report::report(args),
         Command::Regress(args) => regress::regress(args),
+        Command::Fuzz(args) => fuzz::fuzz(args),
+        Command::Merge(args) => merge::merge(args),
         Command::Bench(args) => bench::bench(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)
             .map(|()| Exit::Pass)

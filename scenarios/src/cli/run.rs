@@ -32,8 +32,10 @@ pub struct RunArgs {
     /// A catalogue name (`idem list`) or a scenario file (`path/to/file.toml`).
     pub scenario: String,
     /// The root seed: the same seed gives the same run, byte for byte.
-    #[arg(long)]
-    pub seed: u64,
+    /// Without it, the IDEM_SEED environment variable gives it; without
+    /// either, a seed is drawn at random and printed first.
+    #[arg(long, env = "IDEM_SEED")]
+    pub seed: Option<u64>,
     /// The design under test: correct, or a naive design (check-then-insert,
     /// no-fingerprint, timeout-is-failure, last-writer-wins,
     /// unguarded-attempts, blind-failover, session-scoped-key,
@@ -90,23 +92,50 @@ fn run_logged(
     tracing::subscriber::with_default(subscriber, || execute(scenario, seed, design))
 }
 
+/// A seed for a run that was given none. This is the command line, not the
+/// simulator: the run itself stays a function of the seed, and the seed is
+/// printed before anything else, so the run can be had again. The OS
+/// randomness comes through std's `RandomState`, whose keys the OS seeds
+/// once per process.
+fn draw_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::hash::RandomState::new().build_hasher();
+    hasher.write_u64(u64::from(std::process::id()));
+    hasher.finish()
+}
+
 pub fn run(args: RunArgs) -> Result<Exit, CliError> {
     let loaded = load(&args.scenario)?;
-    let outcome = run_logged(&loaded.scenario, args.seed, args.design, args.log);
+    let seed = match args.seed {
+        Some(seed) => seed,
+        None => {
+            let seed = draw_seed();
+            let note = format!(
+                "seed {seed} (drawn at random: no --seed and no IDEM_SEED; either reruns it)\n"
+            );
+            match args.format {
+                Format::Text => emit(&note),
+                // stdout holds exactly one JSON record, which names the seed.
+                Format::Json => eprint!("{note}"),
+            }
+            seed
+        }
+    };
+    let outcome = run_logged(&loaded.scenario, seed, args.design, args.log);
     if let (Some(path), Ok(outcome)) = (&args.trace, &outcome) {
         std::fs::write(path, outcome.trace.to_jsonl()).map_err(|e| {
             CliError::Usage(format!("cannot write the trace to {}: {e}", path.display()))
         })?;
     }
     if let Some(path) = &args.report {
-        super::report::write_run_page(&loaded, args.seed, args.design, &outcome, path)?;
+        super::report::write_run_page(&loaded, seed, args.design, &outcome, path)?;
     }
     let record = RunRecord {
         build: Some(build()),
         ..record(
             &loaded.scenario,
             &loaded.target,
-            args.seed,
+            seed,
             args.design,
             &outcome,
             true,

@@ -69,6 +69,58 @@ fn run_prints_the_verdict_and_the_repro() -> Result<(), Box<dyn std::error::Erro
     Ok(())
 }
 
+/// `idem run` with its environment.
+fn idem_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    command.args(args).env_remove("IDEM_SEED");
+    command.envs(env.iter().copied());
+    command.output().expect("the idem binary runs")
+}
+
+#[test]
+fn idem_seed_gives_run_its_seed() -> Result<(), Box<dyn std::error::Error>> {
+    let by_flag = idem_with(&["run", "double-click", "--seed", "7"], &[]);
+    let by_env = idem_with(&["run", "double-click"], &[("IDEM_SEED", "7")]);
+    assert_eq!(by_env.status.code(), Some(0), "{}", stderr(&by_env));
+    assert_eq!(stdout(&by_env), stdout(&by_flag));
+    // The flag wins over the environment.
+    let both = idem_with(
+        &["run", "double-click", "--seed", "7"],
+        &[("IDEM_SEED", "8")],
+    );
+    assert_eq!(stdout(&both), stdout(&by_flag));
+    let other = idem_with(&["run", "double-click"], &[("IDEM_SEED", "8")]);
+    assert_ne!(stdout(&other), stdout(&by_flag));
+    Ok(())
+}
+
+#[test]
+fn run_without_a_seed_draws_one_and_prints_it_first() -> Result<(), Box<dyn std::error::Error>> {
+    let drawn = idem_with(&["run", "double-click"], &[]);
+    assert_eq!(drawn.status.code(), Some(0), "{}", stderr(&drawn));
+    let text = stdout(&drawn);
+    let first = text.lines().next().ok_or("no output")?;
+    let seed: u64 = first
+        .strip_prefix("seed ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .ok_or_else(|| format!("the first line names no seed: {first}"))?
+        .parse()?;
+    assert!(first.contains("drawn at random"), "{first}");
+    // The rest is the run of that seed, as --seed gives it.
+    let again = idem_with(&["run", "double-click", "--seed", &seed.to_string()], &[]);
+    assert_eq!(text[first.len() + 1..], stdout(&again));
+    // In JSON the note goes to stderr, and the record names the seed.
+    let json = idem_with(&["run", "double-click", "--format", "json"], &[]);
+    let record: serde_json::Value = serde_json::from_slice(&json.stdout)?;
+    let seed = record["seed"].as_u64().ok_or("a seed")?;
+    assert!(
+        stderr(&json).starts_with(&format!("seed {seed} (drawn at random")),
+        "{}",
+        stderr(&json)
+    );
+    Ok(())
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -103,12 +155,11 @@ fn a_malformed_file_exits_2_with_its_position() -> Result<(), Box<dyn std::error
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("idem list"), "{}", stderr(&output));
 
-    let output = idem(&["run", "double-click"]);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "a missing --seed is a usage error"
-    );
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["run", "double-click"])
+        .env("IDEM_SEED", "seven")
+        .output()?;
+    assert_eq!(output.status.code(), Some(2), "IDEM_SEED is a number");
 
     // Sweeps and matrices key their runs by scenario name.
     for args in [

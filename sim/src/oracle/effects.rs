@@ -1,5 +1,5 @@
-//! What the world ended up with: invariants 9 (side effects) and 10
-//! (liveness).
+//! What the world ended up with: invariants 9 (side effects: billed work,
+//! and work running at once) and 10 (liveness).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +16,7 @@ use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     side_effects(run, findings);
+    executions_at_once(run, findings);
     liveness(run, findings);
 }
 
@@ -83,6 +84,66 @@ fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
             ),
             billed.iter().flat_map(|e| success_evidence(e)),
         );
+    }
+}
+
+/// Also invariant 9: never more executions of one job running at the same
+/// moment than the policy allows (strict: one; hedged: the hedged attempt
+/// and its hedge). Read from the trace in order: an execution is open from
+/// the event that shows it running until the event that shows it ended
+/// (succeeded, failed or cancelled). A second open execution means two
+/// attempts of one intent were doing the work at once: whatever the rows
+/// say, the side effect may happen twice.
+fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
+    let allowed = billed_successes_max(run.input.facts.policy);
+    // (provider, ledger seq) -> (job, key, seq of the event that opened it)
+    let mut open: BTreeMap<(&str, u64), (&str, &str, u64)> = BTreeMap::new();
+    for event in run.events() {
+        let TraceBody::ProviderExecution {
+            provider,
+            key,
+            job_id,
+            exec_seq,
+            outcome,
+            ..
+        } = &event.body
+        else {
+            continue;
+        };
+        let id = (provider.as_str(), *exec_seq);
+        if *outcome != ExecutionOutcome::Running {
+            open.remove(&id);
+            continue;
+        }
+        let Some(job) = job_id.as_deref() else {
+            continue;
+        };
+        if open.contains_key(&id) {
+            continue;
+        }
+        let others: Vec<(&(&str, u64), &(&str, &str, u64))> =
+            open.iter().filter(|(_, (j, _, _))| *j == job).collect();
+        if others.len() >= allowed {
+            let described: Vec<String> = others
+                .iter()
+                .map(|((p, n), (_, k, since))| {
+                    format!("{p} #{n} key {k} (running since seq {since})")
+                })
+                .collect();
+            findings.report(
+                Invariant::SideEffects,
+                format!(
+                    "job {job}: provider {provider} began execution #{exec_seq} (key {key}) at seq {} while {} of the same job ran: the policy allows {allowed} at once",
+                    event.seq,
+                    described.join(", ")
+                ),
+                others
+                    .iter()
+                    .map(|(_, (_, _, since))| *since)
+                    .chain([event.seq]),
+            );
+        }
+        open.insert(id, (job, key.as_str(), event.seq));
     }
 }
 

@@ -1,4 +1,5 @@
-//! The invariant checker: the eleven invariants of docs/MODEL.md over a run's trace,
+//! The invariant checker: the eleven invariants of docs/MODEL.md, and a
+//! twelfth for clocks, over a run's trace,
 //! the store's final state and the providers' ledgers. It is kept apart
 //! from the engine on purpose: it shares no code with the decisions it
 //! judges, only the data types that describe what happened.
@@ -16,7 +17,9 @@
 //!   isolation, 11 nothing lost (what clients were told).
 //! - [`completions`]: 3 one winner, 6 losers discarded.
 //! - [`attempts`]: 4 guard, 5 timeout means unknown, 7 certified failover.
-//! - [`effects`]: 9 side effects, 10 liveness.
+//! - [`effects`]: 9 side effects (billed work, and executions at once),
+//!   10 liveness.
+//! - [`waits`]: 12 waits in true time (clock faults).
 //! - [`windows`]: the race-window counts.
 //! - [`findings`]: the bounded list of violations being collected.
 //!
@@ -30,6 +33,7 @@ mod findings;
 mod index;
 mod intents;
 mod replay;
+mod waits;
 mod windows;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,12 +42,14 @@ use serde::{Deserialize, Serialize};
 
 use idem_core::engine::Policy;
 use idem_core::provider::server::Execution;
+use idem_core::reconciler::ReconcilerConfig;
 use idem_core::store::StoreDump;
 
 use crate::scenario::Window;
 use crate::trace::Trace;
 
-/// The invariants, numbered as in docs/MODEL.md.
+/// The invariants, numbered as in docs/MODEL.md; the twelfth says that
+/// rules comparing timestamps stay safe when clocks are wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Invariant {
@@ -58,6 +64,9 @@ pub enum Invariant {
     SideEffects = 9,
     Liveness = 10,
     NothingLost = 11,
+    /// The reconciler's waits (stale, overdue) held in true time, whatever
+    /// the hosts' clocks read.
+    WaitsInTrueTime = 12,
 }
 
 impl Invariant {
@@ -73,6 +82,7 @@ impl Invariant {
         Invariant::SideEffects,
         Invariant::Liveness,
         Invariant::NothingLost,
+        Invariant::WaitsInTrueTime,
     ];
 
     /// the number in docs/MODEL.md.
@@ -112,6 +122,10 @@ pub struct WorldFacts {
     /// Whether a reconciler ran: without one, an unknown attempt waits for
     /// an operator, which counts as a pending action.
     pub reconciler: bool,
+    /// The reconciler's waits, to judge them in true time (invariant 12);
+    /// `None` leaves that invariant unjudged.
+    #[serde(default)]
+    pub reconciler_config: Option<ReconcilerConfig>,
 }
 
 /// Everything the oracle judges.
@@ -154,6 +168,7 @@ pub fn judge(input: OracleInput<'_>) -> Judgement {
     completions::check(&run, &mut findings);
     attempts::check(&run, &mut findings);
     effects::check(&run, &mut findings);
+    waits::check(&run, &mut findings);
     Judgement {
         violations: findings.into_violations(),
         windows: windows::count(&run),

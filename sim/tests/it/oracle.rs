@@ -18,6 +18,7 @@ use idem_core::model::{
     OwnerId,
 };
 use idem_core::provider::server::{Execution, ExecutionOutcome};
+use idem_core::reconciler::ReconcilerConfig;
 use idem_core::store::StoreDump;
 use idem_core::store::faults::{StoreFault, StoreOp};
 use idem_sim::oracle::{Invariant, Judgement, OracleInput, WorldFacts, judge};
@@ -90,6 +91,7 @@ impl Run {
                 defects: BTreeMap::new(),
                 policy,
                 reconciler: true,
+                reconciler_config: None,
             },
             next_request: BTreeMap::new(),
         }
@@ -1356,12 +1358,106 @@ fn side_effects_fires_on_two_billed_successes_under_strict() {
         .iter()
         .map(|v| v.message.as_str())
         .collect();
-    assert_eq!(messages.len(), 2, "per job and per key: {messages:#?}");
+    assert_eq!(
+        messages.len(),
+        3,
+        "per job, per key, and at once: {messages:#?}"
+    );
     assert!(
         messages[0].contains("the strict policy allows 1"),
         "{messages:#?}"
     );
     assert!(messages[1].contains("billed key"), "{messages:#?}");
+    assert!(messages[2].contains("allows 1 at once"), "{messages:#?}");
+}
+
+#[test]
+fn side_effects_fires_on_two_executions_at_once_under_strict() {
+    let mut strict = strict_job();
+    let (job, attempt) = (strict.job, attempt_id(1));
+    let run = &mut strict.run;
+    run.started(job, attempt, 1, PRIMARY);
+    run.moved(job, attempt, Starting, Running, None);
+    // A resend the provider ran beside the first: one of them fails, so
+    // nothing is billed twice, but the work ran twice at once.
+    let once = run.execute(PRIMARY, attempt, job);
+    let twice = run.execute(PRIMARY, attempt, job);
+    run.finish(twice, ExecutionOutcome::Failed);
+    run.finish(once, ExecutionOutcome::Succeeded);
+    win_with(&mut strict, attempt, 1, once);
+    fires(
+        &strict.run,
+        &[(Invariant::SideEffects, &[once.started, twice.started])],
+    );
+}
+
+#[test]
+fn executions_one_after_another_are_not_at_once() {
+    let mut strict = strict_job();
+    let (job, attempt) = (strict.job, attempt_id(1));
+    let run = &mut strict.run;
+    run.started(job, attempt, 1, PRIMARY);
+    run.moved(job, attempt, Starting, Running, None);
+    let once = run.execute(PRIMARY, attempt, job);
+    run.finish(once, ExecutionOutcome::Failed);
+    let twice = run.execute(PRIMARY, attempt, job);
+    run.finish(twice, ExecutionOutcome::Succeeded);
+    win_with(&mut strict, attempt, 1, twice);
+    run_passes_without_windows(&strict.run);
+}
+
+fn run_passes_without_windows(run: &Run) {
+    let judgement = run.judge();
+    assert!(
+        judgement.violations.is_empty(),
+        "{:#?}",
+        judgement.violations
+    );
+}
+
+/// A strict job whose running attempt the reconciler presumes orphaned one
+/// event (10 ms of true time) after its start, then cancels as overdue one
+/// event later, under a reconciler that waits `wait_ms` for both.
+fn presumed_and_cancelled(wait_ms: u64) -> (Run, [u64; 4]) {
+    let mut strict = strict_job();
+    strict.run.facts.reconciler_config = Some(ReconcilerConfig {
+        running_stale_ms: wait_ms,
+        unknown_max_ms: wait_ms,
+        ..ReconcilerConfig::default()
+    });
+    let (job, attempt) = (strict.job, attempt_id(1));
+    let run = &mut strict.run;
+    let started = run.started(job, attempt, 1, PRIMARY);
+    run.moved(job, attempt, Starting, Running, None);
+    let presumed = run.moved(job, attempt, Running, Unknown, Some("presumed_orphaned"));
+    let cancelled = run.moved(job, attempt, Unknown, Cancelled, None);
+    let noted = run.note(
+        job,
+        Some(attempt),
+        EventKind::ReconcilerNote,
+        json!({"resolved": "cancelled", "overdue": true}),
+    );
+    run.job_mut(job).state = JobState::Failed;
+    run.attempt_row(attempt, job, 1, PRIMARY, Cancelled, None);
+    (strict.run, [started, presumed, cancelled, noted])
+}
+
+#[test]
+fn waits_in_true_time_fires_when_the_reconciler_acts_early() {
+    let (run, [started, presumed, cancelled, noted]) = presumed_and_cancelled(6_000);
+    let judgement = fires(&run, &[(Invariant::WaitsInTrueTime, &[started, presumed])]);
+    assert_eq!(judgement.violations.len(), 2, "{:#?}", judgement.violations);
+    assert!(
+        judgement.violations[1].evidence == vec![started, cancelled, noted],
+        "{:#?}",
+        judgement.violations
+    );
+}
+
+#[test]
+fn waits_in_true_time_holds_when_the_waits_have_passed() {
+    let (run, _) = presumed_and_cancelled(10);
+    run_passes_without_windows(&run);
 }
 
 #[test]

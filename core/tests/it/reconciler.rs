@@ -1,0 +1,111 @@
+//! The reconciler's waits, against a clock that jumps: it measures how long
+//! an attempt has been around on its own monotonic clock, from the pass that
+//! first saw it, so a realtime clock an hour ahead (or a `started_at` an
+//! hour behind) makes it act no sooner. The wall-clock-deadlines design
+//! keeps the old subtraction and acts at once; both are checked, so the
+//! test can fail.
+
+use std::sync::Arc;
+
+use idem_core::clock::{ManualClock, SeededIds};
+use idem_core::contract::Providers;
+use idem_core::design::Design;
+use idem_core::engine::{Engine, Policy, Trigger};
+use idem_core::model::AttemptState;
+use idem_core::provider::ProviderSet;
+use idem_core::reconciler::{Action, Reconciler, ReconcilerConfig};
+use idem_core::store::mem::MemStore;
+use serde_json::json;
+
+use crate::support::{PRIMARY, owner, request};
+
+const RUNNING_STALE_MS: u64 = 6_000;
+
+struct Setup {
+    clock: Arc<ManualClock>,
+    engine: Engine,
+    reconciler: Reconciler,
+}
+
+fn setup(design: Design) -> Setup {
+    let clock = Arc::new(ManualClock::default());
+    let engine = Engine::new(
+        Arc::new(MemStore::new()),
+        clock.clone(),
+        Arc::new(SeededIds::new(7)),
+        Providers::named([PRIMARY, "fallback"]),
+        Policy::Strict,
+    )
+    .with_design(design, "reconciler");
+    let reconciler = Reconciler::new(
+        engine.clone(),
+        ProviderSet::new(),
+        ReconcilerConfig {
+            running_stale_ms: RUNNING_STALE_MS,
+            ..ReconcilerConfig::default()
+        },
+    );
+    Setup {
+        clock,
+        engine,
+        reconciler,
+    }
+}
+
+/// A running attempt, and the reconciler's clock jumped an hour ahead.
+async fn running_then_jump(s: &Setup) -> idem_core::model::AttemptId {
+    let created = s
+        .engine
+        .create_job(&owner("alice"), "k", request(json!({"text": "x"})))
+        .await
+        .expect("created");
+    let attempt = s
+        .engine
+        .start_attempt(created.job(), None, Trigger::Worker)
+        .await
+        .expect("started");
+    s.engine
+        .record_dispatch(attempt.id)
+        .await
+        .expect("dispatched");
+    s.clock.jump_ms(3_600_000);
+    attempt.id
+}
+
+#[tokio::test]
+async fn a_clock_that_jumps_does_not_hurry_the_reconciler() {
+    let s = setup(Design::Correct);
+    let attempt = running_then_jump(&s).await;
+    let report = s.reconciler.pass().await;
+    assert!(report.actions.is_empty(), "{report:?}");
+    s.clock
+        .advance_ms(i64::try_from(RUNNING_STALE_MS).expect("small") - 1);
+    let report = s.reconciler.pass().await;
+    assert!(report.actions.is_empty(), "{report:?}");
+    assert_eq!(
+        s.engine.attempt(attempt).await.expect("read").state,
+        AttemptState::Running
+    );
+    // Waited out in monotonic time: now it is presumed orphaned.
+    s.clock.advance_ms(1);
+    let report = s.reconciler.pass().await;
+    assert_eq!(
+        report.actions.first(),
+        Some(&(attempt, Action::MarkedUnknown))
+    );
+    assert_eq!(
+        s.engine.attempt(attempt).await.expect("read").state,
+        AttemptState::Unknown
+    );
+}
+
+#[tokio::test]
+async fn the_wall_clock_design_is_hurried_by_the_jump() {
+    let s = setup(Design::WallClockDeadlines);
+    let attempt = running_then_jump(&s).await;
+    let report = s.reconciler.pass().await;
+    assert_eq!(
+        report.actions.first(),
+        Some(&(attempt, Action::MarkedUnknown))
+    );
+}

@@ -1,0 +1,527 @@
+//! A fuzz run's summary: what `idem fuzz --json` writes and `idem merge`
+//! reads back. Every aggregate (totals, fault kinds, race windows, failures
+//! by signature) is computed from the runs and the failures by one
+//! constructor, [`FuzzSummary::new`], so that merging the summaries of
+//! shards (their runs concatenated) gives exactly the summary the unsharded
+//! run gives.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::run::RunVerdict;
+use crate::sweep::{SeedRange, Shard, SweepCoverage, SweepVerdict, WindowTally};
+use crate::{BuildStamp, MergeError};
+
+/// What a fuzz summary says it is, so that `idem merge` can tell it from a
+/// sweep summary.
+pub const FUZZ_KIND: &str = "fuzz";
+
+/// The seeds of a failing signature a summary lists, at most (the
+/// lowest).
+pub const SEEDS_PER_FAILURE_MAX: usize = 32;
+
+/// One run, in brief: enough to recompute every aggregate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FuzzRun {
+    pub seed: u64,
+    pub verdict: RunVerdict,
+    pub trace_hash: String,
+    /// The failure's signature (invariants and evidence kinds), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    /// Fault kinds the world held.
+    pub generated: Vec<String>,
+    /// Fault kinds that took effect.
+    pub exercised: Vec<String>,
+    /// Race windows reached, with how often (reached ones only).
+    pub windows: BTreeMap<String, u32>,
+}
+
+/// How many runs held, and how many exercised, one fault kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultKindTally {
+    /// snake_case, as the scenario format spells it (`clock_jump`).
+    pub kind: String,
+    /// Runs whose world held it.
+    pub generated: u64,
+    /// Runs in which it took effect.
+    pub exercised: u64,
+}
+
+/// An invariant by number and name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantRef {
+    /// the number in docs/MODEL.md (12: waits in true time); 0 for a run that could
+    /// not finish.
+    pub invariant: u8,
+    pub name: String,
+}
+
+/// What shrinking a failure came to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Minimal {
+    pub users: u64,
+    pub actions: u64,
+    pub faults: u64,
+    /// Candidate worlds run while shrinking.
+    pub shrink_runs: u64,
+    /// Candidates kept on the way to the minimum.
+    pub shrink_steps: u64,
+}
+
+/// One failure, deduplicated by its signature: what is known about it from
+/// its first (lowest) seed, and which seeds showed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FuzzFailure {
+    /// `3[completion_lost,completion_won] 6[completion_lost]`.
+    pub signature: String,
+    pub invariants: Vec<InvariantRef>,
+    /// The lowest seed that showed it.
+    pub first_seed: u64,
+    /// The first violation's message under that seed.
+    pub message: String,
+    /// The minimal world's scenario file, when written to a corpus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_file: Option<String>,
+    /// The command that shows it again.
+    pub reproduce: String,
+    /// The minimal world, when shrunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimal: Option<Minimal>,
+    /// Filled by [`FuzzSummary::new`] from the runs: how many showed it,
+    /// and the lowest of their seeds.
+    #[serde(default)]
+    pub runs: u64,
+    #[serde(default)]
+    pub seeds: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FuzzTotals {
+    pub runs: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errors: u64,
+    /// Distinct failure signatures.
+    pub signatures: u64,
+}
+
+/// A whole fuzz run (or a shard of one, or shards merged).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FuzzSummary {
+    pub schema: u32,
+    /// Always [`FUZZ_KIND`].
+    pub kind: String,
+    pub design: String,
+    /// The seeds asked for (`--seeds`), end excluded; with a time budget,
+    /// from the first seed to one past the last seed run.
+    pub seeds: SeedRange,
+    /// The time budget, when the run had one instead of a seed range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_budget_s: Option<u64>,
+    pub shard: Shard,
+    pub verdict: SweepVerdict,
+    pub totals: FuzzTotals,
+    /// Every fault kind the fuzzer knows, in its table's order.
+    pub fault_kinds: Vec<FaultKindTally>,
+    /// Race windows over every run (reported, not gated: a fuzz run has no
+    /// window it exists to reach).
+    pub coverage: SweepCoverage,
+    /// One per signature, by first seed.
+    pub failures: Vec<FuzzFailure>,
+    /// Every run, by seed.
+    pub runs: Vec<FuzzRun>,
+    pub build: BuildStamp,
+}
+
+/// What [`FuzzSummary::new`] needs besides runs and failures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuzzHeader {
+    pub design: String,
+    pub seeds: SeedRange,
+    pub time_budget_s: Option<u64>,
+    pub shard: Shard,
+    /// Every fault kind, in table order.
+    pub fault_kinds: Vec<String>,
+    /// Every race window, in the brief's order.
+    pub windows: Vec<String>,
+    pub build: BuildStamp,
+}
+
+impl FuzzSummary {
+    /// Aggregates `runs`; `failures` holds one entry per signature (its
+    /// `runs` and `seeds` are recomputed here; entries no run shows are
+    /// dropped).
+    pub fn new(header: FuzzHeader, mut runs: Vec<FuzzRun>, failures: Vec<FuzzFailure>) -> Self {
+        runs.sort_by_key(|r| r.seed);
+        runs.dedup_by_key(|r| r.seed);
+        let mut totals = FuzzTotals::default();
+        let mut kinds: BTreeMap<String, FaultKindTally> = header
+            .fault_kinds
+            .iter()
+            .map(|k| {
+                (
+                    k.clone(),
+                    FaultKindTally {
+                        kind: k.clone(),
+                        ..FaultKindTally::default()
+                    },
+                )
+            })
+            .collect();
+        let mut windows: BTreeMap<String, WindowTally> = BTreeMap::new();
+        let mut by_signature: BTreeMap<&str, (u64, Vec<u64>)> = BTreeMap::new();
+        for run in &runs {
+            totals.runs += 1;
+            match run.verdict {
+                RunVerdict::Pass => totals.passed += 1,
+                RunVerdict::Fail => totals.failed += 1,
+                RunVerdict::Error => totals.errors += 1,
+            }
+            for kind in &run.generated {
+                kinds
+                    .entry(kind.clone())
+                    .or_insert_with(|| FaultKindTally {
+                        kind: kind.clone(),
+                        ..FaultKindTally::default()
+                    })
+                    .generated += 1;
+            }
+            for kind in &run.exercised {
+                kinds
+                    .entry(kind.clone())
+                    .or_insert_with(|| FaultKindTally {
+                        kind: kind.clone(),
+                        ..FaultKindTally::default()
+                    })
+                    .exercised += 1;
+            }
+            for (window, count) in run.windows.iter().filter(|(_, c)| **c > 0) {
+                let tally = windows
+                    .entry(window.clone())
+                    .or_insert_with(|| WindowTally {
+                        window: window.clone(),
+                        ..WindowTally::default()
+                    });
+                // One run, one seed.
+                tally.seeds += 1;
+                tally.runs += 1;
+                tally.total += u64::from(*count);
+            }
+            if let Some(signature) = &run.signature {
+                let entry = by_signature.entry(signature).or_default();
+                entry.0 += 1;
+                if entry.1.len() < SEEDS_PER_FAILURE_MAX {
+                    entry.1.push(run.seed);
+                }
+            }
+        }
+        let mut failures: Vec<FuzzFailure> = failures
+            .into_iter()
+            .filter_map(|mut f| {
+                let (count, seeds) = by_signature.get(f.signature.as_str())?;
+                f.runs = *count;
+                f.seeds.clone_from(seeds);
+                Some(f)
+            })
+            .collect();
+        failures.sort_by(|a, b| (a.first_seed, &a.signature).cmp(&(b.first_seed, &b.signature)));
+        failures.dedup_by(|a, b| a.signature == b.signature);
+        totals.signatures = failures.len() as u64;
+        let mut ordered: Vec<FaultKindTally> = header
+            .fault_kinds
+            .iter()
+            .filter_map(|k| kinds.remove(k))
+            .collect();
+        ordered.extend(kinds.into_values());
+        let mut window_list: Vec<WindowTally> = header
+            .windows
+            .iter()
+            .map(|w| {
+                windows.remove(w).unwrap_or_else(|| WindowTally {
+                    window: w.clone(),
+                    ..WindowTally::default()
+                })
+            })
+            .collect();
+        window_list.extend(windows.into_values());
+        let never_reached = window_list
+            .iter()
+            .filter(|t| t.runs == 0)
+            .map(|t| t.window.clone())
+            .collect();
+        let passed = totals.failed == 0 && totals.errors == 0;
+        Self {
+            schema: crate::SCHEMA_VERSION,
+            kind: FUZZ_KIND.to_owned(),
+            design: header.design,
+            seeds: header.seeds,
+            time_budget_s: header.time_budget_s,
+            shard: header.shard,
+            verdict: if passed {
+                SweepVerdict::Pass
+            } else {
+                SweepVerdict::Fail
+            },
+            totals,
+            fault_kinds: ordered,
+            coverage: SweepCoverage {
+                gated: false,
+                windows: window_list,
+                never_reached,
+            },
+            failures,
+            runs,
+            build: header.build,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.verdict == SweepVerdict::Pass
+    }
+
+    /// The summary of all of `parts`, the shards of one fuzz run: the
+    /// same design, build, seed range (or time budget) and shard count,
+    /// each shard once.
+    pub fn merge(parts: Vec<FuzzSummary>) -> Result<FuzzSummary, MergeError> {
+        let first = parts.first().ok_or(MergeError::Empty)?.clone();
+        crate::sweep::check_shards(
+            parts
+                .iter()
+                .map(|p| (p.shard, p.design.as_str(), &p.build))
+                .collect(),
+        )?;
+        let timed = first.time_budget_s.is_some();
+        for part in &parts {
+            if part.time_budget_s.is_some() != timed || (!timed && part.seeds != first.seeds) {
+                return Err(MergeError::Mismatch(format!(
+                    "seeds {}..{} and {}..{} (or a time budget beside a seed range): not shards of one run",
+                    first.seeds.start, first.seeds.end, part.seeds.start, part.seeds.end
+                )));
+            }
+        }
+        let seeds = SeedRange {
+            start: parts.iter().map(|p| p.seeds.start).min().unwrap_or(0),
+            end: parts.iter().map(|p| p.seeds.end).max().unwrap_or(0),
+        };
+        let header = FuzzHeader {
+            design: first.design.clone(),
+            seeds,
+            time_budget_s: first.time_budget_s,
+            shard: Shard { index: 0, count: 1 },
+            fault_kinds: first.fault_kinds.iter().map(|k| k.kind.clone()).collect(),
+            windows: first
+                .coverage
+                .windows
+                .iter()
+                .map(|w| w.window.clone())
+                .collect(),
+            build: first.build.clone(),
+        };
+        let mut runs = Vec::new();
+        let mut failures = Vec::new();
+        for part in parts {
+            runs.extend(part.runs);
+            failures.extend(part.failures);
+        }
+        Ok(FuzzSummary::new(header, runs, failures))
+    }
+
+    /// Pretty JSON, newline-terminated.
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a summary serializes");
+        text.push('\n');
+        text
+    }
+
+    /// The human summary.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let shard = if self.shard.count > 1 {
+            format!(", shard {}/{}", self.shard.index, self.shard.count)
+        } else {
+            String::new()
+        };
+        let budget = self
+            .time_budget_s
+            .map_or_else(String::new, |s| format!(" (a {s} s budget)"));
+        let _ = writeln!(
+            out,
+            "fuzz: design {}, seeds {}..{}{budget}{shard}, build {}",
+            self.design, self.seeds.start, self.seeds.end, self.build
+        );
+        let exercised = self.fault_kinds.iter().filter(|k| k.exercised > 0).count();
+        let _ = writeln!(
+            out,
+            "fault kinds exercised: {exercised} of {} (runs that held it / runs it took effect in)",
+            self.fault_kinds.len()
+        );
+        let width = self
+            .fault_kinds
+            .iter()
+            .map(|k| k.kind.len())
+            .max()
+            .unwrap_or(0);
+        for k in &self.fault_kinds {
+            let _ = writeln!(
+                out,
+                "  {:width$}  {:>6}  {:>6}",
+                k.kind, k.generated, k.exercised
+            );
+        }
+        let reached: Vec<String> = self
+            .coverage
+            .windows
+            .iter()
+            .map(|w| format!("{} {}", w.window, w.runs))
+            .collect();
+        let _ = writeln!(
+            out,
+            "race windows (runs reaching each): {}",
+            reached.join(", ")
+        );
+        if !self.failures.is_empty() {
+            let _ = writeln!(out, "failures by signature:");
+            for f in &self.failures {
+                let _ = writeln!(
+                    out,
+                    "  {}: {} run(s), first seed {}",
+                    f.signature, f.runs, f.first_seed
+                );
+                let _ = writeln!(out, "    {}", f.message);
+                if let Some(m) = &f.minimal {
+                    let _ = writeln!(
+                        out,
+                        "    shrunk to {} user(s), {} action(s), {} fault(s) in {} runs",
+                        m.users, m.actions, m.faults, m.shrink_runs
+                    );
+                }
+                if let Some(file) = &f.corpus_file {
+                    let _ = writeln!(out, "    written to {file}");
+                }
+                let _ = writeln!(out, "    reproduce with: {}", f.reproduce);
+            }
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            out,
+            "{}: {} runs, {} passed, {} failed, {} errors, {} signature(s)",
+            if self.passed() { "PASS" } else { "FAIL" },
+            t.runs,
+            t.passed,
+            t.failed,
+            t.errors,
+            t.signatures
+        );
+        out
+    }
+}
+
+/// The fault kinds `runs` exercised, distinct: for progress reports.
+pub fn exercised_kinds(runs: &[FuzzRun]) -> BTreeSet<&str> {
+    runs.iter()
+        .flat_map(|r| r.exercised.iter().map(String::as_str))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        seed: u64,
+        signature: Option<&str>,
+        exercised: &[&str],
+        windows: &[(&str, u32)],
+    ) -> FuzzRun {
+        FuzzRun {
+            seed,
+            verdict: if signature.is_some() {
+                RunVerdict::Fail
+            } else {
+                RunVerdict::Pass
+            },
+            trace_hash: format!("h{seed}"),
+            signature: signature.map(str::to_owned),
+            generated: exercised.iter().map(|k| (*k).to_owned()).collect(),
+            exercised: exercised.iter().map(|k| (*k).to_owned()).collect(),
+            windows: windows.iter().map(|(w, c)| ((*w).to_owned(), *c)).collect(),
+        }
+    }
+
+    fn failure(signature: &str, first_seed: u64) -> FuzzFailure {
+        FuzzFailure {
+            signature: signature.to_owned(),
+            invariants: vec![InvariantRef {
+                invariant: 3,
+                name: "one_winner".to_owned(),
+            }],
+            first_seed,
+            message: "two winners".to_owned(),
+            corpus_file: None,
+            reproduce: format!("idem run x.toml --seed {first_seed}"),
+            minimal: None,
+            runs: 0,
+            seeds: Vec::new(),
+        }
+    }
+
+    fn header(seeds: SeedRange, shard: Shard) -> FuzzHeader {
+        FuzzHeader {
+            design: "last-writer-wins".to_owned(),
+            seeds,
+            time_budget_s: None,
+            shard,
+            fault_kinds: vec!["hold".to_owned(), "clock_jump".to_owned()],
+            windows: vec!["cas_loser".to_owned(), "mismatch".to_owned()],
+            build: BuildStamp::from_build("0.1.0", None, None),
+        }
+    }
+
+    #[test]
+    fn shards_merge_into_the_whole() {
+        let runs = vec![
+            run(0, None, &["hold"], &[("cas_loser", 1)]),
+            run(
+                1,
+                Some("3[x]"),
+                &["clock_jump", "hold"],
+                &[("cas_loser", 2)],
+            ),
+            run(2, Some("3[x]"), &[], &[]),
+            run(3, None, &["clock_jump"], &[("mismatch", 1)]),
+        ];
+        let seeds = SeedRange { start: 0, end: 4 };
+        let whole = FuzzSummary::new(
+            header(seeds, Shard { index: 0, count: 1 }),
+            runs.clone(),
+            vec![failure("3[x]", 1)],
+        );
+        assert_eq!(whole.totals.failed, 2);
+        assert_eq!(whole.failures[0].runs, 2);
+        assert_eq!(whole.failures[0].seeds, vec![1, 2]);
+        assert_eq!(whole.fault_kinds[0].exercised, 2);
+        assert_eq!(whole.coverage.windows[0].total, 3);
+        assert_eq!(whole.coverage.never_reached, Vec::<String>::new());
+        let shard = |index: u64| {
+            FuzzSummary::new(
+                header(seeds, Shard { index, count: 2 }),
+                runs.iter()
+                    .filter(|r| r.seed % 2 == index)
+                    .cloned()
+                    .collect(),
+                if index == 1 {
+                    vec![failure("3[x]", 1)]
+                } else {
+                    vec![failure("3[x]", 2)]
+                },
+            )
+        };
+        let merged = FuzzSummary::merge(vec![shard(1), shard(0)]).expect("shards of one run");
+        assert_eq!(merged.to_json(), whole.to_json());
+        assert!(FuzzSummary::merge(vec![shard(1)]).is_err());
+        assert!(FuzzSummary::merge(vec![shard(1), shard(1)]).is_err());
+    }
+}

@@ -1,0 +1,265 @@
+//! Search beyond the catalogue: every seed a whole generated
+//! world ([`world`]), judged by the same oracle as every other run; a
+//! failure is known by its [`Signature`], shrunk to a minimal world
+//! ([`shrink`]) and kept as a scenario file whose `[kept]` table records
+//! the path it was kept for ([`RunPath`]), so that `idem regress` notices
+//! when the code moves the seed off that path.
+//!
+//! The command line (`idem fuzz`, `idem merge`) is in `crate::cli`; this
+//! module is what it runs, kept free of threads and terminals so that
+//! tests call it directly.
+
+pub mod shrink;
+pub mod world;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use idem_core::store::faults::StoreFault;
+use idem_sim::run::RunOutcome;
+use idem_sim::scenario::{Scenario, Window};
+use idem_sim::trace::{Trace, TraceBody};
+
+use crate::emit::{EmitError, to_file};
+use crate::validate::scenario_from_str;
+
+/// The world of `seed` as the fuzzer runs it: generated, written as a
+/// scenario file and read back through the validator, so that what runs is
+/// exactly what a corpus file would hold.
+pub fn prepare(seed: u64) -> Result<Scenario, String> {
+    let generated = world::world(seed);
+    let text = to_file(&generated, "").map_err(|e| describe_emit(seed, &e))?;
+    scenario_from_str(&generated.name, &format!("fuzz world {seed}"), &text)
+        .map_err(|e| format!("the generator made an invalid world for seed {seed}:\n{e}"))
+}
+
+fn describe_emit(seed: u64, error: &EmitError) -> String {
+    format!("the world of seed {seed} cannot be written as a file: {error}")
+}
+
+/// What tells one failure from another: the invariants a run violated, each
+/// with the kinds of the trace events that show it. Two runs with one
+/// signature are taken to be one bug and shrunk once.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Signature {
+    /// (invariant number, evidence event kinds sorted and distinct), by
+    /// invariant. A run that could not finish has one part, numbered 0,
+    /// whose only "kind" is its error with the numbers taken out.
+    pub parts: Vec<(u8, Vec<String>)>,
+}
+
+impl Signature {
+    /// The signature of a finished run; `None` when it passed.
+    pub fn of(outcome: &Result<RunOutcome, String>) -> Option<Self> {
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                return Some(Self {
+                    parts: vec![(0, vec![format!("error: {}", without_numbers(error))])],
+                });
+            }
+        };
+        if outcome.report.violations.is_empty() {
+            return None;
+        }
+        let mut parts: BTreeMap<u8, BTreeSet<String>> = BTreeMap::new();
+        for violation in &outcome.report.violations {
+            let kinds = parts.entry(violation.invariant.number()).or_default();
+            for seq in &violation.evidence {
+                if let Some(event) = usize::try_from(*seq)
+                    .ok()
+                    .and_then(|i| outcome.trace.events.get(i))
+                {
+                    kinds.insert(kind_of(&event.body));
+                }
+            }
+        }
+        Some(Self {
+            parts: parts
+                .into_iter()
+                .map(|(n, kinds)| (n, kinds.into_iter().collect()))
+                .collect(),
+        })
+    }
+
+    /// The invariant numbers, in order (0 for a run that could not finish).
+    pub fn invariants(&self) -> Vec<u8> {
+        self.parts.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// Eight hex digits of the signature's SHA-256, for file names.
+    pub fn short_hash(&self) -> String {
+        hex::encode(&Sha256::digest(self.to_string().as_bytes())[..4])
+    }
+}
+
+impl fmt::Display for Signature {
+    /// `3[completion_lost,completion_won] 6[completion_lost]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, (number, kinds)) in self.parts.iter().enumerate() {
+            if index > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{number}[{}]", kinds.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// An error message with every digit run replaced by `#`, so that two
+/// runs failing the same way at different times or ids share a signature.
+fn without_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_number = false;
+    for c in text.lines().next().unwrap_or_default().chars() {
+        if c.is_ascii_hexdigit() && (c.is_ascii_digit() || in_number) {
+            if !in_number {
+                out.push('#');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The trace event's kind as its JSON names it (`attempt_transition`).
+pub fn kind_of(body: &TraceBody) -> String {
+    match serde_json::to_value(body) {
+        Ok(Value::Object(map)) => map
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// The fault kinds that took effect in a run: the driver fired them
+/// (network, crash, provider and clock faults), or, for store faults, the
+/// store injected one at least once (a rule installed for an operation
+/// that never came does nothing).
+pub fn exercised(trace: &Trace) -> BTreeSet<String> {
+    let mut kinds = BTreeSet::new();
+    for event in &trace.events {
+        match &event.body {
+            TraceBody::Fault { name, .. }
+                if !name.starts_with("heal_")
+                    && name != "restart"
+                    && !name.starts_with("store_") =>
+            {
+                kinds.insert(name.clone());
+            }
+            TraceBody::StoreFaultInjected { fault, .. } => {
+                kinds.insert(
+                    match fault {
+                        StoreFault::LoseAck => "store_lose_ack",
+                        StoreFault::FailBeforeApply => "store_fail_before_apply",
+                        StoreFault::Latency { .. } => "store_latency",
+                    }
+                    .to_owned(),
+                );
+            }
+            _ => {}
+        }
+    }
+    kinds
+}
+
+/// The fault kinds a world holds, whether they took effect or not.
+pub fn generated(scenario: &Scenario) -> BTreeSet<String> {
+    scenario
+        .faults
+        .iter()
+        .map(|f| idem_sim::run::fault_name(&f.fault).to_owned())
+        .collect()
+}
+
+/// The path a run took, coarsely: the race windows it reached and a
+/// fingerprint of the kinds of its events in order. Client requests,
+/// responses and the end of a client's script are left out (how often a
+/// user polls is not the path); every store decision, note, provider
+/// execution and fault is in, transitions with their states, notes with
+/// their event kind, faults with their name. Ids, times, hosts and
+/// payloads are out, so the fingerprint moves only when the run takes
+/// another path, not when it takes the same one with other values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunPath {
+    pub windows: Vec<Window>,
+    /// 16 hex digits of the SHA-256 of the event kinds, one per line.
+    pub event_kinds: String,
+}
+
+impl RunPath {
+    pub fn of(outcome: &RunOutcome) -> Self {
+        let windows = Window::ALL
+            .iter()
+            .copied()
+            .filter(|w| outcome.report.windows.get(w).copied().unwrap_or(0) > 0)
+            .collect();
+        let mut hasher = Sha256::new();
+        for event in &outcome.trace.events {
+            let token = match &event.body {
+                TraceBody::HttpRequest { .. }
+                | TraceBody::HttpResponse { .. }
+                | TraceBody::HttpFailed { .. }
+                | TraceBody::ClientDone { .. } => continue,
+                TraceBody::AttemptTransition { from, to, .. } => {
+                    format!("attempt_transition {from}>{to}")
+                }
+                TraceBody::NoteRecorded { event, .. } => {
+                    format!("note_recorded {}", kind_name(event))
+                }
+                TraceBody::Fault { name, .. } => format!("fault {name}"),
+                body => kind_of(body),
+            };
+            hasher.update(token.as_bytes());
+            hasher.update(b"\n");
+        }
+        Self {
+            windows,
+            event_kinds: hex::encode(&hasher.finalize()[..8]),
+        }
+    }
+}
+
+fn kind_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => "unknown".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_leave_error_signatures() {
+        assert_eq!(
+            without_numbers("the simulation failed at 1234 ms: host api-2 gone"),
+            "the simulation failed at # ms: host api-# gone"
+        );
+    }
+
+    #[test]
+    fn signatures_read_as_invariants_and_kinds() {
+        let s = Signature {
+            parts: vec![
+                (3, vec!["completion_won".into(), "http_response".into()]),
+                (6, vec!["completion_lost".into()]),
+            ],
+        };
+        assert_eq!(
+            s.to_string(),
+            "3[completion_won,http_response] 6[completion_lost]"
+        );
+        assert_eq!(s.invariants(), vec![3, 6]);
+        assert_eq!(s.short_hash().len(), 8);
+    }
+}
