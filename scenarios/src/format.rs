@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_spanned::Spanned;
 
-use idem_core::design::Design;
 use idem_core::certify::{Encoding, SpecialTokens};
+use idem_core::design::Design;
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;
 use idem_sim::scenario::{TriggerKind, Window};

@@ -17,8 +17,8 @@ use std::ops::Range;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
-use idem_core::design::Design;
 use idem_core::certify::TokenizerProfile;
+use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;

@@ -322,6 +322,10 @@ fn run_seed(seed: u64, design: Design) -> Ran {
 
 /// Runs the plan's seeds over `jobs` threads, with a progress bar on a
 /// terminal; the results come back by seed.
+/// The seed a worker runs as its `i`-th draw, `None` when the plan is
+/// done.
+type SeedAt = dyn Fn(usize) -> Option<u64> + Sync;
+
 fn run_seeds(
     plan: &Plan,
     shard: ShardArg,
@@ -329,7 +333,7 @@ fn run_seeds(
     design: Design,
     started: Instant,
 ) -> Vec<Ran> {
-    let (len, seed_at): (Option<usize>, Box<dyn Fn(usize) -> Option<u64> + Sync>) = match plan {
+    let (len, seed_at): (Option<usize>, Box<SeedAt>) = match plan {
         Plan::Seeds { list, .. } => {
             let list = list.clone();
             (Some(list.len()), Box::new(move |i| list.get(i).copied()))

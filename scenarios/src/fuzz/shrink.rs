@@ -373,7 +373,7 @@ fn simpler_faults(fault: &Fault) -> Vec<Fault> {
                 out.push(f);
             }
         }
-        Fault::Crash { .. } => {}
+        Fault::Crash { .. } | Fault::ProviderModelChange { .. } => {}
         Fault::StoreLoseAck { nth, count, .. } | Fault::StoreFailBeforeApply { nth, count, .. } => {
             if *nth > 1 || *count > 1 {
                 *nth = 1;

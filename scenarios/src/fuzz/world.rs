@@ -22,6 +22,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
+use idem_core::certify::{SpecialTokens, TokenizerProfile};
 use idem_core::engine::Policy;
 use idem_core::model::JobRequest;
 use idem_core::provider::server::{Behaviour, ContractMode};
@@ -213,6 +214,16 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
+        name: "provider_model_change",
+        draw: |rng, shape| {
+            let provider = pick(rng, &shape.providers).clone();
+            Fault::ProviderModelChange {
+                model: format!("{provider}-model-v{}", rng.random_range(2..=9)),
+                provider,
+            }
+        },
+    },
+    FaultKindRow {
         name: "store_lose_ack",
         draw: |rng, _| Fault::StoreLoseAck {
             op: *pick(rng, &STORE_OPS),
@@ -312,6 +323,7 @@ pub fn world(seed: u64) -> Scenario {
         settle_ms: SETTLE_MS,
         latency_ms_min: rng.random_range(0..=3),
         latency_ms_max: 0,
+        skip_quiet: true,
     };
     let timing = Timing {
         latency_ms_max: timing.latency_ms_min + rng.random_range(0..=20),
@@ -406,10 +418,27 @@ fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
             } else {
                 *pick(rng, CONTRACT_DEFECTS)
             };
+            // The certification defects beside the contract's: answers
+            // that deviate now and then, and special tokens parsed from
+            // user text. Certification must catch each.
+            let deviate_one_in = if rng.random_bool(0.05) {
+                rng.random_range(2..=5)
+            } else {
+                0
+            };
+            let special_tokens = if rng.random_bool(0.05) {
+                SpecialTokens::Parsed
+            } else {
+                SpecialTokens::Literal
+            };
             ProviderProfile {
                 name: (*name).to_owned(),
                 model: format!("{name}-model"),
                 certified: rng.random_bool(if index == 0 { 0.9 } else { 0.6 }),
+                tokenizer: TokenizerProfile {
+                    special_tokens,
+                    ..TokenizerProfile::default()
+                },
                 behaviour: Behaviour {
                     latency_ms: rng.random_range(5..=3_000),
                     latency_jitter_ms: if rng.random_bool(0.5) {
@@ -428,6 +457,8 @@ fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
                     supports_status: rng.random_bool(0.85),
                     supports_cancel: rng.random_bool(0.85),
                     contract,
+                    deviate_one_in,
+                    served_model: None,
                     seed: rng.random_range(0..=u64::from(u32::MAX)),
                 },
             }
@@ -440,7 +471,7 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
     let count = rng.random_range(1..=USERS_MAX);
     let mut clients: Vec<ClientSpec> = (0..count)
         .map(|index| {
-            let mut spec = ClientSpec::new(&format!("u{index}"), *pick(rng, &OWNERS));
+            let mut spec = ClientSpec::new(&format!("u{index}"), pick::<&str>(rng, &OWNERS));
             spec.request_timeout_ms = rng.random_range(100..=3_000);
             spec.await_outcome = rng.random_bool(0.9);
             spec

@@ -222,6 +222,6 @@ fn the_indexed_job_runs_one_shard_per_completion_index() -> Result {
         "the matrix lists shards 0..{count}"
     );
     assert!(workflow.contains("deploy/shard.sh"));
-    assert!(workflow.contains(&format!("shard-*-of-$SHARD_COUNT.json")));
+    assert!(workflow.contains("shard-*-of-$SHARD_COUNT.json"));
     Ok(())
 }

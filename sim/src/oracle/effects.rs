@@ -94,10 +94,14 @@ fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
 /// (succeeded, failed or cancelled). A second open execution means two
 /// attempts of one intent were doing the work at once: whatever the rows
 /// say, the side effect may happen twice.
+/// An execution: (provider, its ledger seq).
+type ExecutionId<'a> = (&'a str, u64);
+/// An execution still running: (job, key, seq of the event that opened it).
+type OpenExecution<'a> = (&'a str, &'a str, u64);
+
 fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
     let allowed = billed_successes_max(run.input.facts.policy);
-    // (provider, ledger seq) -> (job, key, seq of the event that opened it)
-    let mut open: BTreeMap<(&str, u64), (&str, &str, u64)> = BTreeMap::new();
+    let mut open: BTreeMap<ExecutionId<'_>, OpenExecution<'_>> = BTreeMap::new();
     for event in run.events() {
         let TraceBody::ProviderExecution {
             provider,
@@ -121,7 +125,7 @@ fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
         if open.contains_key(&id) {
             continue;
         }
-        let others: Vec<(&(&str, u64), &(&str, &str, u64))> =
+        let others: Vec<(&ExecutionId<'_>, &OpenExecution<'_>)> =
             open.iter().filter(|(_, (j, _, _))| *j == job).collect();
         if others.len() >= allowed {
             let described: Vec<String> = others
