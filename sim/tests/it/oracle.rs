@@ -980,7 +980,7 @@ fn guard_fires_on_a_start_while_another_attempt_is_unknown() {
     let run = &mut strict.run;
     run.started(job, first, 1, PRIMARY);
     run.moved(job, first, Starting, Running, None);
-    run.execute(PRIMARY, first, job);
+    let first_exec = run.execute(PRIMARY, first, job);
     let unknown = run.moved(job, first, Running, Unknown, Some("deadline"));
     // unguarded-attempts: a second attempt starts anyway.
     let second_started = run.started(job, second, 2, PRIMARY);
@@ -989,9 +989,14 @@ fn guard_fires_on_a_start_while_another_attempt_is_unknown() {
     run.finish(exec, ExecutionOutcome::Succeeded);
     run.attempt_row(first, job, 1, PRIMARY, Unknown, None);
     win_with(&mut strict, second, 2, exec);
+    // The first execution never ended, so the second ran beside it: the
+    // side effect the guard exists to prevent (invariant 9) is there too.
     fires(
         &strict.run,
-        &[(Invariant::Guard, &[unknown, second_started])],
+        &[
+            (Invariant::Guard, &[unknown, second_started]),
+            (Invariant::SideEffects, &[first_exec.started, exec.started]),
+        ],
     );
 }
 
@@ -1052,9 +1057,14 @@ fn timeout_means_unknown_fires_on_a_deadline_failure() {
     run.attempt_row(first, job, 1, PRIMARY, Failed, None).error =
         Some(json!({"reason": "deadline"}));
     win_with(&mut strict, second, 2, exec);
+    // The retry's execution ran beside the stalled one: the duplicate side
+    // effect that calling a timeout a failure causes (invariant 9).
     let judgement = fires(
         &strict.run,
-        &[(Invariant::TimeoutMeansUnknown, &[failed, stalled.started])],
+        &[
+            (Invariant::TimeoutMeansUnknown, &[failed, stalled.started]),
+            (Invariant::SideEffects, &[stalled.started, exec.started]),
+        ],
     );
     assert!(
         judgement
