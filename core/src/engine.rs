@@ -604,7 +604,8 @@ impl Engine {
 
     /// The request has been handed to the provider: starting -> running.
     pub async fn record_dispatch(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
-        self.transition(attempt, AttemptState::Running, None).await
+        self.transition(attempt, None, AttemptState::Running, None)
+            .await
     }
 
     /// The provider call outlived its deadline. The provider may still be
@@ -615,23 +616,42 @@ impl Engine {
     /// that is still starting holds it for the moment it takes to connect,
     /// so a refusal by that index is waited out, a bounded number of times.
     pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
-        self.to_unknown(attempt, DEADLINE_REASON).await
+        self.to_unknown(attempt, None, DEADLINE_REASON).await
     }
 
     /// The reconciler's judgement that a starting or running attempt's
     /// worker is gone (it has been silent too long): unknown, as a timeout
     /// is, with a reason that says who decided it and why.
-    pub async fn presume_orphaned(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
-        self.to_unknown(attempt, PRESUMED_ORPHANED_REASON).await
+    ///
+    /// `silent_in` is the state the reconciler saw the attempt in and timed
+    /// its silence for: the move lands only from that state. Starting and
+    /// running have thresholds of their own, and a dispatch that lands
+    /// between the reconciler's read and its move (a slow store) restarts
+    /// the wait; moved from running on a starting attempt's silence, a live
+    /// attempt was presumed dead before running_stale_ms (found by `idem
+    /// fuzz`, invariant 12).
+    pub async fn presume_orphaned(
+        &self,
+        attempt: AttemptId,
+        silent_in: AttemptState,
+    ) -> Result<Attempt, EngineError> {
+        self.to_unknown(attempt, Some(silent_in), PRESUMED_ORPHANED_REASON)
+            .await
     }
 
-    async fn to_unknown(&self, attempt: AttemptId, reason: &str) -> Result<Attempt, EngineError> {
+    async fn to_unknown(
+        &self,
+        attempt: AttemptId,
+        only_from: Option<AttemptState>,
+        reason: &str,
+    ) -> Result<Attempt, EngineError> {
         #[cfg(feature = "bench")]
         if self.runs(Design::TimeoutIsFailure) {
             // Naive: the client saw a failure, so the attempt failed.
             return self
                 .transition(
                     attempt,
+                    only_from,
                     AttemptState::Failed,
                     Some(json!({"reason": DEADLINE_REASON})),
                 )
@@ -642,6 +662,7 @@ impl Engine {
             let result = self
                 .transition(
                     attempt,
+                    only_from,
                     AttemptState::Unknown,
                     Some(json!({"reason": reason})),
                 )
@@ -666,13 +687,14 @@ impl Engine {
         attempt: AttemptId,
         error: Value,
     ) -> Result<Attempt, EngineError> {
-        self.transition(attempt, AttemptState::Failed, Some(error))
+        self.transition(attempt, None, AttemptState::Failed, Some(error))
             .await
     }
 
     async fn transition(
         &self,
         attempt: AttemptId,
+        only_from: Option<AttemptState>,
         to: AttemptState,
         error: Option<Value>,
     ) -> Result<Attempt, EngineError> {
@@ -680,7 +702,7 @@ impl Engine {
         for _ in 0..ACK_RECHECKS_MAX {
             match self
                 .store
-                .transition_attempt(attempt, to, error.clone(), self.clock.now())
+                .transition_attempt(attempt, only_from, to, error.clone(), self.clock.now())
                 .await
             {
                 Ok(TransitionOutcome::Moved { attempt, .. }) => return Ok(attempt),
@@ -819,14 +841,15 @@ impl Engine {
     }
 
     /// Record a decision-trace note. Best effort: a lost note changes no
-    /// decision.
+    /// decision. Says whether it was recorded, for a caller whose note is
+    /// the only report of a state (the reconciler's "blocked").
     pub async fn note(
         &self,
         job_id: JobId,
         attempt_id: Option<AttemptId>,
         kind: EventKind,
         detail: Value,
-    ) {
+    ) -> bool {
         let event = NewEvent {
             job_id,
             attempt_id,
@@ -834,8 +857,12 @@ impl Engine {
             kind,
             detail,
         };
-        if let Err(e) = self.store.record_event(event).await {
-            tracing::warn!(job = %job_id, error = %e, "decision-trace note lost");
+        match self.store.record_event(event).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(job = %job_id, error = %e, "decision-trace note lost");
+                false
+            }
         }
     }
 
@@ -880,7 +907,7 @@ impl Engine {
             Resolution::Failed { error } => (AttemptState::Failed, Some(error), "failed"),
             Resolution::Cancelled => (AttemptState::Cancelled, None, "cancelled"),
         };
-        let moved = match self.transition(attempt_id, to, error).await {
+        let moved = match self.transition(attempt_id, None, to, error).await {
             Ok(moved) => moved,
             Err(EngineError::IllegalTransition { current, .. }) => {
                 return Err(EngineError::NotResolvable {

@@ -193,7 +193,7 @@ impl Reconciler {
                         if !self.waited(&attempt, stale_ms, now) {
                             continue;
                         }
-                        let action = match self.engine.presume_orphaned(attempt.id).await {
+                        let action = match self.engine.presume_orphaned(attempt.id, state).await {
                             Ok(_) => Action::MarkedUnknown,
                             Err(EngineError::IllegalTransition { .. }) => Action::Moved,
                             Err(e) => {
@@ -269,6 +269,13 @@ impl Reconciler {
                     .await;
             }
             Err(ProviderError::Unsupported(_)) => return Ok(Action::StillRunning),
+            // Past unknown_max_ms with no readable answer: still asked on
+            // every pass, but an operator is told now. Before, an answer
+            // that broke the output contract (a provider whose stored
+            // output is prose) kept the attempt unknown and the job
+            // blocked for ever, unreported (found by `idem fuzz`,
+            // invariant 10).
+            Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
             Err(_) => return Ok(Action::Unreachable),
         };
         self.resolve(attempt, resolution, false).await
@@ -336,7 +343,9 @@ impl Reconciler {
                 } else {
                     json!({"resolved": outcome})
                 };
-                self.note(attempt, detail).await;
+                // Best effort: the resolution is in the trace as its own
+                // event; the note adds who decided it.
+                let _recorded = self.note(attempt, detail).await;
                 Ok(match resolved {
                     Resolved::Won(_) => Action::ResolvedSucceeded,
                     Resolved::Lost { .. } => Action::ResolvedLost,
@@ -350,21 +359,33 @@ impl Reconciler {
     }
 
     /// Leave the attempt blocked, and say so once in the decision trace.
+    /// The note is the operator's only report that the attempt is blocked,
+    /// so it is marked as made only once the store has it: a note the store
+    /// failed is made again on the next pass (found by `idem fuzz`: one
+    /// failed write hid a blocked job for good, invariant 10).
     async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<Action, EngineError> {
-        let first_time = self
+        let reported = self
             .reported
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(attempt.id);
-        if first_time {
+            .contains(&attempt.id);
+        if !reported {
             tracing::warn!(attempt = %attempt.id, job = %attempt.job_id, reason, "attempt blocked; needs an operator");
-            self.note(attempt, json!({"blocked": true, "reason": reason}))
-                .await;
+            if self
+                .note(attempt, json!({"blocked": true, "reason": reason}))
+                .await
+            {
+                self.reported
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(attempt.id);
+            }
         }
         Ok(Action::Blocked)
     }
 
-    async fn note(&self, attempt: &Attempt, detail: Value) {
+    /// Whether the note was recorded.
+    async fn note(&self, attempt: &Attempt, detail: Value) -> bool {
         self.engine
             .note(
                 attempt.job_id,
@@ -372,6 +393,19 @@ impl Reconciler {
                 EventKind::ReconcilerNote,
                 detail,
             )
-            .await;
+            .await
+    }
+}
+
+/// Why a status lookup that failed leaves the attempt blocked, for the
+/// decision trace (a fixed text: the provider's own words stay in the log).
+fn unreadable_status(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::Unreachable(_) | ProviderError::Broken(_) => {
+            "the provider cannot be reached to ask for the attempt's status"
+        }
+        ProviderError::Rejected { .. } => "the provider refuses the status lookup",
+        ProviderError::Invalid(_) => "the provider's status answer breaks the output contract",
+        ProviderError::Unsupported(_) => "the provider offers no status lookup",
     }
 }

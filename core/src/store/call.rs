@@ -120,7 +120,8 @@ store_operations! {
     create_job => CreateJob { new: NewJob } -> CreateOutcome, CreateJob;
     start_attempt => StartAttempt { new: NewAttempt } -> StartOutcome, StartAttempt;
     transition_attempt => TransitionAttempt {
-        attempt_id: AttemptId, to: AttemptState, error: Option<Value>, at: Timestamp
+        attempt_id: AttemptId, only_from: Option<AttemptState>, to: AttemptState,
+        error: Option<Value>, at: Timestamp
     } -> TransitionOutcome, TransitionAttempt;
     complete => Complete { completion: Completion } -> CompleteOutcome, Complete;
     fail_job => FailJob {

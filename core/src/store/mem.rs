@@ -431,6 +431,7 @@ impl Store for MemStore {
     async fn transition_attempt(
         &self,
         attempt_id: AttemptId,
+        only_from: Option<AttemptState>,
         to: AttemptState,
         error: Option<Value>,
         at: Timestamp,
@@ -445,7 +446,7 @@ impl Store for MemStore {
             .get(&attempt_id)
             .ok_or(StoreError::AttemptNotFound(attempt_id))?;
         let from = current.state;
-        if !transition::is_legal(from, to) {
+        if !transition::is_legal(from, to) || only_from.is_some_and(|only| only != from) {
             return Ok(TransitionOutcome::Refused { current: from });
         }
         let error = error.as_ref().map(jsonb).transpose()?;

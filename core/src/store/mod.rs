@@ -238,11 +238,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError>;
 
     /// Move an attempt to `to` if that is legal from its current state
-    /// (see [`crate::transition`]). For running, unknown, failed and cancelled.
-    /// Records `attempt_transition`.
+    /// (see [`crate::transition`]) and, with `only_from`, if that state is
+    /// `only_from`: a move decided on a state read earlier (the reconciler's
+    /// "silent too long in starting") must not land on a later one. For
+    /// running, unknown, failed and cancelled. Records `attempt_transition`.
     async fn transition_attempt(
         &self,
         attempt_id: AttemptId,
+        only_from: Option<AttemptState>,
         to: AttemptState,
         error: Option<Value>,
         at: Timestamp,

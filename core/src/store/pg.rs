@@ -427,6 +427,7 @@ impl Store for PgStore {
     async fn transition_attempt(
         &self,
         attempt_id: AttemptId,
+        only_from: Option<AttemptState>,
         to: AttemptState,
         error: Option<Value>,
         at: Timestamp,
@@ -444,7 +445,7 @@ impl Store for PgStore {
         let Some((job_id, from)) = lock_attempt(&mut tx, attempt_id).await? else {
             return Err(StoreError::AttemptNotFound(attempt_id));
         };
-        if !transition::is_legal(from, to) {
+        if !transition::is_legal(from, to) || only_from.is_some_and(|only| only != from) {
             tx.rollback().await.map_err(classify)?;
             return Ok(TransitionOutcome::Refused { current: from });
         }

@@ -90,6 +90,7 @@ conformance! {
         start_after_a_terminal_attempt_takes_the_next_seq,
         transitions_table,
         transition_without_error_keeps_the_stored_one,
+        transition_only_from_a_state_the_attempt_left_is_refused,
         transition_of_missing_attempt_is_attempt_not_found,
         transition_to_unknown_while_another_attempt_holds_the_open_slot,
         complete_won,
@@ -329,7 +330,7 @@ async fn move_to(
     to: AttemptState,
     t: Timestamp,
 ) -> Result<Attempt, Box<dyn std::error::Error>> {
-    match store.transition_attempt(attempt, to, None, t).await? {
+    match store.transition_attempt(attempt, None, to, None, t).await? {
         TransitionOutcome::Moved { attempt, .. } => Ok(attempt),
         other => Err(format!("expected a move to {to}, got {other:?}").into()),
     }
@@ -658,7 +659,7 @@ async fn start_refused_while_running_unless_allowed(store: &dyn Store) -> TestRe
     // Two running attempts block even a hedge: at most two executions of
     // a job are ever under way.
     let moved = store
-        .transition_attempt(attempt.id, Running, None, at(9600))
+        .transition_attempt(attempt.id, None, Running, None, at(9600))
         .await?;
     assert!(
         matches!(moved, TransitionOutcome::Moved { .. }),
@@ -853,7 +854,7 @@ async fn check_transition(
     let t = at(i64::try_from(n).expect("small") * 1000 + 500);
     let error = json!({"row": n});
     let outcome = store
-        .transition_attempt(attempt.id, to, Some(error.clone()), t)
+        .transition_attempt(attempt.id, None, to, Some(error.clone()), t)
         .await?;
     let dump = store.dump().await?;
     match expect {
@@ -898,18 +899,43 @@ async fn check_transition(
     Ok(())
 }
 
+async fn transition_only_from_a_state_the_attempt_left_is_refused(store: &dyn Store) -> TestResult {
+    // The reconciler timed a starting attempt's silence; the dispatch
+    // landed first. Its move to unknown must not land on the running one.
+    let attempt = attempt_in(store, 1, Running).await?;
+    let before = store.dump().await?;
+    let outcome = store
+        .transition_attempt(attempt.id, Some(Starting), Unknown, None, at(50))
+        .await?;
+    assert_eq!(outcome, TransitionOutcome::Refused { current: Running });
+    assert_eq!(
+        store.dump().await?,
+        before,
+        "a refused move changes nothing"
+    );
+    // From the state it is in, the same move lands.
+    let outcome = store
+        .transition_attempt(attempt.id, Some(Running), Unknown, None, at(60))
+        .await?;
+    assert!(
+        matches!(outcome, TransitionOutcome::Moved { from: Running, .. }),
+        "{outcome:?}"
+    );
+    Ok(())
+}
+
 async fn transition_without_error_keeps_the_stored_one(store: &dyn Store) -> TestResult {
     let attempt = attempt_in(store, 1, Starting).await?;
     let deadline = json!({"reason": "deadline"});
     let timed_out = store
-        .transition_attempt(attempt.id, Unknown, Some(deadline.clone()), at(10))
+        .transition_attempt(attempt.id, None, Unknown, Some(deadline.clone()), at(10))
         .await?;
     assert!(
         matches!(timed_out, TransitionOutcome::Moved { .. }),
         "{timed_out:?}"
     );
     let outcome = store
-        .transition_attempt(attempt.id, Cancelled, None, at(20))
+        .transition_attempt(attempt.id, None, Cancelled, None, at(20))
         .await?;
     let TransitionOutcome::Moved { attempt: moved, .. } = outcome else {
         return Err(format!("unknown -> cancelled moves, got {outcome:?}").into());
@@ -930,7 +956,7 @@ async fn transition_of_missing_attempt_is_attempt_not_found(store: &dyn Store) -
     for to in [Running, Unknown, Failed, Cancelled] {
         assert_eq!(
             store
-                .transition_attempt(attempt_id(404), to, None, at(9))
+                .transition_attempt(attempt_id(404), None, to, None, at(9))
                 .await,
             Err(StoreError::AttemptNotFound(attempt_id(404))),
             "to {to}"
@@ -949,7 +975,7 @@ async fn transition_to_unknown_while_another_attempt_holds_the_open_slot(
     // The hedge is starting: it holds the job's slot in attempts_one_open.
     assert_eq!(
         store
-            .transition_attempt(primary.id, Unknown, None, at(2001))
+            .transition_attempt(primary.id, None, Unknown, None, at(2001))
             .await,
         Err(StoreError::Constraint {
             constraint: "attempts_one_open".to_owned()
@@ -963,7 +989,7 @@ async fn transition_to_unknown_while_another_attempt_holds_the_open_slot(
     // And now the primary holds it against the hedge.
     assert_eq!(
         store
-            .transition_attempt(hedge_attempt.id, Unknown, None, at(2004))
+            .transition_attempt(hedge_attempt.id, None, Unknown, None, at(2004))
             .await,
         Err(StoreError::Constraint {
             constraint: "attempts_one_open".to_owned()
@@ -2124,7 +2150,7 @@ async fn check_nul(store: &dyn Store, n: u128, case: Nul, expected: &str) -> Tes
         ),
         Nul::TransitionError => sqlstate(
             store
-                .transition_attempt(attempt.id, Unknown, Some(json!([nul])), t)
+                .transition_attempt(attempt.id, None, Unknown, Some(json!([nul])), t)
                 .await,
         ),
         Nul::CompleteOutput => sqlstate(

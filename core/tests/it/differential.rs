@@ -632,6 +632,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
         },
         Op::Transition { attempt, to, error } => StoreCall::TransitionAttempt {
             attempt_id: rows.attempt(attempt).0,
+            only_from: None,
             to,
             error: error.map(value),
             at,

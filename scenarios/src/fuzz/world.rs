@@ -42,6 +42,8 @@ pub const INSTANCES_PER_KIND_MAX: u32 = 2;
 /// Faults fire (or begin) within this much simulated time, and the longest
 /// lasts this long, so that every world has healed well before it settles.
 pub const FAULT_WINDOW_MS: u64 = 8_000;
+/// The chance that a click is a double click.
+pub const DOUBLE_CLICK_CHANCE: f64 = 0.25;
 /// Users act within this much simulated time.
 pub const ACTION_WINDOW_MS: u64 = 8_000;
 /// Every world settles within this much simulated time (the run stops
@@ -491,7 +493,7 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
                 .filter(|n| **n != primary && rng.random_bool(0.6))
                 .cloned()
                 .collect();
-            client.actions.push(Action::Create {
+            let click = Action::Create {
                 at_ms: rng.random_range(0..ACTION_WINDOW_MS),
                 jitter_ms: rng.random_range(0..=100),
                 key: key.to_owned(),
@@ -502,7 +504,31 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
                 },
                 retries: rng.random_range(0..=3),
                 retry_after_ms: rng.random_range(50..=2_000),
-            });
+            };
+            // A double click: the same request again within a few
+            // milliseconds, so that both creates are in flight at once (the
+            // race check-then-insert loses; spread over seconds, the second
+            // click only ever finds the first's job).
+            let double = match &click {
+                Action::Create {
+                    at_ms,
+                    key,
+                    request,
+                    retries,
+                    retry_after_ms,
+                    ..
+                } if rng.random_bool(DOUBLE_CLICK_CHANCE) => Some(Action::Create {
+                    at_ms: at_ms + rng.random_range(0..=3),
+                    jitter_ms: rng.random_range(0..=10),
+                    key: key.clone(),
+                    request: request.clone(),
+                    retries: *retries,
+                    retry_after_ms: *retry_after_ms,
+                }),
+                _ => None,
+            };
+            client.actions.push(click);
+            client.actions.extend(double);
         }
     }
     let clicked: Vec<Vec<String>> = clients
