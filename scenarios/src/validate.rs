@@ -1500,3 +1500,34 @@ fn to_json(value: &toml::Value) -> Result<Value, String> {
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The fields a `[[faults]]` table can set are exactly the fields some
+    /// kind takes: a field the file type has but no kind lists would be
+    /// refused for every kind, and one a kind lists but the file type lacks
+    /// could never be set.
+    #[test]
+    fn the_fault_table_sets_exactly_the_fields_the_kinds_take() {
+        let text = "[[faults]]\nfault = 'hold'\na = 'x'\nb = 'y'\nhost = 'h'\nprovider = 'p'\n\
+                    oneway = true\nduration_ms = 1\nlatency_ms_max = 1\nrestart_after_ms = 1\n\
+                    error_per_mille = 1\nop = 'complete'\nnth = 1\ncount = 1\nlatency_ms = 1\n\
+                    offset_ms = 1\ndrift_ppm = 1\njump_ms = 1\nmodel = 'm'\n";
+        let file = crate::format::parse(text).expect("every field parses");
+        let present = fault_fields_present(file.faults[0].get_ref());
+        for (name, span) in &present {
+            assert!(span.is_some(), "{name} is set in the text but not seen");
+        }
+        let settable: BTreeSet<&str> = present.iter().map(|(name, _)| *name).collect();
+        assert_eq!(settable.len(), present.len(), "a field is listed twice");
+        let taken: BTreeSet<&str> = FaultKind::ALL
+            .iter()
+            .flat_map(|kind| kind.fields().iter().copied())
+            .collect();
+        assert_eq!(settable, taken);
+    }
+}

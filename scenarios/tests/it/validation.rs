@@ -457,7 +457,8 @@ fn a_fault_takes_only_its_kinds_fields() {
         let key = foreign.split(' ').next().expect("a key");
         check(
             &format!("{BASE}[[faults]]\n{foreign}\nfault = '{name}'\n"),
-            "5:1",
+            // At the foreign field's value, on the line before `fault`.
+            &format!("5:{}", key.len() + 4),
             &format!(
                 "`{key}` does not apply to a {name} fault (it takes: {})",
                 kind.fields().join(", ")
