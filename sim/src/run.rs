@@ -274,7 +274,8 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
         Step::Bounce(host) => restart(world, now_ms, &host),
         Step::Fire(fault) => {
             record_fault(world, now_ms, fault.kind().name(), fault_detail(&fault));
-            if let Some((after_ms, later)) = fire(world, &fault) {
+            fire(world, &fault);
+            if let Some((after_ms, later)) = aftermath(&fault) {
                 timed.entry(now_ms + after_ms).or_default().push(later);
             }
         }
@@ -297,79 +298,47 @@ fn restart(world: &mut World, now_ms: u64, host: &str) {
     record_fault(world, now_ms, "restart", json!({"host": host}));
 }
 
-/// Applies `fault` to the world. Returns the step it leaves for later and
-/// how many milliseconds from now: the heal of a fault with a duration, the
-/// restart of a crash with one; `None` for a fault that stays.
-fn fire(world: &mut World, fault: &Fault) -> Option<(u64, Step)> {
-    let heal_after = |duration_ms: u64| Some((duration_ms, Step::Heal(fault.clone())));
+/// Applies `fault` to the world: the network, a host, a provider, the
+/// store's fault plan or a clock changes until [`heal`] (or for good).
+fn fire(world: &mut World, fault: &Fault) {
     match fault {
         Fault::LinkLatency {
             a,
             b,
             latency_ms_max,
-            duration_ms,
+            ..
         } => {
             let latency = Duration::from_millis(*latency_ms_max);
             world
                 .sim
                 .set_link_max_message_latency(a.as_str(), b.as_str(), latency);
-            heal_after(*duration_ms)
         }
-        Fault::Hold { a, b, duration_ms } => {
+        Fault::Hold { a, b, .. } => {
             world.sim.hold(a.as_str(), b.as_str());
             world.quiet.hold(&world.sim, a, b);
-            heal_after(*duration_ms)
         }
-        Fault::Partition {
-            a,
-            b,
-            oneway,
-            duration_ms,
-        } => {
-            partition(world, a, b, *oneway);
-            heal_after(*duration_ms)
-        }
-        Fault::Crash {
-            host,
-            restart_after_ms,
-        } => {
-            world.sim.crash(host.as_str());
-            restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone())))
-        }
-        Fault::ProviderHang {
-            provider,
-            duration_ms,
-        } => {
-            change_provider(world, provider, |b| b.hang = true);
-            heal_after(*duration_ms)
-        }
-        Fault::ProviderStall {
-            provider,
-            duration_ms,
-        } => {
+        Fault::Partition { a, b, oneway, .. } => partition(world, a, b, *oneway),
+        Fault::Crash { host, .. } => world.sim.crash(host.as_str()),
+        Fault::ProviderHang { provider, .. } => change_provider(world, provider, |b| b.hang = true),
+        Fault::ProviderStall { provider, .. } => {
             change_provider(world, provider, |b| b.stall = true);
-            heal_after(*duration_ms)
         }
         Fault::ProviderError {
             provider,
             error_per_mille,
-            duration_ms,
+            ..
         } => {
             let rate = *error_per_mille;
             change_provider(world, provider, |b| b.error_per_mille = rate);
-            heal_after(*duration_ms)
         }
         Fault::ProviderModelChange { provider, model } => {
             change_served_model(world, provider, model);
-            None
         }
         Fault::StoreLoseAck { op, nth, count } => {
             arm_store_rule(world, *op, StoreFault::LoseAck, *nth, *count);
-            None
         }
         Fault::StoreFailBeforeApply { op, nth, count } => {
             arm_store_rule(world, *op, StoreFault::FailBeforeApply, *nth, *count);
-            None
         }
         Fault::StoreLatency {
             op,
@@ -379,33 +348,52 @@ fn fire(world: &mut World, fault: &Fault) -> Option<(u64, Step)> {
         } => {
             let latency_ms = *latency_ms;
             arm_store_rule(world, *op, StoreFault::Latency { latency_ms }, *nth, *count);
-            None
         }
         Fault::ClockOffset {
-            host,
-            offset_ms,
-            duration_ms,
+            host, offset_ms, ..
         } => {
             let offset_us = offset_ms.saturating_mul(1000);
             change_clock(world, host, |skew, now_us| {
                 skew.set_offset(now_us, offset_us)
             });
-            duration_ms.and_then(heal_after)
         }
         Fault::ClockDrift {
-            host,
-            drift_ppm,
-            duration_ms,
+            host, drift_ppm, ..
         } => {
             let ppm = *drift_ppm;
             change_clock(world, host, |skew, now_us| skew.set_drift(now_us, ppm));
-            duration_ms.and_then(heal_after)
         }
         Fault::ClockJump { host, jump_ms } => {
             let by_us = jump_ms.saturating_mul(1000);
             change_clock(world, host, |skew, now_us| skew.jump(now_us, by_us));
-            None
         }
+    }
+}
+
+/// What a fired fault leaves for later, and how many milliseconds after it
+/// fired: the heal of a fault with a duration, the restart of a crash with
+/// one; `None` for a fault that stays (a store rule runs out by count).
+fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
+    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(fault.clone()));
+    match fault {
+        Fault::LinkLatency { duration_ms, .. }
+        | Fault::Hold { duration_ms, .. }
+        | Fault::Partition { duration_ms, .. }
+        | Fault::ProviderHang { duration_ms, .. }
+        | Fault::ProviderStall { duration_ms, .. }
+        | Fault::ProviderError { duration_ms, .. } => Some(heal_after(duration_ms)),
+        Fault::ClockOffset { duration_ms, .. } | Fault::ClockDrift { duration_ms, .. } => {
+            duration_ms.as_ref().map(heal_after)
+        }
+        Fault::Crash {
+            host,
+            restart_after_ms,
+        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
+        Fault::ProviderModelChange { .. }
+        | Fault::StoreLoseAck { .. }
+        | Fault::StoreFailBeforeApply { .. }
+        | Fault::StoreLatency { .. }
+        | Fault::ClockJump { .. } => None,
     }
 }
 
