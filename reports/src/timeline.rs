@@ -623,7 +623,7 @@ fn fault_event<'a>(
 ) {
     let host = detail.get("host").and_then(serde_json::Value::as_str);
     match (name, host) {
-        ("crash", Some(host)) => {
+        (fault_kinds::CRASH, Some(host)) => {
             let lane = lanes.index(host);
             timeline.marks.push(Mark {
                 lane,
@@ -658,10 +658,11 @@ fn fault_event<'a>(
         }
         // A clock stepped (a jump, or an offset or drift that stays):
         // nothing opens or heals, so it is a mark on the host's lane.
-        ("clock_jump" | "clock_offset" | "clock_drift", Some(host))
-            if detail
-                .get("duration_ms")
-                .is_none_or(serde_json::Value::is_null) =>
+        (name, Some(host))
+            if fault_kinds::CLOCK.contains(&name)
+                && detail
+                    .get("duration_ms")
+                    .is_none_or(serde_json::Value::is_null) =>
         {
             let lane = lanes.index(host);
             timeline.marks.push(Mark {
@@ -1038,30 +1039,46 @@ impl Timeline {
 /// What a clock fault that stays did, for a mark's title.
 fn clock_title(host: &str, name: &str, detail: &serde_json::Value) -> String {
     let number = |field: &str| detail.get(field).and_then(serde_json::Value::as_i64);
-    match (
-        name,
-        number("jump_ms"),
-        number("offset_ms"),
-        number("drift_ppm"),
-    ) {
-        ("clock_jump", Some(ms), _, _) => format!("{host}'s clock jumped {ms:+} ms"),
-        ("clock_offset", _, Some(ms), _) => format!("{host}'s clock set {ms:+} ms off true time"),
-        ("clock_drift", _, _, Some(ppm)) => format!("{host}'s clock drifts {ppm:+} ppm"),
+    // Each clock kind has a field of its own, so the field tells the kind.
+    match (number("jump_ms"), number("offset_ms"), number("drift_ppm")) {
+        (Some(ms), _, _) => format!("{host}'s clock jumped {ms:+} ms"),
+        (_, Some(ms), _) => format!("{host}'s clock set {ms:+} ms off true time"),
+        (_, _, Some(ppm)) => format!("{host}'s clock drifts {ppm:+} ppm"),
         _ => format!("{host}'s clock: {name}"),
     }
 }
 
+/// The fault kinds the timeline draws in a way of their own, by the names
+/// the trace gives them (the simulator's `FaultKind::name`). idem-reports
+/// reads traces and does not link the simulator, so these are names, not
+/// the simulator's enum; a test in idem-scenarios holds every name here to
+/// that enum, so a renamed or removed kind fails it.
+pub mod fault_kinds {
+    /// A crash: a mark, and its host down until the restart.
+    pub const CRASH: &str = "crash";
+    /// Clock faults: a mark when they stay, a window when they heal.
+    pub const CLOCK: [&str; 3] = ["clock_jump", "clock_offset", "clock_drift"];
+    /// Shading colours of fault windows by kind; other kinds get
+    /// [`DEFAULT_COLOUR`].
+    pub const COLOURS: &[(&str, &str)] = &[
+        ("clock_offset", "#0e7490"),
+        ("clock_drift", "#0e7490"),
+        ("partition", "#dc2626"),
+        ("hold", "#ea580c"),
+        ("link_latency", "#ca8a04"),
+        ("provider_hang", "#9333ea"),
+        ("provider_stall", "#9333ea"),
+        ("provider_error", "#db2777"),
+    ];
+    pub const DEFAULT_COLOUR: &str = "#ef4444";
+}
+
 /// The colour of a fault kind's shading.
 fn fault_colour(name: &str) -> &'static str {
-    match name {
-        "clock_offset" | "clock_drift" => "#0e7490",
-        "partition" => "#dc2626",
-        "hold" => "#ea580c",
-        "link_latency" => "#ca8a04",
-        "provider_hang" | "provider_stall" => "#9333ea",
-        "provider_error" => "#db2777",
-        _ => "#ef4444",
-    }
+    fault_kinds::COLOURS
+        .iter()
+        .find(|(kind, _)| *kind == name)
+        .map_or(fault_kinds::DEFAULT_COLOUR, |(_, colour)| colour)
 }
 
 #[cfg(test)]

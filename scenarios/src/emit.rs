@@ -9,7 +9,11 @@ use serde_json::Value as Json;
 use toml::{Table, Value};
 
 use idem_core::engine::Policy;
-use idem_sim::scenario::{Action, Fault, Scenario, When};
+use idem_core::reconciler::ReconcilerConfig;
+use idem_core::worker::WorkerConfig;
+use idem_sim::scenario::{
+    Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When,
+};
 
 use crate::validate::Kept;
 
@@ -52,95 +56,127 @@ pub fn to_file_kept(
         ),
     );
     root.insert("policy".into(), Value::Table(policy(scenario.policy)?));
-    let timing = scenario.timing;
-    root.insert(
-        "timing".into(),
-        table([
-            ("tick_ms", int("tick_ms", timing.tick_ms)?),
-            ("settle_ms", int("settle_ms", timing.settle_ms)?),
-            (
-                "latency_ms_min",
-                int("latency_ms_min", timing.latency_ms_min)?,
-            ),
-            (
-                "latency_ms_max",
-                int("latency_ms_max", timing.latency_ms_max)?,
-            ),
-            ("skip_quiet", Value::Boolean(timing.skip_quiet)),
-        ]),
-    );
+    root.insert("timing".into(), timing(&scenario.timing)?);
     let topology = &scenario.topology;
-    root.insert(
-        "topology".into(),
-        table([
-            (
-                "api_replicas",
-                Value::Integer(i64::from(topology.api_replicas)),
-            ),
-            ("workers", Value::Integer(i64::from(topology.workers))),
-            ("reconciler", Value::Boolean(topology.reconciler)),
-            (
-                "store_timeout_ms",
-                int("store_timeout_ms", topology.store_timeout_ms)?,
-            ),
-        ]),
-    );
-    let worker = &topology.worker;
-    root.insert(
-        "worker".into(),
-        table([
-            (
-                "poll_interval_ms",
-                int("poll_interval_ms", worker.poll_interval_ms)?,
-            ),
-            (
-                "connect_timeout_ms",
-                int("connect_timeout_ms", worker.connect_timeout_ms)?,
-            ),
-            (
-                "attempt_deadline_ms",
-                int("attempt_deadline_ms", worker.attempt_deadline_ms)?,
-            ),
-            (
-                "attempts_max",
-                Value::Integer(i64::from(worker.attempts_max)),
-            ),
-            (
-                "jobs_per_tick_max",
-                Value::Integer(i64::from(worker.jobs_per_tick_max)),
-            ),
-        ]),
-    );
-    let reconciler = &topology.reconciler_config;
+    root.insert("topology".into(), topology_table(topology)?);
+    root.insert("worker".into(), worker(&topology.worker)?);
     root.insert(
         "reconciler".into(),
-        table([
-            (
-                "poll_interval_ms",
-                int("poll_interval_ms", reconciler.poll_interval_ms)?,
-            ),
-            (
-                "starting_stale_ms",
-                int("starting_stale_ms", reconciler.starting_stale_ms)?,
-            ),
-            (
-                "running_stale_ms",
-                int("running_stale_ms", reconciler.running_stale_ms)?,
-            ),
-            (
-                "unknown_max_ms",
-                int("unknown_max_ms", reconciler.unknown_max_ms)?,
-            ),
-            (
-                "attempts_per_pass_max",
-                Value::Integer(i64::from(reconciler.attempts_per_pass_max)),
-            ),
-        ]),
+        reconciler(&topology.reconciler_config)?,
     );
-    let mut providers = Vec::with_capacity(topology.providers.len());
-    for p in &topology.providers {
+    root.insert("providers".into(), providers(&topology.providers)?);
+    root.insert("clients".into(), clients(&scenario.clients)?);
+    root.insert("faults".into(), faults(&scenario.faults)?);
+    if let Some(kept) = kept {
+        root.insert("kept".into(), kept_table(kept)?);
+    }
+    let mut text = commented(comment);
+    text.push_str(&toml::to_string(&root)?);
+    Ok(text)
+}
+
+/// `comment` as `#` lines, one per line.
+fn commented(comment: &str) -> String {
+    let mut text = String::new();
+    for line in comment.lines() {
+        text.push_str("# ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// `[timing]`.
+fn timing(timing: &Timing) -> Result<Value, EmitError> {
+    Ok(table([
+        ("tick_ms", int("tick_ms", timing.tick_ms)?),
+        ("settle_ms", int("settle_ms", timing.settle_ms)?),
+        (
+            "latency_ms_min",
+            int("latency_ms_min", timing.latency_ms_min)?,
+        ),
+        (
+            "latency_ms_max",
+            int("latency_ms_max", timing.latency_ms_max)?,
+        ),
+        ("skip_quiet", Value::Boolean(timing.skip_quiet)),
+    ]))
+}
+
+/// `[topology]`: the hosts besides the clients, and the store timeout.
+fn topology_table(topology: &Topology) -> Result<Value, EmitError> {
+    Ok(table([
+        (
+            "api_replicas",
+            Value::Integer(i64::from(topology.api_replicas)),
+        ),
+        ("workers", Value::Integer(i64::from(topology.workers))),
+        ("reconciler", Value::Boolean(topology.reconciler)),
+        (
+            "store_timeout_ms",
+            int("store_timeout_ms", topology.store_timeout_ms)?,
+        ),
+    ]))
+}
+
+/// `[worker]`.
+fn worker(worker: &WorkerConfig) -> Result<Value, EmitError> {
+    Ok(table([
+        (
+            "poll_interval_ms",
+            int("poll_interval_ms", worker.poll_interval_ms)?,
+        ),
+        (
+            "connect_timeout_ms",
+            int("connect_timeout_ms", worker.connect_timeout_ms)?,
+        ),
+        (
+            "attempt_deadline_ms",
+            int("attempt_deadline_ms", worker.attempt_deadline_ms)?,
+        ),
+        (
+            "attempts_max",
+            Value::Integer(i64::from(worker.attempts_max)),
+        ),
+        (
+            "jobs_per_tick_max",
+            Value::Integer(i64::from(worker.jobs_per_tick_max)),
+        ),
+    ]))
+}
+
+/// `[reconciler]`.
+fn reconciler(reconciler: &ReconcilerConfig) -> Result<Value, EmitError> {
+    Ok(table([
+        (
+            "poll_interval_ms",
+            int("poll_interval_ms", reconciler.poll_interval_ms)?,
+        ),
+        (
+            "starting_stale_ms",
+            int("starting_stale_ms", reconciler.starting_stale_ms)?,
+        ),
+        (
+            "running_stale_ms",
+            int("running_stale_ms", reconciler.running_stale_ms)?,
+        ),
+        (
+            "unknown_max_ms",
+            int("unknown_max_ms", reconciler.unknown_max_ms)?,
+        ),
+        (
+            "attempts_per_pass_max",
+            Value::Integer(i64::from(reconciler.attempts_per_pass_max)),
+        ),
+    ]))
+}
+
+/// `[[providers]]`: each provider's profile, behaviour and tokenizer.
+fn providers(providers: &[ProviderProfile]) -> Result<Value, EmitError> {
+    let mut out = Vec::with_capacity(providers.len());
+    for p in providers {
         let b = &p.behaviour;
-        providers.push(table([
+        out.push(table([
             ("name", Value::String(p.name.clone())),
             ("model", Value::String(p.model.clone())),
             ("certified", Value::Boolean(p.certified)),
@@ -178,14 +214,18 @@ pub fn to_file_kept(
             ("seed", int("seed", b.seed)?),
         ]));
     }
-    root.insert("providers".into(), Value::Array(providers));
-    let mut clients = Vec::with_capacity(scenario.clients.len());
-    for c in &scenario.clients {
+    Ok(Value::Array(out))
+}
+
+/// `[[clients]]`, each with its actions.
+fn clients(clients: &[ClientSpec]) -> Result<Value, EmitError> {
+    let mut out = Vec::with_capacity(clients.len());
+    for c in clients {
         let mut actions = Vec::with_capacity(c.actions.len());
         for a in &c.actions {
             actions.push(action(a)?);
         }
-        clients.push(table([
+        out.push(table([
             ("name", Value::String(c.name.clone())),
             ("owner", Value::String(c.owner.clone())),
             (
@@ -196,9 +236,13 @@ pub fn to_file_kept(
             ("actions", Value::Array(actions)),
         ]));
     }
-    root.insert("clients".into(), Value::Array(clients));
-    let mut faults = Vec::with_capacity(scenario.faults.len());
-    for f in &scenario.faults {
+    Ok(Value::Array(out))
+}
+
+/// `[[faults]]`: each fault's fields and when it fires.
+fn faults(faults: &[FaultSpec]) -> Result<Value, EmitError> {
+    let mut out = Vec::with_capacity(faults.len());
+    for f in faults {
         let mut entry = fault(&f.fault)?;
         match f.when {
             When::At { at_ms } => {
@@ -214,41 +258,35 @@ pub fn to_file_kept(
                 );
             }
         }
-        faults.push(Value::Table(entry));
+        out.push(Value::Table(entry));
     }
-    root.insert("faults".into(), Value::Array(faults));
-    if let Some(kept) = kept {
-        let mut t = Table::new();
-        t.insert("seed".into(), int("seed", kept.seed)?);
+    Ok(Value::Array(out))
+}
+
+/// `[kept]`: the seed, the design, and the path if one was recorded.
+fn kept_table(kept: &Kept) -> Result<Value, EmitError> {
+    let mut t = Table::new();
+    t.insert("seed".into(), int("seed", kept.seed)?);
+    t.insert(
+        "design".into(),
+        Value::String(kept.design.name().to_owned()),
+    );
+    if let Some(path) = &kept.path {
         t.insert(
-            "design".into(),
-            Value::String(kept.design.name().to_owned()),
+            "windows".into(),
+            Value::Array(
+                path.windows
+                    .iter()
+                    .map(|w| Value::String(name_of(w)))
+                    .collect(),
+            ),
         );
-        if let Some(path) = &kept.path {
-            t.insert(
-                "windows".into(),
-                Value::Array(
-                    path.windows
-                        .iter()
-                        .map(|w| Value::String(name_of(w)))
-                        .collect(),
-                ),
-            );
-            t.insert(
-                "event_kinds".into(),
-                Value::String(path.event_kinds.clone()),
-            );
-        }
-        root.insert("kept".into(), Value::Table(t));
+        t.insert(
+            "event_kinds".into(),
+            Value::String(path.event_kinds.clone()),
+        );
     }
-    let mut text = String::new();
-    for line in comment.lines() {
-        text.push_str("# ");
-        text.push_str(line);
-        text.push('\n');
-    }
-    text.push_str(&toml::to_string(&root)?);
-    Ok(text)
+    Ok(Value::Table(t))
 }
 
 fn policy(policy: Policy) -> Result<Table, EmitError> {
@@ -335,119 +373,25 @@ fn action(action: &Action) -> Result<Value, EmitError> {
     Ok(Value::Table(t))
 }
 
+/// One fault as a file's table, without when it fires: `fault` is the
+/// kind's name and the rest are the kind's fields, read from the fault's
+/// serialized form (whose field names are the file's, a test holds them
+/// together). An absent optional field is left out.
 fn fault(fault: &Fault) -> Result<Table, EmitError> {
+    let kind = fault.kind();
     let mut t = Table::new();
-    let name = idem_sim::run::fault_name(fault);
-    t.insert("fault".into(), Value::String(name.to_owned()));
-    let s = |v: &String| Value::String(v.clone());
-    match fault {
-        Fault::LinkLatency {
-            a,
-            b,
-            latency_ms_max,
-            duration_ms,
-        } => {
-            t.insert("a".into(), s(a));
-            t.insert("b".into(), s(b));
-            t.insert(
-                "latency_ms_max".into(),
-                int("latency_ms_max", *latency_ms_max)?,
-            );
-            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-        }
-        Fault::Hold { a, b, duration_ms } => {
-            t.insert("a".into(), s(a));
-            t.insert("b".into(), s(b));
-            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-        }
-        Fault::Partition {
-            a,
-            b,
-            oneway,
-            duration_ms,
-        } => {
-            t.insert("a".into(), s(a));
-            t.insert("b".into(), s(b));
-            t.insert("oneway".into(), Value::Boolean(*oneway));
-            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-        }
-        Fault::Crash {
-            host,
-            restart_after_ms,
-        } => {
-            t.insert("host".into(), s(host));
-            if let Some(after) = restart_after_ms {
-                t.insert("restart_after_ms".into(), int("restart_after_ms", *after)?);
+    t.insert("fault".into(), Value::String(kind.name().to_owned()));
+    let serialized = serde_json::to_value(fault).expect("faults serialize");
+    for &field in kind.fields() {
+        match serialized.get(field) {
+            None | Some(Json::Null) => {}
+            Some(Json::Number(n)) if n.as_i64().is_none() && n.as_u64().is_some() => {
+                let value = n.as_u64().expect("checked in the guard");
+                return Err(EmitError::TooLarge { what: field, value });
             }
-        }
-        Fault::ProviderHang {
-            provider,
-            duration_ms,
-        }
-        | Fault::ProviderStall {
-            provider,
-            duration_ms,
-        } => {
-            t.insert("provider".into(), s(provider));
-            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-        }
-        Fault::ProviderError {
-            provider,
-            error_per_mille,
-            duration_ms,
-        } => {
-            t.insert("provider".into(), s(provider));
-            t.insert(
-                "error_per_mille".into(),
-                Value::Integer(i64::from(*error_per_mille)),
-            );
-            t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-        }
-        Fault::ProviderModelChange { provider, model } => {
-            t.insert("provider".into(), s(provider));
-            t.insert("model".into(), s(model));
-        }
-        Fault::StoreLoseAck { op, nth, count } | Fault::StoreFailBeforeApply { op, nth, count } => {
-            t.insert("op".into(), Value::String(name_of(op)));
-            t.insert("nth".into(), Value::Integer(i64::from(*nth)));
-            t.insert("count".into(), Value::Integer(i64::from(*count)));
-        }
-        Fault::StoreLatency {
-            op,
-            nth,
-            count,
-            latency_ms,
-        } => {
-            t.insert("op".into(), Value::String(name_of(op)));
-            t.insert("nth".into(), Value::Integer(i64::from(*nth)));
-            t.insert("count".into(), Value::Integer(i64::from(*count)));
-            t.insert("latency_ms".into(), int("latency_ms", *latency_ms)?);
-        }
-        Fault::ClockOffset {
-            host,
-            offset_ms,
-            duration_ms,
-        } => {
-            t.insert("host".into(), s(host));
-            t.insert("offset_ms".into(), Value::Integer(*offset_ms));
-            if let Some(duration_ms) = duration_ms {
-                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
+            Some(value) => {
+                t.insert(field.to_owned(), json_to_toml(value)?);
             }
-        }
-        Fault::ClockDrift {
-            host,
-            drift_ppm,
-            duration_ms,
-        } => {
-            t.insert("host".into(), s(host));
-            t.insert("drift_ppm".into(), Value::Integer(*drift_ppm));
-            if let Some(duration_ms) = duration_ms {
-                t.insert("duration_ms".into(), int("duration_ms", *duration_ms)?);
-            }
-        }
-        Fault::ClockJump { host, jump_ms } => {
-            t.insert("host".into(), s(host));
-            t.insert("jump_ms".into(), Value::Integer(*jump_ms));
         }
     }
     Ok(t)

@@ -19,7 +19,7 @@ use idem_core::certify::{Encoding, SpecialTokens};
 use idem_core::design::Design;
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;
-use idem_sim::scenario::{TriggerKind, Window};
+use idem_sim::scenario::{FaultKind, TriggerKind, Window};
 
 /// A spanned optional field.
 pub type Field<T> = Option<Spanned<T>>;
@@ -252,64 +252,9 @@ impl<'de> Deserialize<'de> for Jitter {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FaultKind {
-    LinkLatency,
-    Hold,
-    Partition,
-    Crash,
-    ProviderHang,
-    ProviderStall,
-    ProviderError,
-    ProviderModelChange,
-    StoreLoseAck,
-    StoreFailBeforeApply,
-    StoreLatency,
-    ClockOffset,
-    ClockDrift,
-    ClockJump,
-}
-
-impl FaultKind {
-    /// Every kind, in the order the format documents them.
-    pub const ALL: &'static [FaultKind] = &[
-        FaultKind::LinkLatency,
-        FaultKind::Hold,
-        FaultKind::Partition,
-        FaultKind::Crash,
-        FaultKind::ProviderHang,
-        FaultKind::ProviderStall,
-        FaultKind::ProviderError,
-        FaultKind::StoreLoseAck,
-        FaultKind::StoreFailBeforeApply,
-        FaultKind::StoreLatency,
-        FaultKind::ClockOffset,
-        FaultKind::ClockDrift,
-        FaultKind::ClockJump,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::LinkLatency => "link_latency",
-            FaultKind::Hold => "hold",
-            FaultKind::Partition => "partition",
-            FaultKind::Crash => "crash",
-            FaultKind::ProviderHang => "provider_hang",
-            FaultKind::ProviderStall => "provider_stall",
-            FaultKind::ProviderError => "provider_error",
-            FaultKind::ProviderModelChange => "provider_model_change",
-            FaultKind::StoreLoseAck => "store_lose_ack",
-            FaultKind::StoreFailBeforeApply => "store_fail_before_apply",
-            FaultKind::StoreLatency => "store_latency",
-            FaultKind::ClockOffset => "clock_offset",
-            FaultKind::ClockDrift => "clock_drift",
-            FaultKind::ClockJump => "clock_jump",
-        }
-    }
-}
-
-/// `[[faults]]`: one flat table for every kind (see [`ActionFile`]).
+/// `[[faults]]`: one flat table for every kind (see [`ActionFile`]). Which
+/// fields each kind takes is [`FaultKind::fields`]; the validator refuses
+/// the others.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultFile {

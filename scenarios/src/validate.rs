@@ -24,14 +24,15 @@ use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_core::provider::server::Behaviour;
 use idem_sim::scenario::{
     ACTIONS_PER_CLIENT_MAX, API_REPLICAS_MAX, Action, CLIENTS_MAX, CLOCK_DRIFT_PPM_MAX,
-    CLOCK_OFFSET_MS_MAX, ClientSpec, FAULTS_MAX, Fault, FaultSpec, PROVIDERS_MAX, ProviderProfile,
-    RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When, Window, host,
+    CLOCK_OFFSET_MS_MAX, ClientSpec, FAULTS_MAX, Fault, FaultKind, FaultSpec, PROVIDERS_MAX,
+    ProviderProfile, RETRIES_MAX, SETTLE_MS_MAX, Scenario, Timing, Topology, WORKERS_MAX, When,
+    Window, host,
 };
 
 use crate::error::{ScenarioError, ScenarioErrors};
 use crate::format::{
-    ActionFile, ActionKind, ClientFile, FaultFile, FaultKind, Field, Jitter, PolicyKind,
-    ProviderFile, ScenarioFile,
+    ActionFile, ActionKind, ClientFile, FaultFile, Field, Jitter, PolicyKind, ProviderFile,
+    ScenarioFile,
 };
 use crate::fuzz::RunPath;
 
@@ -1140,6 +1141,9 @@ impl Checker {
         Some(self.bounded(&f.duration_ms, "duration_ms", d, 1, SETTLE_MS_MAX, ""))
     }
 
+    /// The faults one `[[faults]]` table stands for (one per host a
+    /// wildcard expands to), after checking that it sets only the fields
+    /// its kind takes.
     fn fault(
         &mut self,
         f: &FaultFile,
@@ -1148,227 +1152,235 @@ impl Checker {
         timing: &Timing,
     ) -> Vec<Fault> {
         let kind = *f.fault.get_ref();
-        let at = &f.fault;
-        let present = [
-            ("a", f.a.as_ref().map(Spanned::span)),
-            ("b", f.b.as_ref().map(Spanned::span)),
-            ("host", f.host.as_ref().map(Spanned::span)),
-            ("provider", f.provider.as_ref().map(Spanned::span)),
-            ("oneway", f.oneway.as_ref().map(Spanned::span)),
-            ("duration_ms", f.duration_ms.as_ref().map(Spanned::span)),
-            (
-                "latency_ms_max",
-                f.latency_ms_max.as_ref().map(Spanned::span),
-            ),
-            (
-                "restart_after_ms",
-                f.restart_after_ms.as_ref().map(Spanned::span),
-            ),
-            (
-                "error_per_mille",
-                f.error_per_mille.as_ref().map(Spanned::span),
-            ),
-            ("op", f.op.as_ref().map(Spanned::span)),
-            ("nth", f.nth.as_ref().map(Spanned::span)),
-            ("count", f.count.as_ref().map(Spanned::span)),
-            ("latency_ms", f.latency_ms.as_ref().map(Spanned::span)),
-            ("offset_ms", f.offset_ms.as_ref().map(Spanned::span)),
-            ("drift_ppm", f.drift_ppm.as_ref().map(Spanned::span)),
-            ("jump_ms", f.jump_ms.as_ref().map(Spanned::span)),
-            ("model", f.model.as_ref().map(Spanned::span)),
-        ];
-        let allowed: &[&str] = match kind {
-            FaultKind::LinkLatency => &["a", "b", "latency_ms_max", "duration_ms"],
-            FaultKind::Hold => &["a", "b", "duration_ms"],
-            FaultKind::Partition => &["a", "b", "oneway", "duration_ms"],
-            FaultKind::Crash => &["host", "restart_after_ms"],
-            FaultKind::ProviderHang | FaultKind::ProviderStall => &["provider", "duration_ms"],
-            FaultKind::ProviderError => &["provider", "error_per_mille", "duration_ms"],
-            FaultKind::ProviderModelChange => &["provider", "model"],
-            FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply => &["op", "nth", "count"],
-            FaultKind::StoreLatency => &["op", "nth", "count", "latency_ms"],
-            FaultKind::ClockOffset => &["host", "offset_ms", "duration_ms"],
-            FaultKind::ClockDrift => &["host", "drift_ppm", "duration_ms"],
-            FaultKind::ClockJump => &["host", "jump_ms"],
-        };
-        self.only(kind.name(), "fault", &present, allowed);
+        self.only(
+            kind.name(),
+            "fault",
+            &fault_fields_present(f),
+            kind.fields(),
+        );
         match kind {
             FaultKind::LinkLatency | FaultKind::Hold | FaultKind::Partition => {
-                let a = self.hosts(&f.a, "a", kind, at, hosts);
-                let b = self.hosts(&f.b, "b", kind, at, hosts);
-                let duration_ms = self.duration(f);
-                let latency_ms_max = if kind == FaultKind::LinkLatency {
-                    let max = self.required(&f.latency_ms_max, "latency_ms_max", kind, at);
-                    if let (Some(max), Some(field)) = (max, &f.latency_ms_max) {
-                        if max < timing.latency_ms_min {
-                            self.error(
-                                field.span(),
-                                format!("`latency_ms_max` ({max}) is below the timing's latency_ms_min ({})", timing.latency_ms_min),
-                            );
-                        }
-                        Some(self.bounded(
-                            &f.latency_ms_max,
-                            "latency_ms_max",
-                            max,
-                            0,
-                            SETTLE_MS_MAX,
-                            "",
-                        ))
-                    } else {
-                        None
-                    }
-                } else {
-                    Some(0)
-                };
-                let (Some(duration_ms), Some(latency_ms_max)) = (duration_ms, latency_ms_max)
-                else {
-                    return Vec::new();
-                };
-                let mut faults = Vec::new();
-                for x in &a {
-                    for y in &b {
-                        if x == y {
-                            let span = f.b.as_ref().map(Spanned::span).unwrap_or_else(|| at.span());
-                            self.error(
-                                span,
-                                format!("a link joins two different hosts; both ends are {x:?}"),
-                            );
-                            continue;
-                        }
-                        let (a, b) = (x.clone(), y.clone());
-                        faults.push(match kind {
-                            FaultKind::LinkLatency => Fault::LinkLatency {
-                                a,
-                                b,
-                                latency_ms_max,
-                                duration_ms,
-                            },
-                            FaultKind::Hold => Fault::Hold { a, b, duration_ms },
-                            _ => Fault::Partition {
-                                a,
-                                b,
-                                oneway: value(&f.oneway, false),
-                                duration_ms,
-                            },
-                        });
-                    }
-                }
-                faults
+                self.link_faults(f, kind, hosts, timing)
             }
-            FaultKind::Crash => {
-                let targets = self.hosts(&f.host, "host", kind, at, hosts);
-                let restart_after_ms = f.restart_after_ms.as_ref().map(|_| {
-                    self.bounded(
-                        &f.restart_after_ms,
-                        "restart_after_ms",
-                        1,
-                        1,
-                        SETTLE_MS_MAX,
-                        "",
-                    )
-                });
-                let mut faults = Vec::new();
-                for host in targets {
-                    if hosts.clients.contains(&host) {
-                        let span = f
-                            .host
-                            .as_ref()
-                            .map(Spanned::span)
-                            .unwrap_or_else(|| at.span());
-                        self.error(
-                            span,
-                            format!("{host:?} is a user, not a server: clients cannot crash"),
-                        );
-                        continue;
-                    }
-                    faults.push(Fault::Crash {
-                        host,
-                        restart_after_ms,
-                    });
-                }
-                faults
-            }
+            FaultKind::Crash => self.crash_faults(f, hosts),
             FaultKind::ProviderHang | FaultKind::ProviderStall | FaultKind::ProviderError => {
-                let provider = self.required(&f.provider, "provider", kind, at);
-                if let Some(p) = &f.provider {
-                    self.provider_ref(p, providers);
-                }
-                let duration_ms = self.duration(f);
-                let error_per_mille = if kind == FaultKind::ProviderError {
-                    self.required(&f.error_per_mille, "error_per_mille", kind, at)
-                        .map(|e| {
-                            self.bounded(&f.error_per_mille, "error_per_mille", e, 0, 1_000, "")
-                        })
-                } else {
-                    Some(0)
-                };
-                let (Some(provider), Some(duration_ms), Some(error_per_mille)) =
-                    (provider, duration_ms, error_per_mille)
-                else {
-                    return Vec::new();
-                };
-                vec![match kind {
-                    FaultKind::ProviderHang => Fault::ProviderHang {
-                        provider,
-                        duration_ms,
-                    },
-                    FaultKind::ProviderStall => Fault::ProviderStall {
-                        provider,
-                        duration_ms,
-                    },
-                    _ => Fault::ProviderError {
-                        provider,
-                        error_per_mille,
-                        duration_ms,
-                    },
-                }]
+                self.provider_fault(f, kind, providers)
             }
-            FaultKind::ProviderModelChange => {
-                let provider = self.required(&f.provider, "provider", kind, at);
-                if let Some(p) = &f.provider {
-                    self.provider_ref(p, providers);
-                }
-                let model = self.required(&f.model, "model", kind, at);
-                if let Some(m) = &f.model
-                    && (m.get_ref().is_empty() || m.get_ref().len() > 255)
-                {
-                    self.error(m.span(), "a model name must be 1 to 255 bytes");
-                }
-                let (Some(provider), Some(model)) = (provider, model) else {
-                    return Vec::new();
-                };
-                vec![Fault::ProviderModelChange { provider, model }]
-            }
+            FaultKind::ProviderModelChange => self.model_change_fault(f, providers),
             FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply | FaultKind::StoreLatency => {
-                let op = self.required(&f.op, "op", kind, at);
-                let nth = self.bounded(&f.nth, "nth", defaults::NTH, 1, u32::MAX, "");
-                let count = self.bounded(&f.count, "count", defaults::COUNT, 1, u32::MAX, "");
-                let latency_ms = if kind == FaultKind::StoreLatency {
-                    self.required(&f.latency_ms, "latency_ms", kind, at)
-                        .map(|l| self.bounded(&f.latency_ms, "latency_ms", l, 0, SETTLE_MS_MAX, ""))
-                } else {
-                    Some(0)
-                };
-                let (Some(op), Some(latency_ms)) = (op, latency_ms) else {
-                    return Vec::new();
-                };
-                vec![match kind {
-                    FaultKind::StoreLoseAck => Fault::StoreLoseAck { op, nth, count },
-                    FaultKind::StoreFailBeforeApply => {
-                        Fault::StoreFailBeforeApply { op, nth, count }
-                    }
-                    _ => Fault::StoreLatency {
-                        op,
-                        nth,
-                        count,
-                        latency_ms,
-                    },
-                }]
+                self.store_fault(f, kind)
             }
             FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => {
                 self.clock_fault(f, kind, hosts)
             }
         }
+    }
+
+    /// A link latency, hold or partition on every pair of hosts `a` and `b`
+    /// stand for.
+    fn link_faults(
+        &mut self,
+        f: &FaultFile,
+        kind: FaultKind,
+        hosts: &Hosts,
+        timing: &Timing,
+    ) -> Vec<Fault> {
+        let at = &f.fault;
+        let a = self.hosts(&f.a, "a", kind, at, hosts);
+        let b = self.hosts(&f.b, "b", kind, at, hosts);
+        let duration_ms = self.duration(f);
+        let latency_ms_max = if kind == FaultKind::LinkLatency {
+            self.latency_ms_max(f, timing)
+        } else {
+            Some(0)
+        };
+        let (Some(duration_ms), Some(latency_ms_max)) = (duration_ms, latency_ms_max) else {
+            return Vec::new();
+        };
+        let mut faults = Vec::new();
+        for x in &a {
+            for y in &b {
+                if x == y {
+                    let span = f.b.as_ref().map(Spanned::span).unwrap_or_else(|| at.span());
+                    self.error(
+                        span,
+                        format!("a link joins two different hosts; both ends are {x:?}"),
+                    );
+                    continue;
+                }
+                let (a, b) = (x.clone(), y.clone());
+                faults.push(match kind {
+                    FaultKind::LinkLatency => Fault::LinkLatency {
+                        a,
+                        b,
+                        latency_ms_max,
+                        duration_ms,
+                    },
+                    FaultKind::Hold => Fault::Hold { a, b, duration_ms },
+                    _ => Fault::Partition {
+                        a,
+                        b,
+                        oneway: value(&f.oneway, false),
+                        duration_ms,
+                    },
+                });
+            }
+        }
+        faults
+    }
+
+    /// A link latency fault's `latency_ms_max`: required, within bounds,
+    /// and not below the timing's `latency_ms_min`.
+    fn latency_ms_max(&mut self, f: &FaultFile, timing: &Timing) -> Option<u64> {
+        let max = self.required(
+            &f.latency_ms_max,
+            "latency_ms_max",
+            FaultKind::LinkLatency,
+            &f.fault,
+        );
+        let (Some(max), Some(field)) = (max, &f.latency_ms_max) else {
+            return None;
+        };
+        if max < timing.latency_ms_min {
+            self.error(
+                field.span(),
+                format!(
+                    "`latency_ms_max` ({max}) is below the timing's latency_ms_min ({})",
+                    timing.latency_ms_min
+                ),
+            );
+        }
+        Some(self.bounded(
+            &f.latency_ms_max,
+            "latency_ms_max",
+            max,
+            0,
+            SETTLE_MS_MAX,
+            "",
+        ))
+    }
+
+    /// A crash of every server `host` stands for; clients cannot crash.
+    fn crash_faults(&mut self, f: &FaultFile, hosts: &Hosts) -> Vec<Fault> {
+        let at = &f.fault;
+        let targets = self.hosts(&f.host, "host", FaultKind::Crash, at, hosts);
+        let restart_after_ms = f.restart_after_ms.as_ref().map(|_| {
+            self.bounded(
+                &f.restart_after_ms,
+                "restart_after_ms",
+                1,
+                1,
+                SETTLE_MS_MAX,
+                "",
+            )
+        });
+        let mut faults = Vec::new();
+        for host in targets {
+            if hosts.clients.contains(&host) {
+                let span = f
+                    .host
+                    .as_ref()
+                    .map(Spanned::span)
+                    .unwrap_or_else(|| at.span());
+                self.error(
+                    span,
+                    format!("{host:?} is a user, not a server: clients cannot crash"),
+                );
+                continue;
+            }
+            faults.push(Fault::Crash {
+                host,
+                restart_after_ms,
+            });
+        }
+        faults
+    }
+
+    /// A provider hang, stall or error rate on a provider of the topology.
+    fn provider_fault(
+        &mut self,
+        f: &FaultFile,
+        kind: FaultKind,
+        providers: &BTreeSet<&str>,
+    ) -> Vec<Fault> {
+        let at = &f.fault;
+        let provider = self.required(&f.provider, "provider", kind, at);
+        if let Some(p) = &f.provider {
+            self.provider_ref(p, providers);
+        }
+        let duration_ms = self.duration(f);
+        let error_per_mille = if kind == FaultKind::ProviderError {
+            self.required(&f.error_per_mille, "error_per_mille", kind, at)
+                .map(|e| self.bounded(&f.error_per_mille, "error_per_mille", e, 0, 1_000, ""))
+        } else {
+            Some(0)
+        };
+        let (Some(provider), Some(duration_ms), Some(error_per_mille)) =
+            (provider, duration_ms, error_per_mille)
+        else {
+            return Vec::new();
+        };
+        vec![match kind {
+            FaultKind::ProviderHang => Fault::ProviderHang {
+                provider,
+                duration_ms,
+            },
+            FaultKind::ProviderStall => Fault::ProviderStall {
+                provider,
+                duration_ms,
+            },
+            _ => Fault::ProviderError {
+                provider,
+                error_per_mille,
+                duration_ms,
+            },
+        }]
+    }
+
+    /// A provider of the topology silently serving another model.
+    fn model_change_fault(&mut self, f: &FaultFile, providers: &BTreeSet<&str>) -> Vec<Fault> {
+        let (kind, at) = (FaultKind::ProviderModelChange, &f.fault);
+        let provider = self.required(&f.provider, "provider", kind, at);
+        if let Some(p) = &f.provider {
+            self.provider_ref(p, providers);
+        }
+        let model = self.required(&f.model, "model", kind, at);
+        if let Some(m) = &f.model
+            && (m.get_ref().is_empty() || m.get_ref().len() > 255)
+        {
+            self.error(m.span(), "a model name must be 1 to 255 bytes");
+        }
+        let (Some(provider), Some(model)) = (provider, model) else {
+            return Vec::new();
+        };
+        vec![Fault::ProviderModelChange { provider, model }]
+    }
+
+    /// A rule of the store's fault plan: a lost acknowledgement, a refusal
+    /// before applying, or a delay, on occurrences of one operation.
+    fn store_fault(&mut self, f: &FaultFile, kind: FaultKind) -> Vec<Fault> {
+        let op = self.required(&f.op, "op", kind, &f.fault);
+        let nth = self.bounded(&f.nth, "nth", defaults::NTH, 1, u32::MAX, "");
+        let count = self.bounded(&f.count, "count", defaults::COUNT, 1, u32::MAX, "");
+        let latency_ms = if kind == FaultKind::StoreLatency {
+            self.required(&f.latency_ms, "latency_ms", kind, &f.fault)
+                .map(|l| self.bounded(&f.latency_ms, "latency_ms", l, 0, SETTLE_MS_MAX, ""))
+        } else {
+            Some(0)
+        };
+        let (Some(op), Some(latency_ms)) = (op, latency_ms) else {
+            return Vec::new();
+        };
+        vec![match kind {
+            FaultKind::StoreLoseAck => Fault::StoreLoseAck { op, nth, count },
+            FaultKind::StoreFailBeforeApply => Fault::StoreFailBeforeApply { op, nth, count },
+            _ => Fault::StoreLatency {
+                op,
+                nth,
+                count,
+                latency_ms,
+            },
+        }]
     }
 
     /// A clock fault on every host `host` stands for. Only hosts that read
@@ -1428,6 +1440,41 @@ impl Checker {
     }
 }
 
+/// Every optional field a `[[faults]]` table can set, by its name in the
+/// file, with where it is set (`None` if it is not). The names are the ones
+/// [`FaultKind::fields`] lists; `fault`, `at_ms` and `after` are not here
+/// because every kind takes them.
+fn fault_fields_present(f: &FaultFile) -> [(&'static str, Option<Range<usize>>); 17] {
+    [
+        ("a", f.a.as_ref().map(Spanned::span)),
+        ("b", f.b.as_ref().map(Spanned::span)),
+        ("host", f.host.as_ref().map(Spanned::span)),
+        ("provider", f.provider.as_ref().map(Spanned::span)),
+        ("oneway", f.oneway.as_ref().map(Spanned::span)),
+        ("duration_ms", f.duration_ms.as_ref().map(Spanned::span)),
+        (
+            "latency_ms_max",
+            f.latency_ms_max.as_ref().map(Spanned::span),
+        ),
+        (
+            "restart_after_ms",
+            f.restart_after_ms.as_ref().map(Spanned::span),
+        ),
+        (
+            "error_per_mille",
+            f.error_per_mille.as_ref().map(Spanned::span),
+        ),
+        ("op", f.op.as_ref().map(Spanned::span)),
+        ("nth", f.nth.as_ref().map(Spanned::span)),
+        ("count", f.count.as_ref().map(Spanned::span)),
+        ("latency_ms", f.latency_ms.as_ref().map(Spanned::span)),
+        ("offset_ms", f.offset_ms.as_ref().map(Spanned::span)),
+        ("drift_ppm", f.drift_ppm.as_ref().map(Spanned::span)),
+        ("jump_ms", f.jump_ms.as_ref().map(Spanned::span)),
+        ("model", f.model.as_ref().map(Spanned::span)),
+    ]
+}
+
 /// TOML to JSON, refusing what JSON cannot say.
 fn to_json(value: &toml::Value) -> Result<Value, String> {
     Ok(match value {
@@ -1452,4 +1499,35 @@ fn to_json(value: &toml::Value) -> Result<Value, String> {
                 .collect::<Result<_, String>>()?,
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The fields a `[[faults]]` table can set are exactly the fields some
+    /// kind takes: a field the file type has but no kind lists would be
+    /// refused for every kind, and one a kind lists but the file type lacks
+    /// could never be set.
+    #[test]
+    fn the_fault_table_sets_exactly_the_fields_the_kinds_take() {
+        let text = "[[faults]]\nfault = 'hold'\na = 'x'\nb = 'y'\nhost = 'h'\nprovider = 'p'\n\
+                    oneway = true\nduration_ms = 1\nlatency_ms_max = 1\nrestart_after_ms = 1\n\
+                    error_per_mille = 1\nop = 'complete'\nnth = 1\ncount = 1\nlatency_ms = 1\n\
+                    offset_ms = 1\ndrift_ppm = 1\njump_ms = 1\nmodel = 'm'\n";
+        let file = crate::format::parse(text).expect("every field parses");
+        let present = fault_fields_present(file.faults[0].get_ref());
+        for (name, span) in &present {
+            assert!(span.is_some(), "{name} is set in the text but not seen");
+        }
+        let settable: BTreeSet<&str> = present.iter().map(|(name, _)| *name).collect();
+        assert_eq!(settable.len(), present.len(), "a field is listed twice");
+        let taken: BTreeSet<&str> = FaultKind::ALL
+            .iter()
+            .flat_map(|kind| kind.fields().iter().copied())
+            .collect();
+        assert_eq!(settable, taken);
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::json;
 use idem_core::design::Design;
 use idem_core::provider::server::{Behaviour, Execution};
 use idem_core::store::StoreDump;
-use idem_core::store::faults::{FaultRule, StoreFault};
+use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
 
 use crate::net::Skew;
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
@@ -267,206 +267,216 @@ fn record_fault(world: &World, now_ms: u64, name: &str, detail: serde_json::Valu
     );
 }
 
-/// Fires or heals one fault; schedules the heal of a fault with a duration.
+/// Fires or heals one fault, or restarts a crashed host; schedules what
+/// a fired fault leaves to do later (its heal, or the restart).
 fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64, Vec<Step>>) {
-    let heal_after = |duration_ms: u64, fault: &Fault, timed: &mut BTreeMap<u64, Vec<Step>>| {
-        timed
-            .entry(now_ms + duration_ms)
-            .or_default()
-            .push(Step::Heal(fault.clone()));
-    };
     match step {
-        Step::Bounce(host) => {
-            world.sim.bounce(host.as_str());
-            record_fault(world, now_ms, "restart", json!({"host": host}));
-        }
+        Step::Bounce(host) => restart(world, now_ms, &host),
         Step::Fire(fault) => {
-            record_fault(
-                world,
-                now_ms,
-                fault_name(&fault),
-                serde_json::to_value(&fault).expect("faults serialize"),
-            );
-            match &fault {
-                Fault::LinkLatency {
-                    a,
-                    b,
-                    latency_ms_max,
-                    duration_ms,
-                } => {
-                    world.sim.set_link_max_message_latency(
-                        a.as_str(),
-                        b.as_str(),
-                        Duration::from_millis(*latency_ms_max),
-                    );
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::Hold { a, b, duration_ms } => {
-                    world.sim.hold(a.as_str(), b.as_str());
-                    world.quiet.hold(&world.sim, a, b);
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::Partition {
-                    a,
-                    b,
-                    oneway,
-                    duration_ms,
-                } => {
-                    if *oneway {
-                        world.sim.partition_oneway(a.as_str(), b.as_str());
-                    } else {
-                        world.sim.partition(a.as_str(), b.as_str());
-                    }
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::Crash {
-                    host,
-                    restart_after_ms,
-                } => {
-                    world.sim.crash(host.as_str());
-                    if let Some(after) = restart_after_ms {
-                        timed
-                            .entry(now_ms + after)
-                            .or_default()
-                            .push(Step::Bounce(host.clone()));
-                    }
-                }
-                Fault::ProviderHang {
-                    provider,
-                    duration_ms,
-                } => {
-                    change_provider(world, provider, |b| b.hang = true);
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::ProviderStall {
-                    provider,
-                    duration_ms,
-                } => {
-                    change_provider(world, provider, |b| b.stall = true);
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::ProviderError {
-                    provider,
-                    error_per_mille,
-                    duration_ms,
-                } => {
-                    let rate = *error_per_mille;
-                    change_provider(world, provider, |b| b.error_per_mille = rate);
-                    heal_after(*duration_ms, &fault, timed);
-                }
-                Fault::ProviderModelChange { provider, model } => {
-                    // For good: a heal of another fault restores the
-                    // profile, which now names the new model too.
-                    let served = Some(model.clone());
-                    if let Some(profile) = world.provider_profiles.get_mut(provider) {
-                        profile.served_model.clone_from(&served);
-                    }
-                    change_provider(world, provider, |b| b.served_model = served);
-                }
-                Fault::StoreLoseAck { op, nth, count } => world.store_plan.add(FaultRule {
-                    op: *op,
-                    fault: StoreFault::LoseAck,
-                    first: *nth,
-                    count: *count,
-                }),
-                Fault::StoreFailBeforeApply { op, nth, count } => world.store_plan.add(FaultRule {
-                    op: *op,
-                    fault: StoreFault::FailBeforeApply,
-                    first: *nth,
-                    count: *count,
-                }),
-                Fault::StoreLatency {
-                    op,
-                    nth,
-                    count,
-                    latency_ms,
-                } => world.store_plan.add(FaultRule {
-                    op: *op,
-                    fault: StoreFault::Latency {
-                        latency_ms: *latency_ms,
-                    },
-                    first: *nth,
-                    count: *count,
-                }),
-                Fault::ClockOffset {
-                    host,
-                    offset_ms,
-                    duration_ms,
-                } => {
-                    let offset_us = offset_ms.saturating_mul(1000);
-                    change_clock(world, host, |skew, now_us| {
-                        skew.set_offset(now_us, offset_us)
-                    });
-                    if let Some(duration_ms) = duration_ms {
-                        heal_after(*duration_ms, &fault, timed);
-                    }
-                }
-                Fault::ClockDrift {
-                    host,
-                    drift_ppm,
-                    duration_ms,
-                } => {
-                    let ppm = *drift_ppm;
-                    change_clock(world, host, |skew, now_us| skew.set_drift(now_us, ppm));
-                    if let Some(duration_ms) = duration_ms {
-                        heal_after(*duration_ms, &fault, timed);
-                    }
-                }
-                Fault::ClockJump { host, jump_ms } => {
-                    let by_us = jump_ms.saturating_mul(1000);
-                    change_clock(world, host, |skew, now_us| skew.jump(now_us, by_us));
-                }
+            record_fault(world, now_ms, fault.kind().name(), fault_detail(&fault));
+            fire(world, &fault);
+            if let Some((after_ms, later)) = aftermath(&fault) {
+                timed.entry(now_ms + after_ms).or_default().push(later);
             }
         }
         Step::Heal(fault) => {
-            record_fault(
-                world,
-                now_ms,
-                &format!("heal_{}", fault_name(&fault)),
-                serde_json::to_value(&fault).expect("faults serialize"),
-            );
-            match &fault {
-                Fault::LinkLatency { a, b, .. } => {
-                    let base = Duration::from_millis(world.base_latency_ms_max);
-                    world
-                        .sim
-                        .set_link_max_message_latency(a.as_str(), b.as_str(), base);
-                }
-                Fault::Hold { a, b, .. } => {
-                    world.sim.release(a.as_str(), b.as_str());
-                    world.quiet.release(&world.sim, a, b);
-                }
-                Fault::Partition { a, b, oneway, .. } => {
-                    if *oneway {
-                        world.sim.repair_oneway(a.as_str(), b.as_str());
-                    } else {
-                        world.sim.repair(a.as_str(), b.as_str());
-                    }
-                }
-                Fault::ProviderHang { provider, .. }
-                | Fault::ProviderStall { provider, .. }
-                | Fault::ProviderError { provider, .. } => {
-                    let original = world
-                        .provider_profiles
-                        .get(provider)
-                        .cloned()
-                        .unwrap_or_default();
-                    if let Some(server) = world.providers.get(provider) {
-                        server.set_behaviour(original);
-                    }
-                }
-                // Healed: stepped back to true time, as NTP would.
-                Fault::ClockOffset { host, .. } => {
-                    change_clock(world, host, |skew, now_us| skew.resync(now_us));
-                }
-                // Healed: the drift stops and the clock is stepped back.
-                Fault::ClockDrift { host, .. } => change_clock(world, host, |skew, now_us| {
-                    skew.set_drift(now_us, 0);
-                    skew.resync(now_us);
-                }),
-                _ => {}
-            }
+            let name = format!("heal_{}", fault.kind().name());
+            record_fault(world, now_ms, &name, fault_detail(&fault));
+            heal(world, &fault);
         }
+    }
+}
+
+/// A fault as the trace's event detail: its serialized form.
+fn fault_detail(fault: &Fault) -> serde_json::Value {
+    serde_json::to_value(fault).expect("faults serialize")
+}
+
+/// Starts a crashed host again.
+fn restart(world: &mut World, now_ms: u64, host: &str) {
+    world.sim.bounce(host);
+    record_fault(world, now_ms, "restart", json!({"host": host}));
+}
+
+/// Applies `fault` to the world: the network, a host, a provider, the
+/// store's fault plan or a clock changes until [`heal`] (or for good).
+fn fire(world: &mut World, fault: &Fault) {
+    match fault {
+        Fault::LinkLatency {
+            a,
+            b,
+            latency_ms_max,
+            ..
+        } => {
+            let latency = Duration::from_millis(*latency_ms_max);
+            world
+                .sim
+                .set_link_max_message_latency(a.as_str(), b.as_str(), latency);
+        }
+        Fault::Hold { a, b, .. } => {
+            world.sim.hold(a.as_str(), b.as_str());
+            world.quiet.hold(&world.sim, a, b);
+        }
+        Fault::Partition { a, b, oneway, .. } => partition(world, a, b, *oneway),
+        Fault::Crash { host, .. } => world.sim.crash(host.as_str()),
+        Fault::ProviderHang { provider, .. } => change_provider(world, provider, |b| b.hang = true),
+        Fault::ProviderStall { provider, .. } => {
+            change_provider(world, provider, |b| b.stall = true);
+        }
+        Fault::ProviderError {
+            provider,
+            error_per_mille,
+            ..
+        } => {
+            let rate = *error_per_mille;
+            change_provider(world, provider, |b| b.error_per_mille = rate);
+        }
+        Fault::ProviderModelChange { provider, model } => {
+            change_served_model(world, provider, model);
+        }
+        Fault::StoreLoseAck { op, nth, count } => {
+            arm_store_rule(world, *op, StoreFault::LoseAck, *nth, *count);
+        }
+        Fault::StoreFailBeforeApply { op, nth, count } => {
+            arm_store_rule(world, *op, StoreFault::FailBeforeApply, *nth, *count);
+        }
+        Fault::StoreLatency {
+            op,
+            nth,
+            count,
+            latency_ms,
+        } => {
+            let latency_ms = *latency_ms;
+            arm_store_rule(world, *op, StoreFault::Latency { latency_ms }, *nth, *count);
+        }
+        Fault::ClockOffset {
+            host, offset_ms, ..
+        } => {
+            let offset_us = offset_ms.saturating_mul(1000);
+            change_clock(world, host, |skew, now_us| {
+                skew.set_offset(now_us, offset_us)
+            });
+        }
+        Fault::ClockDrift {
+            host, drift_ppm, ..
+        } => {
+            let ppm = *drift_ppm;
+            change_clock(world, host, |skew, now_us| skew.set_drift(now_us, ppm));
+        }
+        Fault::ClockJump { host, jump_ms } => {
+            let by_us = jump_ms.saturating_mul(1000);
+            change_clock(world, host, |skew, now_us| skew.jump(now_us, by_us));
+        }
+    }
+}
+
+/// What a fired fault leaves for later, and how many milliseconds after it
+/// fired: the heal of a fault with a duration, the restart of a crash with
+/// one; `None` for a fault that stays (a store rule runs out by count).
+fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
+    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(fault.clone()));
+    match fault {
+        Fault::LinkLatency { duration_ms, .. }
+        | Fault::Hold { duration_ms, .. }
+        | Fault::Partition { duration_ms, .. }
+        | Fault::ProviderHang { duration_ms, .. }
+        | Fault::ProviderStall { duration_ms, .. }
+        | Fault::ProviderError { duration_ms, .. } => Some(heal_after(duration_ms)),
+        Fault::ClockOffset { duration_ms, .. } | Fault::ClockDrift { duration_ms, .. } => {
+            duration_ms.as_ref().map(heal_after)
+        }
+        Fault::Crash {
+            host,
+            restart_after_ms,
+        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
+        Fault::ProviderModelChange { .. }
+        | Fault::StoreLoseAck { .. }
+        | Fault::StoreFailBeforeApply { .. }
+        | Fault::StoreLatency { .. }
+        | Fault::ClockJump { .. } => None,
+    }
+}
+
+/// Undoes a fault whose duration ran out. Faults without a heal step
+/// (crash, which restarts instead; the store's rules, which run out by
+/// count; model changes and clock jumps, which stay) do nothing here.
+fn heal(world: &mut World, fault: &Fault) {
+    match fault {
+        Fault::LinkLatency { a, b, .. } => {
+            let base = Duration::from_millis(world.base_latency_ms_max);
+            world
+                .sim
+                .set_link_max_message_latency(a.as_str(), b.as_str(), base);
+        }
+        Fault::Hold { a, b, .. } => {
+            world.sim.release(a.as_str(), b.as_str());
+            world.quiet.release(&world.sim, a, b);
+        }
+        Fault::Partition { a, b, oneway, .. } => repair(world, a, b, *oneway),
+        Fault::ProviderHang { provider, .. }
+        | Fault::ProviderStall { provider, .. }
+        | Fault::ProviderError { provider, .. } => restore_provider(world, provider),
+        // Healed: stepped back to true time, as NTP would.
+        Fault::ClockOffset { host, .. } => {
+            change_clock(world, host, |skew, now_us| skew.resync(now_us));
+        }
+        // Healed: the drift stops and the clock is stepped back.
+        Fault::ClockDrift { host, .. } => change_clock(world, host, |skew, now_us| {
+            skew.set_drift(now_us, 0);
+            skew.resync(now_us);
+        }),
+        _ => {}
+    }
+}
+
+/// Drops messages from `a` to `b`, and back unless `oneway`.
+fn partition(world: &mut World, a: &str, b: &str, oneway: bool) {
+    if oneway {
+        world.sim.partition_oneway(a, b);
+    } else {
+        world.sim.partition(a, b);
+    }
+}
+
+/// Undoes [`partition`].
+fn repair(world: &mut World, a: &str, b: &str, oneway: bool) {
+    if oneway {
+        world.sim.repair_oneway(a, b);
+    } else {
+        world.sim.repair(a, b);
+    }
+}
+
+/// Arms a rule in the store's fault plan: occurrences `nth..nth+count` of
+/// `op` suffer `fault`.
+fn arm_store_rule(world: &mut World, op: StoreOp, fault: StoreFault, nth: u32, count: u32) {
+    world.store_plan.add(FaultRule {
+        op,
+        fault,
+        first: nth,
+        count,
+    });
+}
+
+/// The provider serves `model` from now on. For good: a heal of another
+/// fault restores the profile, which now names the new model too.
+fn change_served_model(world: &mut World, provider: &str, model: &str) {
+    let served = Some(model.to_owned());
+    if let Some(profile) = world.provider_profiles.get_mut(provider) {
+        profile.served_model.clone_from(&served);
+    }
+    change_provider(world, provider, |b| b.served_model = served);
+}
+
+/// Puts the provider back to its profile's behaviour.
+fn restore_provider(world: &World, provider: &str) {
+    let original = world
+        .provider_profiles
+        .get(provider)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(server) = world.providers.get(provider) {
+        server.set_behaviour(original);
     }
 }
 
@@ -486,25 +496,5 @@ fn change_clock(world: &World, host: &str, change: impl FnOnce(&mut Skew, i64)) 
         .expect("simulated time fits i64 microseconds");
     if let Some(clock) = world.clocks.get(host) {
         clock.update(|skew| change(skew, now_us));
-    }
-}
-
-/// The fault's name in the trace.
-pub fn fault_name(fault: &Fault) -> &'static str {
-    match fault {
-        Fault::LinkLatency { .. } => "link_latency",
-        Fault::Hold { .. } => "hold",
-        Fault::Partition { .. } => "partition",
-        Fault::Crash { .. } => "crash",
-        Fault::ProviderHang { .. } => "provider_hang",
-        Fault::ProviderStall { .. } => "provider_stall",
-        Fault::ProviderError { .. } => "provider_error",
-        Fault::ProviderModelChange { .. } => "provider_model_change",
-        Fault::StoreLoseAck { .. } => "store_lose_ack",
-        Fault::StoreFailBeforeApply { .. } => "store_fail_before_apply",
-        Fault::StoreLatency { .. } => "store_latency",
-        Fault::ClockOffset { .. } => "clock_offset",
-        Fault::ClockDrift { .. } => "clock_drift",
-        Fault::ClockJump { .. } => "clock_jump",
     }
 }

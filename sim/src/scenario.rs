@@ -281,6 +281,127 @@ pub enum Fault {
     ClockJump { host: String, jump_ms: i64 },
 }
 
+impl Fault {
+    /// This fault's kind. An exhaustive match: a new `Fault` variant does
+    /// not compile until it has a kind, and with it a name and a field list.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::LinkLatency { .. } => FaultKind::LinkLatency,
+            Fault::Hold { .. } => FaultKind::Hold,
+            Fault::Partition { .. } => FaultKind::Partition,
+            Fault::Crash { .. } => FaultKind::Crash,
+            Fault::ProviderHang { .. } => FaultKind::ProviderHang,
+            Fault::ProviderStall { .. } => FaultKind::ProviderStall,
+            Fault::ProviderError { .. } => FaultKind::ProviderError,
+            Fault::ProviderModelChange { .. } => FaultKind::ProviderModelChange,
+            Fault::StoreLoseAck { .. } => FaultKind::StoreLoseAck,
+            Fault::StoreFailBeforeApply { .. } => FaultKind::StoreFailBeforeApply,
+            Fault::StoreLatency { .. } => FaultKind::StoreLatency,
+            Fault::ClockOffset { .. } => FaultKind::ClockOffset,
+            Fault::ClockDrift { .. } => FaultKind::ClockDrift,
+            Fault::ClockJump { .. } => FaultKind::ClockJump,
+        }
+    }
+}
+
+/// The fault vocabulary: the one place that names each kind of [`Fault`]
+/// and says which fields it takes. The scenario format parses `fault = ...`
+/// into it and checks fields against [`FaultKind::fields`], the emitter
+/// writes files from it, the trace names fired faults by
+/// [`FaultKind::name`], and the fuzzer keys its table of draws by it.
+///
+/// The declaration order is the order the scenario format documents the
+/// kinds in; serde lists the variants in it in its "expected one of"
+/// message for an unknown kind, and the fuzzer draws in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    LinkLatency,
+    Hold,
+    Partition,
+    Crash,
+    ProviderHang,
+    ProviderStall,
+    ProviderError,
+    ProviderModelChange,
+    StoreLoseAck,
+    StoreFailBeforeApply,
+    StoreLatency,
+    ClockOffset,
+    ClockDrift,
+    ClockJump,
+}
+
+impl FaultKind {
+    /// Every kind once, in declaration order (a unit test holds this list
+    /// to the variants serde knows).
+    pub const ALL: &'static [FaultKind] = &[
+        FaultKind::LinkLatency,
+        FaultKind::Hold,
+        FaultKind::Partition,
+        FaultKind::Crash,
+        FaultKind::ProviderHang,
+        FaultKind::ProviderStall,
+        FaultKind::ProviderError,
+        FaultKind::ProviderModelChange,
+        FaultKind::StoreLoseAck,
+        FaultKind::StoreFailBeforeApply,
+        FaultKind::StoreLatency,
+        FaultKind::ClockOffset,
+        FaultKind::ClockDrift,
+        FaultKind::ClockJump,
+    ];
+
+    /// The kind's name: `fault = "..."` in a scenario file, the `fault` tag
+    /// of a serialized [`Fault`], and the trace's fault event name (its heal
+    /// is `heal_` and this).
+    pub const fn name(self) -> &'static str {
+        match self {
+            FaultKind::LinkLatency => "link_latency",
+            FaultKind::Hold => "hold",
+            FaultKind::Partition => "partition",
+            FaultKind::Crash => "crash",
+            FaultKind::ProviderHang => "provider_hang",
+            FaultKind::ProviderStall => "provider_stall",
+            FaultKind::ProviderError => "provider_error",
+            FaultKind::ProviderModelChange => "provider_model_change",
+            FaultKind::StoreLoseAck => "store_lose_ack",
+            FaultKind::StoreFailBeforeApply => "store_fail_before_apply",
+            FaultKind::StoreLatency => "store_latency",
+            FaultKind::ClockOffset => "clock_offset",
+            FaultKind::ClockDrift => "clock_drift",
+            FaultKind::ClockJump => "clock_jump",
+        }
+    }
+
+    /// The kind whose [`name`](Self::name) is `name`.
+    pub fn from_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// The fields a fault of this kind takes, besides `fault` and when it
+    /// fires, in the order the format documents (and its errors list) them.
+    /// They are the scenario file's keys and the fields of the matching
+    /// [`Fault`] variant alike; a test in idem-scenarios holds the two
+    /// together.
+    pub const fn fields(self) -> &'static [&'static str] {
+        match self {
+            FaultKind::LinkLatency => &["a", "b", "latency_ms_max", "duration_ms"],
+            FaultKind::Hold => &["a", "b", "duration_ms"],
+            FaultKind::Partition => &["a", "b", "oneway", "duration_ms"],
+            FaultKind::Crash => &["host", "restart_after_ms"],
+            FaultKind::ProviderHang | FaultKind::ProviderStall => &["provider", "duration_ms"],
+            FaultKind::ProviderError => &["provider", "error_per_mille", "duration_ms"],
+            FaultKind::ProviderModelChange => &["provider", "model"],
+            FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply => &["op", "nth", "count"],
+            FaultKind::StoreLatency => &["op", "nth", "count", "latency_ms"],
+            FaultKind::ClockOffset => &["host", "offset_ms", "duration_ms"],
+            FaultKind::ClockDrift => &["host", "drift_ppm", "duration_ms"],
+            FaultKind::ClockJump => &["host", "jump_ms"],
+        }
+    }
+}
+
 /// The race windows of docs/MODEL.md: the rare interleavings the bench exists
 /// to reach. A suite reports how often each was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -386,6 +507,99 @@ impl ClientSpec {
             request_timeout_ms: 1_000,
             actions: Vec::new(),
             await_outcome: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The variant names serde knows for `FaultKind`, read from its error
+    /// for an unknown one, so that the test needs no hand-made list.
+    fn serde_variant_names() -> Vec<String> {
+        let error = serde_json::from_str::<FaultKind>("\"no_such_fault\"")
+            .expect_err("not a fault kind")
+            .to_string();
+        let listed = error
+            .split_once("expected one of ")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("serde lists the variants: {error}"));
+        listed
+            .split(", ")
+            .map(|quoted| quoted.split('`').nth(1).expect("quoted").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn all_lists_every_kind_once_in_declaration_order() {
+        let names: Vec<String> = FaultKind::ALL.iter().map(|k| k.name().to_owned()).collect();
+        assert_eq!(names, serde_variant_names());
+        let distinct: BTreeSet<FaultKind> = FaultKind::ALL.iter().copied().collect();
+        assert_eq!(distinct.len(), FaultKind::ALL.len());
+    }
+
+    #[test]
+    fn names_round_trip_and_match_serde() {
+        for &kind in FaultKind::ALL {
+            assert_eq!(FaultKind::from_name(kind.name()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).expect("serializes"),
+                serde_json::Value::String(kind.name().to_owned())
+            );
+        }
+        assert_eq!(FaultKind::from_name("heal_hold"), None);
+        assert_eq!(FaultKind::from_name(""), None);
+    }
+
+    #[test]
+    fn every_kind_takes_distinct_fields_and_none_of_the_reserved() {
+        for &kind in FaultKind::ALL {
+            let fields: BTreeSet<&str> = kind.fields().iter().copied().collect();
+            assert_eq!(fields.len(), kind.fields().len(), "{kind:?}");
+            assert!(!fields.is_empty(), "{kind:?}");
+            for reserved in ["fault", "at_ms", "after"] {
+                assert!(!fields.contains(reserved), "{kind:?} takes {reserved}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_fault_serializes_with_its_kinds_name_and_fields() {
+        let faults = [
+            Fault::Crash {
+                host: host::STORE.to_owned(),
+                restart_after_ms: None,
+            },
+            Fault::StoreLatency {
+                op: StoreOp::CreateJob,
+                nth: 1,
+                count: 2,
+                latency_ms: 3,
+            },
+            Fault::ClockJump {
+                host: host::RECONCILER.to_owned(),
+                jump_ms: -5,
+            },
+        ];
+        for fault in faults {
+            let kind = fault.kind();
+            let serde_json::Value::Object(mut map) =
+                serde_json::to_value(&fault).expect("serializes")
+            else {
+                panic!("a fault serializes to an object");
+            };
+            assert_eq!(
+                map.remove("fault"),
+                Some(serde_json::Value::String(kind.name().to_owned()))
+            );
+            let mut keys: Vec<&str> = map.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            let mut fields = kind.fields().to_vec();
+            fields.sort_unstable();
+            assert_eq!(keys, fields, "{kind:?}");
         }
     }
 }

@@ -193,7 +193,10 @@ pub fn fuzz(args: FuzzArgs) -> Result<Exit, CliError> {
             index: shard.index,
             count: shard.count,
         },
-        fault_kinds: FAULT_KINDS.iter().map(|k| k.name.to_owned()).collect(),
+        fault_kinds: FAULT_KINDS
+            .iter()
+            .map(|k| k.kind.name().to_owned())
+            .collect(),
         windows: all_windows(),
         build: build(),
     };

@@ -176,7 +176,7 @@ pub fn generated(scenario: &Scenario) -> BTreeSet<String> {
     scenario
         .faults
         .iter()
-        .map(|f| idem_sim::run::fault_name(&f.fault).to_owned())
+        .map(|f| f.fault.kind().name().to_owned())
         .collect()
 }
 

@@ -12,8 +12,8 @@
 //! many seeds.
 //!
 //! Adding a fault kind (or a contract defect) is one row in [`FAULT_KINDS`]
-//! (or [`CONTRACT_DEFECTS`]); a test fails until every kind the scenario
-//! format knows has a row.
+//! (or [`CONTRACT_DEFECTS`]); a test fails until every kind of
+//! [`FaultKind::ALL`] has a row.
 //!
 //! Determinism: every draw comes from one ChaCha generator seeded from the
 //! fuzz seed; only ordered collections.
@@ -29,8 +29,8 @@ use idem_core::provider::server::{Behaviour, ContractMode};
 use idem_core::store::faults::StoreOp;
 use idem_sim::net::child_seed;
 use idem_sim::scenario::{
-    Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, TriggerKind,
-    When, host,
+    Action, ClientSpec, Fault, FaultKind, FaultSpec, ProviderProfile, Scenario, Timing, Topology,
+    TriggerKind, When, host,
 };
 
 /// Users per world, at most (the 1–8).
@@ -137,20 +137,22 @@ impl Shape {
     }
 }
 
-/// One fault kind the fuzzer can put in a world: its name, as the scenario
-/// format spells it, and how to draw one instance of it.
+/// One fault kind the fuzzer can put in a world, and how to draw one
+/// instance of it.
 #[derive(Clone, Copy, Debug)]
 pub struct FaultKindRow {
-    pub name: &'static str,
+    pub kind: FaultKind,
     pub draw: fn(&mut ChaCha8Rng, &Shape) -> Fault,
 }
 
-/// Every fault kind, one row each. Intensities are drawn wide on purpose:
+/// Every fault kind, one row each, in [`FaultKind::ALL`]'s order (a test
+/// holds the two together; the order is the order of draws, so changing it
+/// changes every fuzz seed's world). Intensities are drawn wide on purpose:
 /// swarm testing wants some worlds where a fault is mild and some where it
 /// is brutal.
 pub const FAULT_KINDS: &[FaultKindRow] = &[
     FaultKindRow {
-        name: "link_latency",
+        kind: FaultKind::LinkLatency,
         draw: |rng, shape| {
             let (a, b) = shape.link(rng);
             Fault::LinkLatency {
@@ -162,7 +164,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "hold",
+        kind: FaultKind::Hold,
         draw: |rng, shape| {
             let (a, b) = shape.link(rng);
             Fault::Hold {
@@ -173,7 +175,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "partition",
+        kind: FaultKind::Partition,
         draw: |rng, shape| {
             let (a, b) = shape.link(rng);
             Fault::Partition {
@@ -185,7 +187,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "crash",
+        kind: FaultKind::Crash,
         draw: |rng, shape| Fault::Crash {
             host: pick(rng, &shape.servers()).clone(),
             // Always restarted: a host that never comes back is a world
@@ -194,21 +196,21 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "provider_hang",
+        kind: FaultKind::ProviderHang,
         draw: |rng, shape| Fault::ProviderHang {
             provider: pick(rng, &shape.providers).clone(),
             duration_ms: duration(rng),
         },
     },
     FaultKindRow {
-        name: "provider_stall",
+        kind: FaultKind::ProviderStall,
         draw: |rng, shape| Fault::ProviderStall {
             provider: pick(rng, &shape.providers).clone(),
             duration_ms: duration(rng),
         },
     },
     FaultKindRow {
-        name: "provider_error",
+        kind: FaultKind::ProviderError,
         draw: |rng, shape| Fault::ProviderError {
             provider: pick(rng, &shape.providers).clone(),
             error_per_mille: rng.random_range(100..=1_000),
@@ -216,7 +218,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "provider_model_change",
+        kind: FaultKind::ProviderModelChange,
         draw: |rng, shape| {
             let provider = pick(rng, &shape.providers).clone();
             Fault::ProviderModelChange {
@@ -226,7 +228,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "store_lose_ack",
+        kind: FaultKind::StoreLoseAck,
         draw: |rng, _| Fault::StoreLoseAck {
             op: *pick(rng, &STORE_OPS),
             nth: rng.random_range(1..=4),
@@ -234,7 +236,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "store_fail_before_apply",
+        kind: FaultKind::StoreFailBeforeApply,
         draw: |rng, _| Fault::StoreFailBeforeApply {
             op: *pick(rng, &STORE_OPS),
             nth: rng.random_range(1..=4),
@@ -242,7 +244,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "store_latency",
+        kind: FaultKind::StoreLatency,
         draw: |rng, _| Fault::StoreLatency {
             op: *pick(rng, &STORE_OPS),
             nth: rng.random_range(1..=4),
@@ -251,7 +253,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "clock_offset",
+        kind: FaultKind::ClockOffset,
         draw: |rng, shape| Fault::ClockOffset {
             host: pick(rng, &shape.engines()).clone(),
             offset_ms: clock_amount_ms(rng),
@@ -259,7 +261,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "clock_drift",
+        kind: FaultKind::ClockDrift,
         draw: |rng, shape| {
             // From a bad crystal (hundreds of ppm) to a clock that stands
             // still or runs twice as fast.
@@ -280,7 +282,7 @@ pub const FAULT_KINDS: &[FaultKindRow] = &[
         },
     },
     FaultKindRow {
-        name: "clock_jump",
+        kind: FaultKind::ClockJump,
         draw: |rng, shape| Fault::ClockJump {
             host: pick(rng, &shape.engines()).clone(),
             jump_ms: clock_amount_ms(rng),
@@ -606,6 +608,49 @@ mod tests {
             assert!(w.clients.iter().all(|c| c.actions.len() <= ACTIONS_MAX));
             assert!(w.faults.len() <= FAULT_KINDS.len() * INSTANCES_PER_KIND_MAX as usize);
             assert!(w.topology.workers >= 1);
+        }
+    }
+
+    /// Every kind has one row, in `FaultKind::ALL`'s order, and each row
+    /// draws faults of its own kind whose serialized fields are the ones
+    /// the scenario format takes for that kind.
+    #[test]
+    fn every_fault_kind_has_one_row_that_draws_its_kind() {
+        let kinds: Vec<FaultKind> = FAULT_KINDS.iter().map(|row| row.kind).collect();
+        assert_eq!(kinds, FaultKind::ALL);
+        let w = world(3);
+        let shape = Shape {
+            apis: (1..=w.topology.api_replicas).map(host::api).collect(),
+            workers: (1..=w.topology.workers).map(host::worker).collect(),
+            reconciler: w.topology.reconciler,
+            providers: w
+                .topology
+                .providers
+                .iter()
+                .map(|p| p.name.clone())
+                .collect(),
+            clients: w.clients.iter().map(|c| c.name.clone()).collect(),
+            latency_ms_min: w.timing.latency_ms_min,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for row in FAULT_KINDS {
+            for _ in 0..8 {
+                let fault = (row.draw)(&mut rng, &shape);
+                assert_eq!(fault.kind(), row.kind, "{fault:?}");
+                let serialized = serde_json::to_value(&fault).expect("faults serialize");
+                let serde_json::Value::Object(mut fields) = serialized else {
+                    panic!("a fault serializes to an object: {fault:?}");
+                };
+                assert_eq!(
+                    fields.remove("fault"),
+                    Some(serde_json::Value::String(row.kind.name().to_owned()))
+                );
+                let mut keys: Vec<&str> = fields.keys().map(String::as_str).collect();
+                keys.sort_unstable();
+                let mut expected = row.kind.fields().to_vec();
+                expected.sort_unstable();
+                assert_eq!(keys, expected, "{:?}", row.kind);
+            }
         }
     }
 }

@@ -232,3 +232,21 @@ fn the_same_suite_gives_the_same_bytes_apart_from_provenance()
     }
     Ok(())
 }
+
+/// idem-reports does not link the simulator, so its timeline names fault
+/// kinds by their trace names; each must be a kind of the simulator's
+/// vocabulary.
+#[test]
+fn the_timeline_names_only_fault_kinds_the_simulator_has() {
+    use idem_reports::timeline::fault_kinds;
+    use idem_sim::scenario::FaultKind;
+    let named = std::iter::once(fault_kinds::CRASH)
+        .chain(fault_kinds::CLOCK)
+        .chain(fault_kinds::COLOURS.iter().map(|(name, _)| *name));
+    for name in named {
+        assert!(
+            FaultKind::from_name(name).is_some(),
+            "the timeline names {name:?}, which is no fault kind"
+        );
+    }
+}

@@ -424,3 +424,45 @@ fn every_error_is_reported_in_file_order() {
         "{errors}"
     );
 }
+
+/// Every kind of the simulator's fault vocabulary is a `fault = ...` the
+/// format accepts under its `name()`: a table naming only the kind is
+/// refused for its first field, not for its name.
+#[test]
+fn every_fault_kind_is_a_name_the_format_accepts() {
+    use idem_sim::scenario::FaultKind;
+    for &kind in FaultKind::ALL {
+        let name = kind.name();
+        let first = kind.fields()[0];
+        check(
+            &format!("{BASE}[[faults]]\nfault = '{name}'\n"),
+            "5:9",
+            &format!("a {name} fault needs `{first}`"),
+        );
+    }
+}
+
+/// A field of another kind is refused, and the error lists the kind's own
+/// fields in their order.
+#[test]
+fn a_fault_takes_only_its_kinds_fields() {
+    use idem_sim::scenario::FaultKind;
+    for &kind in FaultKind::ALL {
+        let name = kind.name();
+        let foreign = if kind.fields().contains(&"model") {
+            "jump_ms = 1"
+        } else {
+            "model = 'x'"
+        };
+        let key = foreign.split(' ').next().expect("a key");
+        check(
+            &format!("{BASE}[[faults]]\n{foreign}\nfault = '{name}'\n"),
+            // At the foreign field's value, on the line before `fault`.
+            &format!("5:{}", key.len() + 4),
+            &format!(
+                "`{key}` does not apply to a {name} fault (it takes: {})",
+                kind.fields().join(", ")
+            ),
+        );
+    }
+}
