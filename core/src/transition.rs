@@ -28,6 +28,13 @@ pub fn is_legal(from: AttemptState, to: AttemptState) -> bool {
     LEGAL.contains(&(from, to))
 }
 
+/// Whether a store moves an attempt in state `from` to `to` when asked to
+/// move it only from `only_from` (if given): the move must be legal, and a
+/// move decided on an earlier reading of the state lands only on that state.
+pub fn may_move(from: AttemptState, only_from: Option<AttemptState>, to: AttemptState) -> bool {
+    is_legal(from, to) && only_from.is_none_or(|only| only == from)
+}
+
 /// The states from which `to` may be entered, in declaration order.
 pub fn sources(to: AttemptState) -> Vec<AttemptState> {
     LEGAL

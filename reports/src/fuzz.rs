@@ -339,11 +339,7 @@ impl FuzzSummary {
     /// The human summary.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let shard = if self.shard.count > 1 {
-            format!(", shard {}/{}", self.shard.index, self.shard.count)
-        } else {
-            String::new()
-        };
+        let shard = self.shard.title_suffix();
         let budget = self
             .time_budget_s
             .map_or_else(String::new, |s| format!(" (a {s} s budget)"));

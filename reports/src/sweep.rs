@@ -25,6 +25,17 @@ pub struct Shard {
     pub count: u64,
 }
 
+impl Shard {
+    /// `", shard i/n"` for a summary's title line; empty when unsharded.
+    pub fn title_suffix(self) -> String {
+        if self.count > 1 {
+            format!(", shard {}/{}", self.index, self.count)
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// A scenario as the sweep knows it before any run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SweptScenario {
@@ -232,11 +243,7 @@ impl SweepSummary {
     /// The human summary the command line prints.
     pub fn to_text(&self) -> String {
         let mut out = String::new();
-        let shard = if self.shard.count > 1 {
-            format!(", shard {}/{}", self.shard.index, self.shard.count)
-        } else {
-            String::new()
-        };
+        let shard = self.shard.title_suffix();
         let _ = writeln!(
             out,
             "sweep: design {}, seeds {}..{}{shard}, build {}",

@@ -446,7 +446,7 @@ impl Store for MemStore {
             .get(&attempt_id)
             .ok_or(StoreError::AttemptNotFound(attempt_id))?;
         let from = current.state;
-        if !transition::is_legal(from, to) || only_from.is_some_and(|only| only != from) {
+        if !transition::may_move(from, only_from, to) {
             return Ok(TransitionOutcome::Refused { current: from });
         }
         let error = error.as_ref().map(jsonb).transpose()?;

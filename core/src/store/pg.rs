@@ -445,7 +445,7 @@ impl Store for PgStore {
         let Some((job_id, from)) = lock_attempt(&mut tx, attempt_id).await? else {
             return Err(StoreError::AttemptNotFound(attempt_id));
         };
-        if !transition::is_legal(from, to) || only_from.is_some_and(|only| only != from) {
+        if !transition::may_move(from, only_from, to) {
             tx.rollback().await.map_err(classify)?;
             return Ok(TransitionOutcome::Refused { current: from });
         }

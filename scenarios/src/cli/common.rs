@@ -5,6 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use idem_core::design::Design;
+use idem_reports::sweep::SweptScenario;
 use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
 use idem_sim::oracle::Invariant;
 use idem_sim::run::{RunOutcome, Stop, Verdict, run};
@@ -47,6 +48,23 @@ fn stop_name(stop: Stop) -> String {
 }
 
 /// The command that runs exactly this again.
+/// What a sweep tallies of each scenario: its name and expected windows.
+pub fn swept(scenarios: &[crate::load::Loaded]) -> Vec<SweptScenario> {
+    scenarios
+        .iter()
+        .map(|l| SweptScenario {
+            name: l.scenario.name.clone(),
+            expect_windows: l
+                .scenario
+                .expect_windows
+                .iter()
+                .copied()
+                .map(window_name)
+                .collect(),
+        })
+        .collect()
+}
+
 pub fn reproduce(target: &str, seed: u64, design: Design) -> String {
     let shell_safe = !target.is_empty()
         && target

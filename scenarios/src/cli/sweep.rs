@@ -23,10 +23,10 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use idem_core::design::Design;
-use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
+use idem_reports::sweep::{SeedRange, Shard, SweepTally};
 use idem_sim::scenario::Window;
 
-use super::common::{build, emit, execute, record, window_name};
+use super::common::{build, emit, execute, record, swept, window_name};
 use super::{CliError, Exit};
 use crate::load::{Loaded, load_set};
 
@@ -168,19 +168,7 @@ pub fn sweep(args: SweepArgs) -> Result<Exit, CliError> {
         .jobs
         .or_else(|| std::thread::available_parallelism().ok())
         .map_or(1, NonZeroUsize::get);
-    let swept: Vec<SweptScenario> = scenarios
-        .iter()
-        .map(|l| SweptScenario {
-            name: l.scenario.name.clone(),
-            expect_windows: l
-                .scenario
-                .expect_windows
-                .iter()
-                .copied()
-                .map(window_name)
-                .collect(),
-        })
-        .collect();
+    let swept = swept(&scenarios);
     let tally = SweepTally::new(
         args.design.name(),
         SeedRange {

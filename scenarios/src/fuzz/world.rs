@@ -511,24 +511,17 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
             // milliseconds, so that both creates are in flight at once (the
             // race check-then-insert loses; spread over seconds, the second
             // click only ever finds the first's job).
-            let double = match &click {
-                Action::Create {
-                    at_ms,
-                    key,
-                    request,
-                    retries,
-                    retry_after_ms,
-                    ..
-                } if rng.random_bool(DOUBLE_CLICK_CHANCE) => Some(Action::Create {
-                    at_ms: at_ms + rng.random_range(0..=3),
-                    jitter_ms: rng.random_range(0..=10),
-                    key: key.clone(),
-                    request: request.clone(),
-                    retries: *retries,
-                    retry_after_ms: *retry_after_ms,
-                }),
-                _ => None,
-            };
+            let double = rng.random_bool(DOUBLE_CLICK_CHANCE).then(|| {
+                let mut double = click.clone();
+                if let Action::Create {
+                    at_ms, jitter_ms, ..
+                } = &mut double
+                {
+                    *at_ms += rng.random_range(0..=3);
+                    *jitter_ms = rng.random_range(0..=10);
+                }
+                double
+            });
             client.actions.push(click);
             client.actions.extend(double);
         }

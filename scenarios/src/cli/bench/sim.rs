@@ -9,11 +9,11 @@ use serde::Serialize;
 
 use idem_core::design::Design;
 use idem_reports::SweepSummary;
-use idem_reports::sweep::{SeedRange, Shard, SweepTally, SweptScenario};
+use idem_reports::sweep::{SeedRange, Shard, SweepTally};
 use idem_sim::bench::{Capture, ReplayWorld, Traffic, replay};
 use idem_sim::run::RunOutcome;
 
-use super::super::common::{build, execute, window_name};
+use super::super::common::{build, execute, swept};
 use super::super::sweep::{all_windows, run_all};
 use super::timed;
 use crate::load::Loaded;
@@ -273,19 +273,7 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
 /// The catalogue over seeds `0..seeds` on `jobs` threads, as `idem sweep`
 /// runs it.
 fn sweep_bench(scenarios: &[Loaded], seeds: u64, jobs: NonZeroUsize) -> SweepBench {
-    let swept: Vec<SweptScenario> = scenarios
-        .iter()
-        .map(|l| SweptScenario {
-            name: l.scenario.name.clone(),
-            expect_windows: l
-                .scenario
-                .expect_windows
-                .iter()
-                .copied()
-                .map(window_name)
-                .collect(),
-        })
-        .collect();
+    let swept = swept(scenarios);
     let seed_list: Vec<u64> = (0..seeds.max(1)).collect();
     let tally = SweepTally::new(
         Design::Correct.name(),
