@@ -502,12 +502,15 @@ impl SweepSummary {
             failures.extend(part.failures);
             // Each run's hash is XORed in, and shards run disjoint seeds:
             // the XOR of the shards' fingerprints is the whole sweep's.
-            let part_fingerprint = fingerprint_bytes(&part.runs_fingerprint).ok_or_else(|| {
-                Mismatch(format!(
-                    "runs_fingerprint {:?} is not a SHA-256 in hex",
-                    part.runs_fingerprint
-                ))
-            })?;
+            let part_fingerprint: [u8; 32] = hex::decode(&part.runs_fingerprint)
+                .ok()
+                .and_then(|bytes| bytes.try_into().ok())
+                .ok_or_else(|| {
+                    Mismatch(format!(
+                        "runs_fingerprint {:?} is not a SHA-256 in hex",
+                        part.runs_fingerprint
+                    ))
+                })?;
             for (acc, byte) in fingerprint.iter_mut().zip(part_fingerprint) {
                 *acc ^= byte;
             }
@@ -560,28 +563,11 @@ impl SweepSummary {
                 never_reached: Vec::new(),
             },
             failures,
-            runs_fingerprint: fingerprint_hex(&fingerprint),
+            runs_fingerprint: hex::encode(fingerprint),
             build: first.build.clone(),
         };
         Ok(merged.gate_windows(&order, first.coverage.gated))
     }
-}
-
-/// A runs fingerprint as lowercase hex.
-fn fingerprint_hex(fingerprint: &[u8; 32]) -> String {
-    fingerprint.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The bytes of a runs fingerprint written by [`fingerprint_hex`].
-fn fingerprint_bytes(hex: &str) -> Option<[u8; 32]> {
-    let mut bytes = [0u8; 32];
-    if hex.len() != 2 * bytes.len() || !hex.is_ascii() {
-        return None;
-    }
-    for (byte, pair) in bytes.iter_mut().zip(hex.as_bytes().chunks(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(bytes)
 }
 
 /// A sweep summed up run by run. It keeps counts, window tallies, the
@@ -790,7 +776,7 @@ impl SweepTally {
             scenarios,
             coverage,
             failures: self.failures,
-            runs_fingerprint: fingerprint_hex(&self.fingerprint),
+            runs_fingerprint: hex::encode(self.fingerprint),
             build,
         };
         summary.judge();
