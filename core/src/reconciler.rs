@@ -175,54 +175,77 @@ impl Reconciler {
         now.saturating_sub(first) >= Duration::from_millis(wait_ms)
     }
 
-    /// One bounded pass over orphaned and unknown attempts.
+    /// One bounded pass over orphaned and unknown attempts, from one read
+    /// of the store: a pass costs one query (one round trip), not one per
+    /// state, whether or not it finds anything.
     pub async fn pass(&self) -> PassReport {
         let mut report = PassReport::default();
         let store = self.engine.store().clone();
         let limit = self.config.attempts_per_pass_max;
         let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
-        for (state, stale_ms) in [
-            (AttemptState::Starting, self.config.starting_stale_ms),
-            (AttemptState::Running, self.config.running_stale_ms),
-        ] {
-            match store.attempts_in_states(&[state], horizon(), limit).await {
-                Ok(open) => {
-                    let now = self.engine.clock().monotonic();
-                    for attempt in open {
-                        seen.insert(attempt.id);
-                        if !self.waited(&attempt, stale_ms, now) {
-                            continue;
-                        }
-                        let action = match self.engine.presume_orphaned(attempt.id, state).await {
-                            Ok(_) => Action::MarkedUnknown,
-                            Err(EngineError::IllegalTransition { .. }) => Action::Moved,
-                            Err(e) => {
-                                report.errors.push(e.to_string());
-                                continue;
-                            }
-                        };
-                        report.actions.push((attempt.id, action));
-                    }
-                }
-                Err(e) => report.errors.push(e.to_string()),
-            }
-        }
-        match store
-            .attempts_in_states(&[AttemptState::Unknown], horizon(), limit)
+        let open = match store
+            .attempts_in_states(
+                &[
+                    AttemptState::Starting,
+                    AttemptState::Running,
+                    AttemptState::Unknown,
+                ],
+                horizon(),
+                limit,
+            )
             .await
         {
-            Ok(unknowns) => {
-                let now = self.engine.clock().monotonic();
-                for attempt in unknowns {
-                    seen.insert(attempt.id);
-                    let overdue = self.waited(&attempt, self.config.unknown_max_ms, now);
-                    match self.reconcile(&attempt, overdue).await {
-                        Ok(action) => report.actions.push((attempt.id, action)),
-                        Err(e) => report.errors.push(e.to_string()),
-                    }
-                }
+            Ok(open) => open,
+            Err(e) => {
+                report.errors.push(e.to_string());
+                return report;
             }
-            Err(e) => report.errors.push(e.to_string()),
+        };
+        let now = self.engine.clock().monotonic();
+        let mut unknowns = Vec::new();
+        for attempt in open {
+            seen.insert(attempt.id);
+            let stale_ms = match attempt.state {
+                AttemptState::Starting => self.config.starting_stale_ms,
+                AttemptState::Running => self.config.running_stale_ms,
+                _ => {
+                    unknowns.push(attempt);
+                    continue;
+                }
+            };
+            if !self.waited(&attempt, stale_ms, now) {
+                continue;
+            }
+            let action = match self
+                .engine
+                .presume_orphaned(attempt.id, attempt.state)
+                .await
+            {
+                Ok(moved) => {
+                    // Now unknown: reconciled in this same pass, as a read
+                    // after the move would have found it.
+                    if moved.state == AttemptState::Unknown {
+                        unknowns.push(moved);
+                    }
+                    Action::MarkedUnknown
+                }
+                Err(EngineError::IllegalTransition { .. }) => Action::Moved,
+                Err(e) => {
+                    report.errors.push(e.to_string());
+                    continue;
+                }
+            };
+            report.actions.push((attempt.id, action));
+        }
+        unknowns.sort_by_key(|a| (a.started_at, a.id));
+        unknowns.truncate(limit as usize);
+        let now = self.engine.clock().monotonic();
+        for attempt in unknowns {
+            let overdue = self.waited(&attempt, self.config.unknown_max_ms, now);
+            match self.reconcile(&attempt, overdue).await {
+                Ok(action) => report.actions.push((attempt.id, action)),
+                Err(e) => report.errors.push(e.to_string()),
+            }
         }
         // Forget what this pass did not see: it left the open states (or
         // fell past the limit, and will be timed afresh when seen again).

@@ -631,7 +631,16 @@ impl Store for MemStore {
             .filter(|a| states.contains(&a.state) && a.started_at <= started_before)
             .collect();
         attempts.sort_by_key(|a| (a.started_at, a.id));
-        Ok(attempts.into_iter().take(limit as usize).cloned().collect())
+        let mut taken: BTreeMap<AttemptState, u32> = BTreeMap::new();
+        Ok(attempts
+            .into_iter()
+            .filter(|a| {
+                let count = taken.entry(a.state).or_default();
+                *count += 1;
+                *count <= limit
+            })
+            .cloned()
+            .collect())
     }
 
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError> {
@@ -709,7 +718,16 @@ impl Store for MemStore {
             .filter(|a| after.is_none_or(|cursor| (a.started_at, a.id) > cursor))
             .collect();
         attempts.sort_by_key(|a| (a.started_at, a.id));
-        Ok(attempts.into_iter().take(limit as usize).cloned().collect())
+        let mut taken: BTreeMap<AttemptState, u32> = BTreeMap::new();
+        Ok(attempts
+            .into_iter()
+            .filter(|a| {
+                let count = taken.entry(a.state).or_default();
+                *count += 1;
+                *count <= limit
+            })
+            .cloned()
+            .collect())
     }
 
     async fn attempt_census(&self) -> Result<AttemptCensus, StoreError> {

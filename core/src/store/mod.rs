@@ -285,7 +285,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// a worker may pick up. Oldest first; at most `limit`.
     async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
     /// Attempts in one of `states` that started at or before `started_before`:
-    /// what the reconciler looks at. Oldest first; at most `limit`.
+    /// what the reconciler looks at, all of it in one read per pass. Oldest
+    /// first; at most `limit` of each state, so that many attempts in one
+    /// state cannot crowd another state's out of a pass.
     async fn attempts_in_states(
         &self,
         states: &[AttemptState],

@@ -704,13 +704,24 @@ impl Store for PgStore {
         started_before: Timestamp,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
-        let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        // Each state once: the lateral read below runs once per entry.
+        let states: Vec<&str> = states
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         fetch_decoded(
+            // Each state's oldest, through the partial index on (state,
+            // started_at); then all of them oldest first.
             sqlx::query(
-                "select * from attempts
-              where state = any($1) and started_at <= $2
-              order by started_at, id
-              limit $3",
+                "select a.* from unnest($1::text[]) as s(state)
+                 cross join lateral (
+                   select * from attempts
+                    where attempts.state = s.state and started_at <= $2
+                    order by started_at, id
+                    limit $3) as a
+                 order by a.started_at, a.id",
             )
             .bind(&states)
             .bind(started_before)

@@ -1720,9 +1720,26 @@ async fn attempts_in_states_order_and_limit(store: &dyn Store) -> TestResult {
         ids(store.attempts_in_states(&open, at(60), 100).await?),
         expected
     );
+    // The limit is per state: the oldest of each, still oldest first.
+    assert_eq!(
+        ids(store.attempts_in_states(&open, at(60), 1).await?),
+        expected[..2]
+    );
     assert_eq!(
         ids(store.attempts_in_states(&open, at(60), 2).await?),
-        expected[..2]
+        expected
+    );
+    // Two unknown attempts do not crowd the starting one out.
+    assert_eq!(
+        ids(store.attempts_in_states(&open, at(1000), 1).await?),
+        vec![attempt_id(96), attempt_id(98)]
+    );
+    assert_eq!(
+        ids(store
+            .attempts_in_states(&[Unknown, Unknown], at(1000), 1)
+            .await?),
+        vec![attempt_id(96)],
+        "a state named twice counts once"
     );
     assert_eq!(
         ids(store.attempts_in_states(&open, at(59), 100).await?),
