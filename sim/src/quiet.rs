@@ -82,14 +82,16 @@ pub fn elapsed(sim: &turmoil::Sim<'_>) -> Duration {
 }
 
 /// How much to skip at a boundary at `now`, given the earliest moment
-/// something is due (`due`, a timer or a driver deadline): the largest whole
-/// number of ticks that still ends strictly before `due`, when that is at
-/// least two ticks (one tick is an ordinary step).
+/// something is due (`due`, a timer or a driver deadline): whole ticks up
+/// to and including the tick in which `due` falls, when that is at least
+/// two ticks (one tick is an ordinary step). The skip's last tick is then
+/// the step in which the timer fires, as it would in an ordinary step: the
+/// hosts read the time that step starts at (see [`Quiet::plan`]).
 pub fn skip_for(now: Duration, due: Duration, tick: Duration) -> Option<Duration> {
     let tick_us = tick.as_micros().max(1);
     let gap_us = due.saturating_sub(now).as_micros();
-    // Ticks that end strictly before `due`.
-    let ticks = gap_us.div_ceil(tick_us).saturating_sub(1);
+    // Ticks up to the one that holds `due`.
+    let ticks = gap_us.div_ceil(tick_us);
     (ticks >= 2).then(|| {
         Duration::from_micros(u64::try_from(ticks * tick_us).expect("a skip fits u64 microseconds"))
     })
@@ -259,6 +261,11 @@ impl Quiet {
             self.state.borrow_mut().counts.in_flight += 1;
             return None;
         }
+        // Hosts read simulated time as turmoil's clock (which counts this
+        // step as one tick, and reads the step's start during it) plus what
+        // was skipped: set now, so that whatever runs in the skip's last
+        // tick reads that tick's start, as in an ordinary step.
+        SKIPPED.set(SKIPPED.get() + amount.saturating_sub(self.tick));
         let mut state = self.state.borrow_mut();
         state.counts.skipping += 1;
         state.counts.skipped_ms += u64::try_from(amount.as_millis()).unwrap_or(u64::MAX);
@@ -276,8 +283,9 @@ impl Quiet {
     }
 
     /// After the step that took `skip`: every running host must have
-    /// applied it (else its clock would lag the others'), and turmoil's
-    /// clocks now lag true time by `amount` less the step's own tick.
+    /// applied it (else its clock would lag the others'). turmoil's clocks
+    /// now lag true time by `amount` less the step's own tick more than
+    /// before ([`Quiet::plan`] counted it).
     pub fn settle(&self, sim: &mut turmoil::Sim<'_>, skip: Skip) -> Result<(), String> {
         let names: Vec<(String, u64)> = self
             .state
@@ -294,7 +302,6 @@ impl Quiet {
                 ));
             }
         }
-        SKIPPED.set(SKIPPED.get() + skip.amount.saturating_sub(self.tick));
         Ok(())
     }
 
@@ -354,20 +361,21 @@ mod tests {
     }
 
     #[test]
-    fn a_skip_stops_one_tick_short_of_what_is_due() {
-        // Due at 110 from 100: ticks to 101..109 are quiet, the tick to 110
-        // is an ordinary step in which the timer fires.
-        assert_eq!(skip_for(ms(100), ms(110), ms(1)), Some(ms(9)));
-        // One or two ticks away: nothing worth skipping.
-        assert_eq!(skip_for(ms(100), ms(102), ms(1)), None);
-        assert_eq!(skip_for(ms(100), ms(103), ms(1)), Some(ms(2)));
+    fn a_skip_ends_with_the_tick_in_which_the_timer_fires() {
+        // Due at 110 from 100: ticks to 101..109 are quiet, and the skip's
+        // last tick, to 110, is the one in which the timer fires.
+        assert_eq!(skip_for(ms(100), ms(110), ms(1)), Some(ms(10)));
+        // One tick away: an ordinary step.
+        assert_eq!(skip_for(ms(100), ms(101), ms(1)), None);
+        assert_eq!(skip_for(ms(100), ms(102), ms(1)), Some(ms(2)));
         assert_eq!(skip_for(ms(100), ms(100), ms(1)), None);
         assert_eq!(skip_for(ms(100), ms(50), ms(1)), None);
-        // With 5 ms ticks, whole ticks only: 100 -> 115, then 115 -> 120
-        // holds the deadline at 117.
-        assert_eq!(skip_for(ms(100), ms(117), ms(5)), Some(ms(15)));
-        assert_eq!(skip_for(ms(100), ms(120), ms(5)), Some(ms(15)));
-        assert_eq!(skip_for(ms(100), ms(111), ms(5)), Some(ms(10)));
-        assert_eq!(skip_for(ms(100), ms(110), ms(5)), None);
+        // With 5 ms ticks, whole ticks only: the deadline at 117 falls in
+        // the tick 115 -> 120, the skip's last.
+        assert_eq!(skip_for(ms(100), ms(117), ms(5)), Some(ms(20)));
+        assert_eq!(skip_for(ms(100), ms(120), ms(5)), Some(ms(20)));
+        assert_eq!(skip_for(ms(100), ms(111), ms(5)), Some(ms(15)));
+        assert_eq!(skip_for(ms(100), ms(110), ms(5)), Some(ms(10)));
+        assert_eq!(skip_for(ms(100), ms(104), ms(5)), None);
     }
 }

@@ -1,5 +1,17 @@
 //! The store host's RPC: serde frames (a 4-byte big-endian length, then
-//! JSON) over turmoil TCP, one request per connection.
+//! JSON) over turmoil TCP, one request at a time per connection.
+//!
+//! A caller keeps its connections open between calls, as a database pool
+//! does: a call on an open connection is two trips over the network
+//! instead of four (connect, request, answer, close), and most of a run's
+//! calls are the workers' and the reconciler's idle polls, so this halves
+//! the steps a run takes. What a fault does to a call stays what it was
+//! with a connection per call: an open connection is reused only while no
+//! network fault is on and no fault has fired, healed or restarted a host
+//! since it was opened ([`ReuseGate`]); otherwise the call opens a fresh
+//! one, so a partition or a crashed store is still "unavailable" (nothing
+//! applied) and never a request held on an old connection and applied
+//! late.
 //!
 //! Running the store behind a real (simulated) network is what makes a
 //! commit whose acknowledgement is lost a real, injectable fault: the store
@@ -35,6 +47,62 @@ pub const FRAME_LEN_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// store is unreachable (and nothing was applied).
 const CONNECT_TIMEOUT_MS: u64 = 1_000;
 
+/// Open connections a caller keeps between calls; more are closed.
+const IDLE_CONNECTIONS_MAX: usize = 8;
+
+/// Calls one connection carries before it is closed, on either side.
+const CALLS_PER_CONNECTION_MAX: u32 = 10_000;
+
+/// The driver's say on reusing open store connections: every fault fired
+/// or healed and every restart starts a new epoch (connections opened
+/// before it are closed, not reused), and while a network fault is on no
+/// connection is reused at all. One per world, shared by every caller.
+#[derive(Clone, Debug, Default)]
+pub struct ReuseGate(Arc<Mutex<Gate>>);
+
+#[derive(Debug, Default)]
+struct Gate {
+    epoch: u64,
+    network_faults_on: u32,
+}
+
+impl ReuseGate {
+    /// The driver acted (a fault fired or healed, a host restarted).
+    pub fn new_epoch(&self) {
+        self.lock().epoch += 1;
+    }
+
+    /// A network fault (latency, hold, partition) began or ended.
+    pub fn network_fault(&self, on: bool) {
+        let mut gate = self.lock();
+        gate.network_faults_on = if on {
+            gate.network_faults_on + 1
+        } else {
+            gate.network_faults_on
+                .checked_sub(1)
+                .expect("a network fault healed that never fired")
+        };
+    }
+
+    /// The epoch in which a connection opened now may be reused, if any.
+    fn reusable_epoch(&self) -> Option<u64> {
+        let gate = self.lock();
+        (gate.network_faults_on == 0 && std::env::var_os("NOPOOL").is_none()).then_some(gate.epoch)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An open connection between calls.
+#[derive(Debug)]
+struct Idle {
+    stream: crate::bench::Metered,
+    epoch: u64,
+    calls: u32,
+}
+
 async fn write_frame<W: AsyncWriteExt + Unpin>(
     out: &mut W,
     value: &impl Serialize,
@@ -45,8 +113,12 @@ async fn write_frame<W: AsyncWriteExt + Unpin>(
         "a store frame outgrew its bound"
     );
     let len = u32::try_from(body.len()).expect("bounded above");
-    out.write_all(&len.to_be_bytes()).await?;
-    out.write_all(&body).await?;
+    // One write, so one network message: a frame does not wait on the
+    // later of two deliveries.
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    out.write_all(&frame).await?;
     out.flush().await
 }
 
@@ -74,20 +146,72 @@ async fn read_frame<R: AsyncReadExt + Unpin, T: serde::de::DeserializeOwned>(
 }
 
 /// The engine's store inside the simulator: every call is one request to
-/// the store host.
+/// the store host, on a connection kept open between calls while the
+/// [`ReuseGate`] allows.
 #[derive(Clone, Debug)]
 pub struct RemoteStore {
     /// `store:80`.
     address: String,
     /// How long to wait for an answer before the outcome is unknown.
     timeout_ms: u64,
+    gate: ReuseGate,
+    /// Open connections between calls, most recently used last.
+    idle: Arc<Mutex<Vec<Idle>>>,
 }
 
 impl RemoteStore {
-    pub fn new(address: impl Into<String>, timeout_ms: u64) -> Self {
+    pub fn new(address: impl Into<String>, timeout_ms: u64, gate: ReuseGate) -> Self {
         Self {
             address: address.into(),
             timeout_ms,
+            gate,
+            idle: Arc::default(),
+        }
+    }
+
+    /// An open connection the gate still allows, closing those it does not.
+    fn reuse(&self) -> Option<Idle> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.gate.reusable_epoch() {
+            Some(epoch) => {
+                idle.retain(|c| c.epoch == epoch);
+                idle.pop()
+            }
+            None => {
+                idle.clear();
+                None
+            }
+        }
+    }
+
+    /// Keeps a connection that just carried a whole call, if the gate
+    /// still allows its reuse.
+    fn keep(&self, connection: Idle) {
+        if connection.calls >= CALLS_PER_CONNECTION_MAX
+            || self.gate.reusable_epoch() != Some(connection.epoch)
+        {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_CONNECTIONS_MAX {
+            idle.push(connection);
+        }
+    }
+
+    async fn connect(&self) -> Result<Idle, StoreError> {
+        // The epoch before the connection exists: a fault that fires while
+        // it opens makes it unusable for another call.
+        let epoch = self.gate.reusable_epoch();
+        let connect = turmoil::net::TcpStream::connect(self.address.as_str());
+        match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
+            Ok(Ok(stream)) => Ok(Idle {
+                stream: crate::bench::Metered::client(stream),
+                // No epoch (a network fault was on): never reused.
+                epoch: epoch.unwrap_or(u64::MAX),
+                calls: 0,
+            }),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("connect: {e}"))),
+            Err(_) => Err(StoreError::Unavailable("connect timed out".to_owned())),
         }
     }
 }
@@ -96,21 +220,20 @@ impl RemoteStore {
 #[async_trait]
 impl CallStore for RemoteStore {
     async fn call(&self, request: StoreCall) -> Result<StoreReply, StoreError> {
-        let connect = turmoil::net::TcpStream::connect(self.address.as_str());
-        let mut stream =
-            match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect)
-                .await
-            {
-                Ok(Ok(stream)) => crate::bench::Metered::client(stream),
-                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("connect: {e}"))),
-                Err(_) => return Err(StoreError::Unavailable("connect timed out".to_owned())),
-            };
+        let mut connection = match self.reuse() {
+            Some(open) => open,
+            None => self.connect().await?,
+        };
         let exchange = async {
-            write_frame(&mut stream, &request).await?;
-            read_frame::<_, Result<StoreReply, StoreError>>(&mut stream).await
+            write_frame(&mut connection.stream, &request).await?;
+            read_frame::<_, Result<StoreReply, StoreError>>(&mut connection.stream).await
         };
         match idem_core::timer::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
-            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(Some(answer))) => {
+                connection.calls += 1;
+                self.keep(connection);
+                answer
+            }
             Ok(Ok(None)) => Err(StoreError::Indeterminate(
                 "the store closed the connection before answering".to_owned(),
             )),
@@ -284,50 +407,86 @@ pub async fn serve_store(
         // The calling host, for the trace (reports draw the call as an
         // arrow from it); turmoil names every simulated address.
         let caller = turmoil::reverse_lookup(peer.ip());
-        let (store, plan, observer, recorder, host) = (
-            store.clone(),
-            plan.clone(),
-            observer.clone(),
-            recorder.clone(),
-            host.clone(),
-        );
-        tokio::spawn(async move {
-            // A malformed or cut-short request ends the connection; the
-            // client sees no answer, as with a broken database connection.
-            let Ok(Some(request)) = read_frame::<_, StoreCall>(&mut stream).await else {
-                return;
-            };
-            let injected_before = plan.injected().len();
-            let fault = plan.next(request.op());
-            for injected in plan.injected().into_iter().skip(injected_before) {
-                recorder.record_call(
-                    &host,
-                    caller.as_deref(),
-                    TraceBody::StoreFaultInjected {
-                        op: injected.op,
-                        occurrence: injected.occurrence,
-                        fault: injected.fault,
-                    },
-                );
-            }
-            let result = match fault {
-                Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
-                    "the store refused the operation (injected)".to_owned(),
-                )),
-                Some(StoreFault::Latency { latency_ms }) => {
-                    idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
-                    apply(store.as_ref(), request.clone()).await
+        let served = Served {
+            store: store.clone(),
+            plan: plan.clone(),
+            observer: observer.clone(),
+            recorder: recorder.clone(),
+            host: host.clone(),
+        };
+        // On the host's local set, not tokio::spawn: a crash drops a local
+        // set's tasks in the order they were spawned, where the runtime's
+        // own tasks go in an order set by process-wide task ids (so by the
+        // runs before this one on the thread), and each open connection's
+        // drop sends a message.
+        tokio::task::spawn_local(async move {
+            // One call at a time, until the caller closes the connection.
+            for _ in 0..CALLS_PER_CONNECTION_MAX {
+                if !served.answer_one(&mut stream, caller.as_deref()).await {
+                    return;
                 }
-                Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
-            };
-            for body in observer.describe(&request, &result) {
-                recorder.record_call(&host, caller.as_deref(), body);
             }
-            if fault == Some(StoreFault::LoseAck) {
-                // Applied, and the answer never leaves: drop the connection.
-                return;
-            }
-            let _ = write_frame(&mut stream, &result).await;
         });
+    }
+}
+
+/// What the store host's connections share.
+struct Served {
+    store: Arc<dyn Store>,
+    plan: FaultPlan,
+    observer: StoreObserver,
+    recorder: Recorder,
+    host: String,
+}
+
+impl Served {
+    /// Reads one request from `stream`, applies it (with the store fault
+    /// the plan holds for it, if any) and answers; false when the
+    /// connection is done: closed by the caller, cut short, or dropped by
+    /// an injected fault.
+    async fn answer_one(&self, stream: &mut crate::bench::Metered, caller: Option<&str>) -> bool {
+        let Self {
+            store,
+            plan,
+            observer,
+            recorder,
+            host,
+        } = self;
+        // A malformed or cut-short request ends the connection; the
+        // client sees no answer, as with a broken database connection.
+        let Ok(Some(request)) = read_frame::<_, StoreCall>(stream).await else {
+            return false;
+        };
+        let injected_before = plan.injected().len();
+        let fault = plan.next(request.op());
+        for injected in plan.injected().into_iter().skip(injected_before) {
+            recorder.record_call(
+                host,
+                caller,
+                TraceBody::StoreFaultInjected {
+                    op: injected.op,
+                    occurrence: injected.occurrence,
+                    fault: injected.fault,
+                },
+            );
+        }
+        let result = match fault {
+            Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
+                "the store refused the operation (injected)".to_owned(),
+            )),
+            Some(StoreFault::Latency { latency_ms }) => {
+                idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
+                apply(store.as_ref(), request.clone()).await
+            }
+            Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
+        };
+        for body in observer.describe(&request, &result) {
+            recorder.record_call(host, caller, body);
+        }
+        if fault == Some(StoreFault::LoseAck) {
+            // Applied, and the answer never leaves: drop the connection.
+            return false;
+        }
+        write_frame(stream, &result).await.is_ok()
     }
 }

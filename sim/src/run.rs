@@ -15,7 +15,7 @@ use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
 
 use crate::net::Skew;
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
-use crate::scenario::{Fault, FaultSpec, Scenario, When, Window};
+use crate::scenario::{Fault, FaultSpec, Scenario, When, Window, host};
 use crate::trace::{Trace, TraceBody};
 use crate::world::{World, build, ready};
 
@@ -192,12 +192,15 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
             world.quiet.driver_step();
             None
         } else {
-            let bound_ms = [Some(next_check_ms), Some(scenario.timing.settle_ms)]
-                .into_iter()
-                .chain([timed.keys().next().copied()])
-                .flatten()
-                .min()
-                .unwrap_or(scenario.timing.settle_ms);
+            // The quiescence check is not a bound: it runs at the first
+            // boundary past its time, so it never costs a skip two steps.
+            let bound_ms = timed
+                .keys()
+                .next()
+                .copied()
+                .map_or(scenario.timing.settle_ms, |t| {
+                    t.min(scenario.timing.settle_ms)
+                });
             world.quiet.plan(
                 &world.sim,
                 Duration::from_millis(now_ms),
@@ -270,6 +273,15 @@ fn record_fault(world: &World, now_ms: u64, name: &str, detail: serde_json::Valu
 /// Fires or heals one fault, or restarts a crashed host; schedules what
 /// a fired fault leaves to do later (its heal, or the restart).
 fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64, Vec<Step>>) {
+    // Store connections opened before this are not reused after it.
+    world.store_reuse.new_epoch();
+    if let Step::Fire(fault) | Step::Heal(fault) = &step
+        && on_store_links(world, fault)
+    {
+        world
+            .store_reuse
+            .network_fault(matches!(step, Step::Fire(_)));
+    }
     match step {
         Step::Bounce(host) => restart(world, now_ms, &host),
         Step::Fire(fault) => {
@@ -285,6 +297,22 @@ fn perform(world: &mut World, step: Step, now_ms: u64, timed: &mut BTreeMap<u64,
             heal(world, &fault);
         }
     }
+}
+
+/// Faults of the network on a link to the store host: while one is on,
+/// no store connection is reused (see [`crate::rpc::ReuseGate`]). Each
+/// has a heal.
+fn on_store_links(world: &World, fault: &Fault) -> bool {
+    let (Fault::LinkLatency { a, b, .. }
+    | Fault::Hold { a, b, .. }
+    | Fault::Partition { a, b, .. }) = fault
+    else {
+        return false;
+    };
+    let store = world.sim.lookup(host::STORE);
+    [a, b]
+        .into_iter()
+        .any(|end| world.sim.lookup_many(end.as_str()).contains(&store))
 }
 
 /// A fault as the trace's event detail: its serialized form.

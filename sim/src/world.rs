@@ -17,7 +17,7 @@ use crate::client::{ClientContext, KnownJobs, run_client};
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::quiet::Quiet;
-use crate::rpc::{RemoteStore, StoreObserver, serve_store};
+use crate::rpc::{RemoteStore, ReuseGate, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
 use crate::trace::{Recorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
@@ -56,6 +56,9 @@ pub struct World {
     pub facts: WorldFacts,
     /// Skips of quiet simulated time; every host's software runs inside it.
     pub quiet: Quiet,
+    /// Whether hosts may reuse their open store connections (the driver
+    /// closes that door on every fault).
+    pub store_reuse: ReuseGate,
 }
 
 impl World {
@@ -145,6 +148,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         clocks: BTreeMap::new(),
         // A zero latency can deliver a message in the step that sent it,
         // where the in-flight check cannot see it: no skips then.
+        store_reuse: ReuseGate::default(),
         quiet: Quiet::new(
             timing.skip_quiet && timing.latency_ms_min > 0,
             Duration::from_millis(timing.tick_ms),
@@ -237,6 +241,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         contract,
         policy: scenario.policy,
         store_timeout_ms: scenario.topology.store_timeout_ms,
+        store_reuse: world.store_reuse.clone(),
         clients: provider_clients(scenario),
     };
     register_apis(&mut world, scenario, seed, &engine_parts);
@@ -251,6 +256,7 @@ struct EngineParts {
     contract: Providers,
     policy: idem_core::engine::Policy,
     store_timeout_ms: u64,
+    store_reuse: ReuseGate,
     clients: ProviderSet,
 }
 
@@ -261,6 +267,7 @@ impl EngineParts {
         let store = RemoteStore::new(
             format!("{}:{SERVICE_PORT}", host::STORE),
             self.store_timeout_ms,
+            self.store_reuse.clone(),
         );
         Engine::new(
             Arc::new(store),
