@@ -261,10 +261,11 @@ pub struct Attempt {
 state_enum!(
     /// The kinds of decision-trace events.
     EventKind {
-        /// A job was created for a new (owner, key).
+        /// A job was created for a new (owner, key). Never stored: a store's
+        /// `events` synthesizes it from the job's row as the first event.
+        /// (A create with a known key and the same body records nothing: it
+        /// decides nothing; the engine's metrics count it.)
         Created = "created",
-        /// A create with a known key and the same body returned the existing job.
-        Replayed = "replayed",
         /// A create with a known key and a different body was refused.
         KeyReused = "key_reused",
         AttemptStarted = "attempt_started",

@@ -28,8 +28,8 @@ use serde_json::{Value, json};
 use self::pg_value::{jsonb, jsonb_text, text, timestamptz};
 
 use super::shared::{
-    assert_transition_target, completion_allowed, found_key, lost_event, refusal_event,
-    transition_event, won_events,
+    assert_transition_target, completion_allowed, created_event, found_key, lost_event,
+    refusal_event, transition_event, won_events,
 };
 use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
@@ -319,7 +319,9 @@ impl Store for MemStore {
                 .get(&existing.id)
                 .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
             let (outcome, event) = found_key(&existing, &stored, &new, at);
-            t.push_event(event)?;
+            if let Some(event) = event {
+                t.push_event(event)?;
+            }
             return Ok(outcome);
         }
         let job = Job {
@@ -343,13 +345,7 @@ impl Store for MemStore {
             .entry((new.owner_id, new.idempotency_key))
             .or_default()
             .push(job.id);
-        t.push_event(NewEvent {
-            job_id: job.id,
-            attempt_id: None,
-            at,
-            kind: EventKind::Created,
-            detail: json!({"fingerprint": new.request_fingerprint}),
-        })?;
+        // No `created` event is stored: `events` synthesizes it from the row.
         Ok(CreateOutcome::Created(job))
     }
 
@@ -652,12 +648,12 @@ impl Store for MemStore {
     }
 
     async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError> {
-        Ok(self
-            .lock()
-            .events
-            .iter()
-            .filter(|e| e.job_id == job_id)
-            .cloned()
+        let t = self.lock();
+        let Some(job) = t.jobs.get(&job_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(std::iter::once(created_event(job))
+            .chain(t.events.iter().filter(|e| e.job_id == job_id).cloned())
             .collect())
     }
 

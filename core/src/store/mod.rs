@@ -297,9 +297,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError>;
     /// A job's attempts by seq.
     async fn attempts(&self, job_id: JobId) -> Result<Vec<Attempt>, StoreError>;
-    /// A job's events in the order they were recorded.
+    /// A job's decision trace: first its `created` event, which no store
+    /// writes and each synthesizes from the job's row (seq 0, at its
+    /// `created_at`, its request fingerprint), then the stored events in
+    /// the order they were recorded. Empty for a job that does not exist.
     async fn events(&self, job_id: JobId) -> Result<Vec<Event>, StoreError>;
-    /// Everything, for tests and the oracle.
+    /// Everything stored, for tests and the oracle (the stored events only:
+    /// no synthesized `created` event).
     async fn dump(&self) -> Result<StoreDump, StoreError>;
 
     /// A page of `owner`'s jobs, newest first (by `created_at`, then id),

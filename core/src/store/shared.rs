@@ -7,44 +7,51 @@ use serde_json::{Value, json};
 use super::{Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome};
 use crate::fingerprint;
 use crate::json::Json;
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent, Timestamp};
+use crate::model::{Attempt, AttemptId, AttemptState, Event, EventKind, Job, NewEvent, Timestamp};
 use crate::transition;
 
 /// A create found its key taken by `existing`, whose stored request is
-/// `existing_request` (exact): the same intent is replayed, another body is
-/// refused with the pointers that differ.
+/// `existing_request` (exact): the same intent is replayed and nothing is
+/// recorded (a replay decides nothing; the engine counts it in its
+/// metrics); another body is refused with the pointers that differ, and the
+/// refusal is recorded.
 pub(crate) fn found_key(
     existing: &Job,
     existing_request: &Json,
     new: &NewJob,
     at: Timestamp,
-) -> (CreateOutcome, NewEvent) {
-    let (outcome, kind, detail) = if existing.request_fingerprint == new.request_fingerprint {
-        (
-            CreateOutcome::Existing(existing.clone()),
-            EventKind::Replayed,
-            json!({}),
-        )
-    } else {
-        let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
-        (
-            CreateOutcome::KeyReused {
-                existing: existing.id,
-                differing_pointers: differing_pointers.clone(),
-            },
-            EventKind::KeyReused,
-            json!({"differing_pointers": differing_pointers,
-                   "offered_fingerprint": new.request_fingerprint}),
-        )
-    };
+) -> (CreateOutcome, Option<NewEvent>) {
+    if existing.request_fingerprint == new.request_fingerprint {
+        return (CreateOutcome::Existing(existing.clone()), None);
+    }
+    let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
     let event = NewEvent {
         job_id: existing.id,
         attempt_id: None,
         at,
-        kind,
-        detail,
+        kind: EventKind::KeyReused,
+        detail: json!({"differing_pointers": differing_pointers,
+                       "offered_fingerprint": new.request_fingerprint}),
     };
-    (outcome, event)
+    let outcome = CreateOutcome::KeyReused {
+        existing: existing.id,
+        differing_pointers,
+    };
+    (outcome, Some(event))
+}
+
+/// The first event of a job's decision trace, `created`, which no store
+/// writes: everything it says is in the job's row (when, and the request's
+/// fingerprint). Its `seq` is 0, below every stored event's.
+pub(crate) fn created_event(job: &Job) -> Event {
+    Event {
+        seq: 0,
+        job_id: job.id,
+        attempt_id: None,
+        at: job.created_at,
+        kind: EventKind::Created,
+        detail: json!({"fingerprint": job.request_fingerprint}),
+    }
 }
 
 /// Only these moves go through `transition_attempt`; success and loss are

@@ -423,10 +423,13 @@ async fn create_new_job(store: &dyn Store) -> TestResult {
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, vec![job_row(&new)]);
     assert!(dump.attempts.is_empty());
+    // Nothing but the row is written; the trace's `created` event is read
+    // from it (seq 0).
+    assert!(dump.events.is_empty());
     assert_eq!(
-        dump.events,
+        store.events(new.id).await?,
         vec![event(
-            1,
+            0,
             new.id,
             None,
             new.at,
@@ -450,11 +453,18 @@ async fn create_replay_with_the_same_body_returns_the_stored_job(store: &dyn Sto
     assert_eq!(outcome, CreateOutcome::Existing(job_row(&first)));
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, vec![job_row(&first)], "one row, unchanged");
+    assert!(dump.events.is_empty(), "a replay writes nothing");
     assert_eq!(
-        dump.events[1],
-        event(2, first.id, None, at(50), EventKind::Replayed, json!({}))
+        store.events(first.id).await?,
+        vec![event(
+            0,
+            first.id,
+            None,
+            first.at,
+            EventKind::Created,
+            json!({"fingerprint": first.request_fingerprint}),
+        )]
     );
-    assert_eq!(dump.events.len(), 2);
     Ok(())
 }
 
@@ -477,9 +487,9 @@ async fn create_key_reused_names_the_pointers_and_changes_nothing(store: &dyn St
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, before.jobs, "the stored job is unchanged");
     assert_eq!(
-        dump.events[1..],
+        dump.events[..],
         [event(
-            2,
+            1,
             first.id,
             None,
             at(60),
@@ -504,18 +514,15 @@ async fn create_same_key_under_two_owners_makes_two_jobs(store: &dyn Store) -> T
     );
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, vec![job_row(&alice), job_row(&bob)], "by owner");
-    let kinds: Vec<_> = dump
-        .events
-        .iter()
-        .map(|e| (e.seq, e.job_id, e.kind))
-        .collect();
-    assert_eq!(
-        kinds,
-        vec![
-            (1, bob.id, EventKind::Created),
-            (2, alice.id, EventKind::Created)
-        ]
-    );
+    for (job, owner) in [(&bob, "bob"), (&alice, "alice")] {
+        let kinds: Vec<_> = store
+            .events(job.id)
+            .await?
+            .iter()
+            .map(|e| (e.seq, e.job_id, e.kind))
+            .collect();
+        assert_eq!(kinds, vec![(0, job.id, EventKind::Created)], "{owner}");
+    }
     Ok(())
 }
 
@@ -528,10 +535,7 @@ async fn create_rerun_with_the_same_job_id_finds_it(store: &dyn Store) -> TestRe
     assert_eq!(outcome, CreateOutcome::Existing(job_row(&new)));
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, vec![job_row(&new)]);
-    assert_eq!(
-        dump.events.iter().map(|e| e.kind).collect::<Vec<_>>(),
-        vec![EventKind::Created, EventKind::Replayed]
-    );
+    assert!(dump.events.is_empty(), "a replay writes nothing");
     Ok(())
 }
 
@@ -586,9 +590,9 @@ async fn start_first_attempt(store: &dyn Store) -> TestResult {
     let dump = store.dump().await?;
     assert_eq!(dump.attempts, vec![expected]);
     assert_eq!(
-        dump.events[1..],
+        dump.events[..],
         [event(
-            2,
+            1,
             job.id,
             Some(attempt_id(1)),
             at(10),
@@ -1417,18 +1421,18 @@ async fn record_event_appends_in_order(store: &dyn Store) -> TestResult {
     assert_eq!(
         kinds,
         vec![
-            (1, EventKind::Created),
-            (2, EventKind::AttemptStarted),
-            (3, EventKind::AttemptTransition),
-            (5, EventKind::ReconcilerNote),
-            (7, EventKind::AckRechecked),
+            (0, EventKind::Created),
+            (1, EventKind::AttemptStarted),
+            (2, EventKind::AttemptTransition),
+            (3, EventKind::ReconcilerNote),
+            (5, EventKind::AckRechecked),
         ],
         "recording order, not time order"
     );
     assert_eq!(
         events[3],
         event(
-            5,
+            3,
             attempt.job_id,
             Some(attempt.id),
             at(10),
@@ -1439,7 +1443,7 @@ async fn record_event_appends_in_order(store: &dyn Store) -> TestResult {
     assert_eq!(
         events[4],
         event(
-            7,
+            5,
             attempt.job_id,
             None,
             at(5),
@@ -1450,7 +1454,7 @@ async fn record_event_appends_in_order(store: &dyn Store) -> TestResult {
     assert_eq!(
         store.events(other.id).await?[1],
         event(
-            6,
+            4,
             other.id,
             None,
             at(11),
@@ -1534,7 +1538,8 @@ async fn failed_event_inserts_consume_sequence_numbers(store: &dyn Store) -> Tes
         .record_event(note(job.id, None, at(3), json!({})))
         .await?;
     let seqs: Vec<_> = store.events(job.id).await?.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, vec![1, 5], "three numbers were drawn and lost");
+    // 0: the synthesized `created` event, which draws no number.
+    assert_eq!(seqs, vec![0, 4], "three numbers were drawn and lost");
     Ok(())
 }
 
@@ -1800,8 +1805,9 @@ async fn dump_ordering(store: &dyn Store) -> TestResult {
         attempts,
         vec![(job_id(1), 1), (job_id(5), 1), (job_id(5), 2)]
     );
+    // Three attempt_started and one attempt_transition; creates write no event.
     let seqs: Vec<_> = dump.events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
+    assert_eq!(seqs, (1..=4).collect::<Vec<_>>());
     Ok(())
 }
 

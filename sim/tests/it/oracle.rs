@@ -537,7 +537,6 @@ fn hedged_run() -> Hedged {
     row.result = Some(hedge_output.clone());
     run.attempt_row(first, job, 1, PRIMARY, Lost, None);
     run.attempt_row(hedge, job, 2, FALLBACK, Succeeded, Some(hedge_output));
-    run.event_row(job, None, EventKind::Created, json!({"fingerprint": fp}));
     run.event_row(job, Some(hedge), EventKind::Won, json!({"from": "running"}));
     run.event_row(
         job,
