@@ -26,5 +26,6 @@ pub mod quiet;
 pub mod rpc;
 pub mod run;
 pub mod scenario;
+pub mod slow;
 pub mod trace;
 pub mod world;

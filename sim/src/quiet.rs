@@ -9,13 +9,16 @@
 //!
 //! - the driver has nothing due (no fault to fire or heal this step),
 //! - no message is in flight on any link (messages on a held link wait for
-//!   the release, which is a driver action, so they do not count), and
+//!   the release, or on a slow link for the driver, who knows when each is
+//!   due and bounds the skip by it: driver actions, so they do not count), and
 //! - every armed timer of every host ([`idem_core::timer`] sees them all)
-//!   is due at least two ticks from now,
+//!   is due more than one tick from now,
 //!
 //! every running host moves its own (paused) tokio clock forward by the
-//! same whole number of ticks during the next step, stopping one tick short
-//! of the earliest timer or driver deadline. No timer fires early or late
+//! same whole number of ticks during the next step, through the tick in
+//! which the earliest timer or driver deadline falls (the skipped time is
+//! counted before the step, so whatever a timer wakes in that last tick
+//! reads the tick's start, as in an ordinary step). No timer fires early or late
 //! and no message is delivered at another time than it would have been, so
 //! simulated time stays exact to the tick. turmoil's own clocks (the world's,
 //! each host's `sim_elapsed`, the network's) keep counting one tick per
@@ -320,6 +323,21 @@ impl Quiet {
         busy
     }
 
+    /// One link (turmoil's ordered pair) no longer held.
+    pub fn release_pair(&self, a: IpAddr, b: IpAddr) {
+        self.state.borrow_mut().held.remove(&(a.min(b), a.max(b)));
+    }
+
+    /// The run's tick.
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Whether this run skips quiet time at all.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Simulated time skipped so far.
     pub fn skipped(&self) -> Duration {
         SKIPPED.get()
@@ -338,7 +356,7 @@ impl Quiet {
 }
 
 /// The links between the hosts `a` and `b` name, as turmoil orders pairs.
-fn pairs(sim: &turmoil::Sim<'_>, a: &str, b: &str) -> Vec<(IpAddr, IpAddr)> {
+pub fn pairs(sim: &turmoil::Sim<'_>, a: &str, b: &str) -> Vec<(IpAddr, IpAddr)> {
     let (a, b) = (sim.lookup_many(a), sim.lookup_many(b));
     let mut pairs = Vec::new();
     for x in &a {

@@ -113,12 +113,8 @@ async fn write_frame<W: AsyncWriteExt + Unpin>(
         "a store frame outgrew its bound"
     );
     let len = u32::try_from(body.len()).expect("bounded above");
-    // One write, so one network message: a frame does not wait on the
-    // later of two deliveries.
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
-    out.write_all(&frame).await?;
+    out.write_all(&len.to_be_bytes()).await?;
+    out.write_all(&body).await?;
     out.flush().await
 }
 
@@ -154,25 +150,41 @@ pub struct RemoteStore {
     address: String,
     /// How long to wait for an answer before the outcome is unknown.
     timeout_ms: u64,
-    gate: ReuseGate,
+    /// `None`: a connection per call.
+    gate: Option<ReuseGate>,
     /// Open connections between calls, most recently used last.
     idle: Arc<Mutex<Vec<Idle>>>,
 }
 
 impl RemoteStore {
-    pub fn new(address: impl Into<String>, timeout_ms: u64, gate: ReuseGate) -> Self {
+    /// A caller that opens a connection per call.
+    pub fn new(address: impl Into<String>, timeout_ms: u64) -> Self {
         Self {
             address: address.into(),
             timeout_ms,
-            gate,
+            gate: None,
             idle: Arc::default(),
         }
+    }
+
+    /// A caller that keeps its connections open between calls while `gate`
+    /// allows.
+    pub fn pooled(address: impl Into<String>, timeout_ms: u64, gate: ReuseGate) -> Self {
+        Self {
+            gate: Some(gate),
+            ..Self::new(address, timeout_ms)
+        }
+    }
+
+    /// The epoch in which a connection opened now may be reused, if any.
+    fn reusable_epoch(&self) -> Option<u64> {
+        self.gate.as_ref().and_then(ReuseGate::reusable_epoch)
     }
 
     /// An open connection the gate still allows, closing those it does not.
     fn reuse(&self) -> Option<Idle> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        match self.gate.reusable_epoch() {
+        match self.reusable_epoch() {
             Some(epoch) => {
                 idle.retain(|c| c.epoch == epoch);
                 idle.pop()
@@ -188,7 +200,7 @@ impl RemoteStore {
     /// still allows its reuse.
     fn keep(&self, connection: Idle) {
         if connection.calls >= CALLS_PER_CONNECTION_MAX
-            || self.gate.reusable_epoch() != Some(connection.epoch)
+            || self.reusable_epoch() != Some(connection.epoch)
         {
             return;
         }
@@ -201,7 +213,7 @@ impl RemoteStore {
     async fn connect(&self) -> Result<Idle, StoreError> {
         // The epoch before the connection exists: a fault that fires while
         // it opens makes it unusable for another call.
-        let epoch = self.gate.reusable_epoch();
+        let epoch = self.reusable_epoch();
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
             Ok(Ok(stream)) => Ok(Idle {

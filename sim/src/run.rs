@@ -16,6 +16,7 @@ use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
 use crate::net::Skew;
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::scenario::{Fault, FaultSpec, Scenario, When, Window, host};
+use crate::slow::LatencyRange;
 use crate::trace::{Trace, TraceBody};
 use crate::world::{World, build, ready};
 
@@ -186,6 +187,12 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
                 perform(&mut world, step, now_ms, &mut timed);
             }
         }
+        // Messages of slow links due in the next step go now.
+        let slow = world.slow.before_step(
+            &world.sim,
+            Duration::from_millis(now_ms),
+            world.quiet.tick(),
+        );
         // Quiet time is skipped only when the driver did nothing now (what
         // it did may have woken a host) and the run has started.
         let skip = if acted || steps == 0 {
@@ -194,13 +201,10 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<Simula
         } else {
             // The quiescence check is not a bound: it runs at the first
             // boundary past its time, so it never costs a skip two steps.
-            let bound_ms = timed
-                .keys()
-                .next()
-                .copied()
-                .map_or(scenario.timing.settle_ms, |t| {
-                    t.min(scenario.timing.settle_ms)
-                });
+            let bound_ms = [timed.keys().next().copied(), slow.next_ms]
+                .into_iter()
+                .flatten()
+                .fold(scenario.timing.settle_ms, u64::min);
             world.quiet.plan(
                 &world.sim,
                 Duration::from_millis(now_ms),
@@ -336,10 +340,23 @@ fn fire(world: &mut World, fault: &Fault) {
             latency_ms_max,
             ..
         } => {
-            let latency = Duration::from_millis(*latency_ms_max);
-            world
-                .sim
-                .set_link_max_message_latency(a.as_str(), b.as_str(), latency);
+            let pairs = crate::quiet::pairs(&world.sim, a, b);
+            if world.slow.can_manage(&pairs) {
+                // The driver delivers this link's messages (sim/src/slow.rs).
+                world.sim.hold(a.as_str(), b.as_str());
+                world.quiet.hold(&world.sim, a, b);
+                let range = LatencyRange {
+                    min_ms: world.slow_base_ms_min,
+                    max_ms: *latency_ms_max,
+                };
+                let now = crate::quiet::elapsed(&world.sim);
+                world.slow.slow_down(&world.sim, &pairs, range, now);
+            } else {
+                let latency = Duration::from_millis(*latency_ms_max);
+                world
+                    .sim
+                    .set_link_max_message_latency(a.as_str(), b.as_str(), latency);
+            }
         }
         Fault::Hold { a, b, .. } => {
             world.sim.hold(a.as_str(), b.as_str());
@@ -431,10 +448,20 @@ fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
 fn heal(world: &mut World, fault: &Fault) {
     match fault {
         Fault::LinkLatency { a, b, .. } => {
-            let base = Duration::from_millis(world.base_latency_ms_max);
-            world
-                .sim
-                .set_link_max_message_latency(a.as_str(), b.as_str(), base);
+            let pairs = crate::quiet::pairs(&world.sim, a, b);
+            if world.slow.can_manage(&pairs) {
+                // New messages go at turmoil's base latency again; those
+                // held still arrive when they are due.
+                for (x, y) in world.slow.heal(&pairs) {
+                    world.sim.repair(x, y);
+                    world.quiet.release_pair(x, y);
+                }
+            } else {
+                let base = Duration::from_millis(world.base_latency_ms_max);
+                world
+                    .sim
+                    .set_link_max_message_latency(a.as_str(), b.as_str(), base);
+            }
         }
         Fault::Hold { a, b, .. } => {
             world.sim.release(a.as_str(), b.as_str());

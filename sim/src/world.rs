@@ -8,6 +8,7 @@
 //! source (a restarted host must not mint the ids it minted before).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
@@ -18,7 +19,8 @@ use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, c
 use crate::oracle::WorldFacts;
 use crate::quiet::Quiet;
 use crate::rpc::{RemoteStore, ReuseGate, StoreObserver, serve_store};
-use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::scenario::{Fault, ProviderProfile, Scenario, host};
+use crate::slow::{LatencyRange, SlowLinks};
 use crate::trace::{Recorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
 use idem_core::certify::{Contract, SpecialTokens};
@@ -50,6 +52,8 @@ pub struct World {
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
     /// The scenario's maximum message latency, to restore after a fault.
     pub base_latency_ms_max: u64,
+    /// The scenario's minimum message latency: a slow link's draws start there.
+    pub slow_base_ms_min: u64,
     /// The realtime clock of every host that reads one (API replicas,
     /// workers, the reconciler), by host name: clock faults change them.
     pub clocks: BTreeMap<String, HostClock>,
@@ -59,6 +63,8 @@ pub struct World {
     /// Whether hosts may reuse their open store connections (the driver
     /// closes that door on every fault).
     pub store_reuse: ReuseGate,
+    /// Links under a latency fault whose messages the driver delivers.
+    pub slow: SlowLinks,
 }
 
 impl World {
@@ -145,10 +151,18 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
+        slow_base_ms_min: timing.latency_ms_min,
         clocks: BTreeMap::new(),
         // A zero latency can deliver a message in the step that sent it,
         // where the in-flight check cannot see it: no skips then.
         store_reuse: ReuseGate::default(),
+        slow: SlowLinks::new(
+            child_seed(seed, "slow-links"),
+            LatencyRange {
+                min_ms: timing.latency_ms_min,
+                max_ms: timing.latency_ms_max,
+            },
+        ),
         quiet: Quiet::new(
             timing.skip_quiet && timing.latency_ms_min > 0,
             Duration::from_millis(timing.tick_ms),
@@ -247,6 +261,27 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
     register_apis(&mut world, scenario, seed, &engine_parts);
     register_workers(&mut world, scenario, seed, &engine_parts);
     register_clients(&mut world, scenario, seed);
+    let hosts: Vec<IpAddr> = world
+        .quiet
+        .hosts()
+        .iter()
+        .map(|name| world.sim.lookup(name.as_str()))
+        .collect();
+    let all = hosts
+        .iter()
+        .flat_map(|a| hosts.iter().filter(move |b| a < *b).map(move |b| (*a, *b)));
+    // Hold and partition faults rewrite a link's held messages: their
+    // links keep turmoil's own latency, and so does a run that takes
+    // every step (the simulator as it was before skips).
+    let mut excluded: BTreeSet<(IpAddr, IpAddr)> = BTreeSet::new();
+    for spec in &scenario.faults {
+        if let Fault::Hold { a, b, .. } | Fault::Partition { a, b, .. } = &spec.fault {
+            excluded.extend(crate::quiet::pairs(&world.sim, a, b));
+        }
+    }
+    if world.quiet.enabled() {
+        world.slow.set_eligible(all.collect::<Vec<_>>(), &excluded);
+    }
     world
 }
 
@@ -262,13 +297,19 @@ struct EngineParts {
 
 impl EngineParts {
     /// The engine of host `session`, running the design under test, on
-    /// that host's own (possibly faulty) clock.
-    fn engine(&self, session: &str, ids: Arc<SeededIds>, clock: HostClock) -> Engine {
-        let store = RemoteStore::new(
-            format!("{}:{SERVICE_PORT}", host::STORE),
-            self.store_timeout_ms,
-            self.store_reuse.clone(),
-        );
+    /// that host's own (possibly faulty) clock. A `poller`'s store calls
+    /// (a worker's, the reconciler's: most of a run's calls are their idle
+    /// reads) keep their connections open between calls; an API replica
+    /// opens one per call, so the races the scenarios aim at on the request
+    /// path (two clicks, a lookup and then an insert) keep the width they
+    /// were written for.
+    fn engine(&self, session: &str, ids: Arc<SeededIds>, clock: HostClock, poller: bool) -> Engine {
+        let address = format!("{}:{SERVICE_PORT}", host::STORE);
+        let store = if poller {
+            RemoteStore::pooled(address, self.store_timeout_ms, self.store_reuse.clone())
+        } else {
+            RemoteStore::new(address, self.store_timeout_ms)
+        };
         Engine::new(
             Arc::new(store),
             Arc::new(SimClock::skewed(FIXED_EPOCH_US, clock)),
@@ -384,7 +425,7 @@ fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &Engi
     for index in 1..=scenario.topology.api_replicas {
         let name = host::api(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
-        let engine = parts.engine(&name, ids, world.clock(&name));
+        let engine = parts.engine(&name, ids, world.clock(&name), false);
         // The replica runs the attempts its backup button starts.
         let runner = Worker::new(
             engine.clone(),
@@ -408,7 +449,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
         let name = host::worker(index);
         let ids = Arc::new(SeededIds::new(child_seed(seed, &format!("ids/{name}"))));
         let worker = Worker::new(
-            parts.engine(&name, ids, world.clock(&name)),
+            parts.engine(&name, ids, world.clock(&name), true),
             parts.clients.clone(),
             scenario.topology.worker.clone(),
         );
@@ -423,7 +464,7 @@ fn register_workers(world: &mut World, scenario: &Scenario, seed: u64, parts: &E
     if scenario.topology.reconciler {
         let ids = Arc::new(SeededIds::new(child_seed(seed, "ids/reconciler")));
         let reconciler = Reconciler::new(
-            parts.engine(host::RECONCILER, ids, world.clock(host::RECONCILER)),
+            parts.engine(host::RECONCILER, ids, world.clock(host::RECONCILER), true),
             parts.clients.clone(),
             scenario.topology.reconciler_config.clone(),
         );
