@@ -11,7 +11,9 @@
 //! milliseconds, writes the same number of segments of the same sizes each
 //! way, and steps it for the same simulated time. What the idem run costs
 //! beyond it is idem's own cost in the simulator. Fault plans (partitions,
-//! crashes) are not replayed: the replay's traffic is what got through.
+//! crashes, slow links) are not replayed: the replay's traffic is what got
+//! through, at the base latency. A connection a poller kept open for many
+//! calls is replayed as one connection carrying all their segments.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -385,7 +385,7 @@ fn mutants_report_the_same_whatever_the_jobs() -> Result<(), Box<dyn std::error:
         let output = idem(&[
             "mutants",
             "--seeds",
-            "2",
+            "3",
             "--scenarios",
             "key-reuse-after-completion,double-click",
             "--jobs",
@@ -403,14 +403,14 @@ fn mutants_report_the_same_whatever_the_jobs() -> Result<(), Box<dyn std::error:
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
     for row in [
-        "correct passed 2 4 -",
-        "check-then-insert caught 1 1 double-click seed 0: invariant 1 (one_job_per_intent)",
+        "correct passed 3 6 -",
+        "check-then-insert caught 3 5 double-click seed 2: invariant 1 (one_job_per_intent)",
         "no-fingerprint caught 1 2 key-reuse-after-completion seed 0: invariant 2 (mismatch_rejected)",
-        "blind-failover NOT CAUGHT 2 4 -",
+        "blind-failover NOT CAUGHT 3 6 -",
     ] {
         assert!(rows.iter().any(|r| r == row), "missing {row:?} in\n{table}");
     }
-    assert!(table.contains("FAIL: correct passed 4 runs;"), "{table}");
+    assert!(table.contains("FAIL: correct passed 6 runs;"), "{table}");
 
     let output = idem(&["mutants", "--seeds", "0"]);
     assert_eq!(output.status.code(), Some(2), "no seeds is a usage error");

@@ -200,7 +200,7 @@ fn the_same_suite_gives_the_same_bytes_apart_from_provenance()
             "--out",
             dir.path().to_str().ok_or("a UTF-8 path")?,
             "--seeds",
-            "0..2",
+            "0..3",
             "--scenarios",
             "double-click",
             "--designs",
