@@ -1,12 +1,13 @@
 //! The store host's RPC: serde frames (a 4-byte big-endian length, then
 //! JSON) over turmoil TCP, one request at a time per connection.
 //!
-//! A caller keeps its connections open between calls, as a database pool
-//! does: a call on an open connection is two trips over the network
-//! instead of four (connect, request, answer, close), and most of a run's
-//! calls are the workers' and the reconciler's idle polls, so this halves
-//! the steps a run takes. What a fault does to a call stays what it was
-//! with a connection per call: an open connection is reused only while no
+//! A poller (a worker, the reconciler) keeps its connections open between
+//! calls, as a database pool does: a call on an open connection is two
+//! trips over the network instead of four (connect, request, answer,
+//! close), and most of a run's calls are the pollers' idle reads. An API
+//! replica opens a connection per call (see `world::EngineParts::engine`).
+//! What a fault does to a call stays what it was with a connection per
+//! call: an open connection is reused only while no
 //! network fault is on and no fault has fired, healed or restarted a host
 //! since it was opened ([`ReuseGate`]); otherwise the call opens a fresh
 //! one, so a partition or a crashed store is still "unavailable" (nothing

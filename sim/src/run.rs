@@ -16,7 +16,6 @@ use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
 use crate::net::Skew;
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::scenario::{Fault, FaultSpec, Scenario, When, Window, host};
-use crate::slow::LatencyRange;
 use crate::trace::{Trace, TraceBody};
 use crate::world::{World, build, ready};
 
@@ -345,12 +344,10 @@ fn fire(world: &mut World, fault: &Fault) {
                 // The driver delivers this link's messages (sim/src/slow.rs).
                 world.sim.hold(a.as_str(), b.as_str());
                 world.quiet.hold(&world.sim, a, b);
-                let range = LatencyRange {
-                    min_ms: world.slow_base_ms_min,
-                    max_ms: *latency_ms_max,
-                };
                 let now = crate::quiet::elapsed(&world.sim);
-                world.slow.slow_down(&world.sim, &pairs, range, now);
+                world
+                    .slow
+                    .slow_down(&world.sim, &pairs, *latency_ms_max, now);
             } else {
                 let latency = Duration::from_millis(*latency_ms_max);
                 world

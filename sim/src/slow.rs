@@ -113,15 +113,21 @@ impl SlowLinks {
         !pairs.is_empty() && pairs.iter().all(|p| self.eligible.contains(p))
     }
 
-    /// A latency fault fired on `pairs` (already held in turmoil by the
-    /// caller). Messages already on their way there keep the base range.
+    /// A latency fault of at most `max_ms` fired on `pairs` (already held
+    /// in turmoil by the caller): their messages take from the base
+    /// latency's minimum to `max_ms`. Messages already on their way there
+    /// keep the base range.
     pub fn slow_down(
         &mut self,
         sim: &turmoil::Sim<'_>,
         pairs: &[(IpAddr, IpAddr)],
-        range: LatencyRange,
+        max_ms: u64,
         now: Duration,
     ) {
+        let range = LatencyRange {
+            min_ms: self.base.min_ms,
+            max_ms,
+        };
         let fresh: BTreeSet<(IpAddr, IpAddr)> = pairs
             .iter()
             .filter(|p| !self.slow.contains_key(*p))
@@ -156,10 +162,10 @@ impl SlowLinks {
         !self.slow.is_empty() || !self.due.is_empty()
     }
 
-    /// At a boundary at `now`: gives each newly held message its due time,
-    /// hands back to turmoil every message due by the end of the next
-    /// step, forgets messages that are gone, and says when the next one is
-    /// due.
+    /// At a boundary at `now`, in one pass over the links: gives each newly
+    /// held message its due time, hands back to turmoil every message due
+    /// by the end of the next step, forgets messages that are gone, and
+    /// says when the next one is due.
     pub fn before_step(
         &mut self,
         sim: &turmoil::Sim<'_>,
@@ -169,34 +175,31 @@ impl SlowLinks {
         if !self.active() {
             return SlowState::default();
         }
-        let slow: BTreeMap<(IpAddr, IpAddr), LatencyRange> = self
-            .slow
-            .iter()
-            .filter_map(|(pair, ranges)| ranges.last().map(|r| (*pair, *r)))
-            .collect();
-        self.schedule(sim, now, |pair| slow.get(&pair).copied());
-        let mut seen: BTreeSet<MessageKey> = BTreeSet::new();
+        let Self { rng, slow, due, .. } = self;
+        let mut kept: BTreeMap<MessageKey, Duration> = BTreeMap::new();
         let mut next: Option<Duration> = None;
-        let due = &self.due;
         sim.links(|links| {
             for link in links {
+                let range = slow.get(&link.pair()).and_then(|r| r.last()).copied();
                 for sent in link {
                     let k = key(sent.pair(), sent.protocol());
-                    let Some(at) = due.get(&k).copied() else {
-                        continue;
+                    let at = match (due.get(&k), range) {
+                        (Some(at), _) => *at,
+                        (None, Some(range)) => now + range.draw(rng),
+                        // On a link no fault slows: turmoil's to deliver.
+                        (None, None) => continue,
                     };
-                    seen.insert(k);
                     if at <= now + tick {
                         sent.deliver();
                     } else {
+                        kept.insert(k, at);
                         next = Some(next.map_or(at, |n: Duration| n.min(at)));
                     }
                 }
             }
         });
-        // Handed back (or dropped by turmoil): no longer ours to deliver.
-        self.due
-            .retain(|k, at| seen.contains(k) && *at > now + tick);
+        // Handed back, or dropped by turmoil: no longer ours to deliver.
+        *due = kept;
         SlowState {
             next_ms: next
                 .map(|at| u64::try_from(at.saturating_sub(tick).as_millis()).unwrap_or(u64::MAX)),

@@ -52,8 +52,6 @@ pub struct World {
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
     /// The scenario's maximum message latency, to restore after a fault.
     pub base_latency_ms_max: u64,
-    /// The scenario's minimum message latency: a slow link's draws start there.
-    pub slow_base_ms_min: u64,
     /// The realtime clock of every host that reads one (API replicas,
     /// workers, the reconciler), by host name: clock faults change them.
     pub clocks: BTreeMap<String, HostClock>,
@@ -151,10 +149,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             })
             .collect(),
         base_latency_ms_max: timing.latency_ms_max,
-        slow_base_ms_min: timing.latency_ms_min,
         clocks: BTreeMap::new(),
-        // A zero latency can deliver a message in the step that sent it,
-        // where the in-flight check cannot see it: no skips then.
         store_reuse: ReuseGate::default(),
         slow: SlowLinks::new(
             child_seed(seed, "slow-links"),
@@ -163,6 +158,8 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
                 max_ms: timing.latency_ms_max,
             },
         ),
+        // A zero latency can deliver a message in the step that sent it,
+        // where the in-flight check cannot see it: no skips then.
         quiet: Quiet::new(
             timing.skip_quiet && timing.latency_ms_min > 0,
             Duration::from_millis(timing.tick_ms),
@@ -280,7 +277,7 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         }
     }
     if world.quiet.enabled() {
-        world.slow.set_eligible(all.collect::<Vec<_>>(), &excluded);
+        world.slow.set_eligible(all, &excluded);
     }
     world
 }
