@@ -33,6 +33,7 @@ use crate::provider::{Provider, ProviderSet};
 use crate::retention::RetentionConfig;
 use crate::service::{Service, ServiceConfig, os_signal, shutdown_pair};
 use crate::store::Store;
+use crate::store::bounded::Bounded;
 use crate::store::mem::MemStore;
 use crate::store::pg::{PgStore, SCHEMA_DEFAULT, check_schema};
 
@@ -557,7 +558,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     config.reconciler.unknown_max_ms = args.unknown_max_ms;
     config.reconciler.running_stale_ms = args.attempt_deadline_ms * 2;
     runtime()?.block_on(async move {
-        let store: Arc<dyn Store> = match args.store {
+        let unbounded: Arc<dyn Store> = match args.store {
             StoreKind::Memory => {
                 tracing::warn!("--store memory: nothing survives this process");
                 Arc::new(MemStore::new())
@@ -574,6 +575,8 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                 )
             }
         };
+        // Every call the API and the loops make to the store is bounded.
+        let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         for name in &args.certify {
             let provider = &resolved[name];

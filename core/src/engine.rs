@@ -615,7 +615,10 @@ impl Engine {
     /// Entering unknown takes the job's slot in `attempts_one_open`. A hedge
     /// that is still starting holds it for the moment it takes to connect,
     /// so a refusal by that index is waited out, a bounded number of times.
-    pub async fn time_out(&self, attempt: AttemptId) -> Result<Attempt, EngineError> {
+    pub async fn mark_unknown_after_deadline(
+        &self,
+        attempt: AttemptId,
+    ) -> Result<Attempt, EngineError> {
         self.to_unknown(attempt, None, DEADLINE_REASON).await
     }
 
@@ -876,7 +879,7 @@ impl Engine {
     ) -> Result<Resolved, EngineError> {
         let mut attempt = self.attempt(attempt_id).await?;
         if attempt.state == AttemptState::Starting {
-            attempt = match self.time_out(attempt_id).await {
+            attempt = match self.mark_unknown_after_deadline(attempt_id).await {
                 Ok(attempt) => attempt,
                 Err(EngineError::IllegalTransition { current, .. }) => {
                     return Err(EngineError::NotResolvable {

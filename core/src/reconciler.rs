@@ -23,6 +23,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -31,6 +32,10 @@ use crate::design::Design;
 use crate::engine::{Engine, EngineError, Resolution, Resolved};
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
+use crate::store::PageAfter;
+
+/// The default bound on one status lookup or cancel, in milliseconds.
+pub const PROVIDER_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
 /// Tunables; every wait and batch is bounded by one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +52,11 @@ pub struct ReconcilerConfig {
     pub unknown_max_ms: u64,
     /// Attempts looked at per state per pass.
     pub attempts_per_pass_max: u32,
+    /// How long one status lookup or cancel at a provider may take. Past
+    /// it the provider counts as unreachable for this pass: an answer lost
+    /// on the way back (a partition, a NAT dropping the flow) must not hold
+    /// the pass, and with it every other attempt, for ever.
+    pub provider_call_timeout_ms: u64,
 }
 
 impl Default for ReconcilerConfig {
@@ -57,6 +67,7 @@ impl Default for ReconcilerConfig {
             running_stale_ms: 30_000,
             unknown_max_ms: 60_000,
             attempts_per_pass_max: 32,
+            provider_call_timeout_ms: PROVIDER_CALL_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -109,9 +120,58 @@ pub struct Reconciler {
     /// Blocked attempts already reported, so the trace is not flooded.
     reported: Arc<Mutex<BTreeSet<AttemptId>>>,
     /// When (on this reconciler's monotonic clock) each open attempt was
-    /// first seen. Bounded: only attempts the last pass returned are kept,
-    /// at most `attempts_per_pass_max` per state.
-    sightings: Arc<Mutex<BTreeMap<AttemptId, Duration>>>,
+    /// first seen, and where the next pass reads from.
+    rounds: Arc<Mutex<Rounds>>,
+}
+
+/// The most open attempts whose waits the reconciler times at once; past
+/// it an attempt is timed once an older one leaves (a bound on memory with
+/// a million attempts open, far past any real backlog).
+pub const SIGHTINGS_MAX: usize = 100_000;
+
+/// The reconciler's walk over the open attempts.
+///
+/// A pass reads at most `attempts_per_pass_max` of each state, after
+/// `cursor`. When a state filled its page, the next pass resumes after the
+/// earliest last attempt of the full pages, so that no attempt is skipped;
+/// when none did, the walk is complete and starts again from the oldest.
+/// Before the walk, every pass read the same oldest attempts: a few that
+/// nothing can settle (blocked until an operator looks) held every slot,
+/// and the attempts behind them were never looked at (found by `idem
+/// fuzz`, invariant 10).
+#[derive(Debug, Default)]
+struct Rounds {
+    cursor: PageAfter<AttemptId>,
+    /// First sighting of each attempt seen in this walk or the last.
+    sightings: BTreeMap<AttemptId, Duration>,
+    /// The attempts this walk has seen so far.
+    walked: BTreeSet<AttemptId>,
+}
+
+impl Rounds {
+    /// Notes what a pass read, and moves the cursor on.
+    fn advance(&mut self, read: &[Attempt], limit: u32) {
+        let mut per_state: BTreeMap<AttemptState, (u32, (Timestamp, AttemptId))> = BTreeMap::new();
+        for attempt in read {
+            self.walked.insert(attempt.id);
+            let entry = per_state
+                .entry(attempt.state)
+                .or_insert((0, (attempt.started_at, attempt.id)));
+            entry.0 += 1;
+            entry.1 = entry.1.max((attempt.started_at, attempt.id));
+        }
+        self.cursor = per_state
+            .values()
+            .filter(|(count, _)| *count >= limit)
+            .map(|(_, last)| *last)
+            .min();
+        if self.cursor.is_none() {
+            // The walk is complete: forget what it did not see (it left
+            // the open states), and start the next one.
+            let walked = std::mem::take(&mut self.walked);
+            self.sightings.retain(|id, _| walked.contains(id));
+        }
+    }
 }
 
 /// Why the reconciler cancels an unknown attempt.
@@ -125,13 +185,6 @@ enum Cancel {
     Overdue { can_ask: bool },
 }
 
-/// Past every timestamp a clock could write: the store's queries for open
-/// attempts filter nothing by time, since no clock here is trusted to.
-fn horizon() -> Timestamp {
-    // 9999-12-31T23:59:59Z, which PostgreSQL's timestamptz holds.
-    crate::clock::micros_to_timestamp(253_402_300_799_000_000)
-}
-
 impl Reconciler {
     pub fn new(engine: Engine, providers: ProviderSet, config: ReconcilerConfig) -> Self {
         Self {
@@ -139,7 +192,7 @@ impl Reconciler {
             providers,
             config,
             reported: Arc::default(),
-            sightings: Arc::default(),
+            rounds: Arc::default(),
         }
     }
 
@@ -156,16 +209,23 @@ impl Reconciler {
         .await;
     }
 
+    fn lock_rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
+        self.rounds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Whether `attempt` has been around for `wait_ms`: on this host's
     /// monotonic clock since this reconciler first saw it (`now` read after
     /// the store's answer that showed it).
     fn waited(&self, attempt: &Attempt, wait_ms: u64, now: Duration) -> bool {
-        let first = *self
-            .sightings
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(attempt.id)
-            .or_insert(now);
+        let first = {
+            let mut rounds = self.lock_rounds();
+            let full = rounds.sightings.len() >= SIGHTINGS_MAX;
+            match rounds.sightings.get(&attempt.id) {
+                Some(first) => *first,
+                None if full => return false,
+                None => *rounds.sightings.entry(attempt.id).or_insert(now),
+            }
+        };
         #[cfg(feature = "bench")]
         if self.engine.design() == Design::WallClockDeadlines {
             // Naive: how old the row says it is, by this host's clock.
@@ -182,7 +242,7 @@ impl Reconciler {
         let mut report = PassReport::default();
         let store = self.engine.store().clone();
         let limit = self.config.attempts_per_pass_max;
-        let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
+        let cursor = self.lock_rounds().cursor;
         let open = match store
             .attempts_in_states(
                 &[
@@ -190,7 +250,7 @@ impl Reconciler {
                     AttemptState::Running,
                     AttemptState::Unknown,
                 ],
-                horizon(),
+                cursor,
                 limit,
             )
             .await
@@ -203,8 +263,7 @@ impl Reconciler {
         };
         let now = self.engine.clock().monotonic();
         let mut unknowns = Vec::new();
-        for attempt in open {
-            seen.insert(attempt.id);
+        for attempt in open.iter().cloned() {
             let stale_ms = match attempt.state {
                 AttemptState::Starting => self.config.starting_stale_ms,
                 AttemptState::Running => self.config.running_stale_ms,
@@ -240,19 +299,24 @@ impl Reconciler {
         unknowns.sort_by_key(|a| (a.started_at, a.id));
         unknowns.truncate(limit as usize);
         let now = self.engine.clock().monotonic();
-        for attempt in unknowns {
-            let overdue = self.waited(&attempt, self.config.unknown_max_ms, now);
-            match self.reconcile(&attempt, overdue).await {
+        // The unknown attempts are reconciled side by side, each bounded by
+        // its own calls' timeouts: one lookup that never comes back holds
+        // its attempt for `provider_call_timeout_ms`, not the pass and
+        // every attempt behind it (issue 25: a status answer lost in a
+        // partition stalled the reconciler for good). Results keep the
+        // order the attempts were listed in.
+        let settled = join_all(unknowns.iter().map(|attempt| {
+            let overdue = self.waited(attempt, self.config.unknown_max_ms, now);
+            self.reconcile(attempt, overdue)
+        }))
+        .await;
+        for (attempt, settled) in unknowns.iter().zip(settled) {
+            match settled {
                 Ok(action) => report.actions.push((attempt.id, action)),
                 Err(e) => report.errors.push(e.to_string()),
             }
         }
-        // Forget what this pass did not see: it left the open states (or
-        // fell past the limit, and will be timed afresh when seen again).
-        self.sightings
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|id, _| seen.contains(id));
+        self.lock_rounds().advance(&open, limit);
         report
     }
 
@@ -261,7 +325,7 @@ impl Reconciler {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return self.blocked(attempt, "no client for the provider").await;
         };
-        let resolution = match provider.status(attempt.id).await {
+        let resolution = match self.bounded("status", provider.status(attempt.id)).await {
             Ok(RemoteStatus::Succeeded { output }) => Resolution::Succeeded { result: output },
             Ok(RemoteStatus::Failed { error }) => Resolution::Failed { error },
             Ok(RemoteStatus::Cancelled) => Resolution::Cancelled,
@@ -311,7 +375,7 @@ impl Reconciler {
         provider: &dyn crate::provider::Provider,
         why: Cancel,
     ) -> Result<Action, EngineError> {
-        match provider.cancel(attempt.id).await {
+        match self.bounded("cancel", provider.cancel(attempt.id)).await {
             Ok(true) => {
                 let overdue = matches!(why, Cancel::Overdue { .. });
                 self.resolve(attempt, Resolution::Cancelled, overdue).await
@@ -339,6 +403,24 @@ impl Reconciler {
             }
             Err(_) => Ok(Action::Unreachable),
         }
+    }
+
+    /// `call` to a provider, bounded by `provider_call_timeout_ms`. No
+    /// answer in time is a broken conversation: the attempt stays as it is
+    /// and the next pass asks again.
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        call: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let timeout_ms = self.config.provider_call_timeout_ms;
+        crate::timer::timeout(Duration::from_millis(timeout_ms), call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProviderError::Broken(format!(
+                    "no answer to the {what} call within {timeout_ms} ms"
+                )))
+            })
     }
 
     /// Resolves the attempt out of band and notes it in the decision trace;

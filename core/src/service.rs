@@ -13,6 +13,7 @@ use crate::engine::Engine;
 use crate::provider::ProviderSet;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::retention::{Pruner, RetentionConfig};
+use crate::store::bounded::STORE_CALL_TIMEOUT_MS_DEFAULT;
 use crate::worker::{Worker, WorkerConfig};
 
 /// Which loops run beside the API, and their tunables.
@@ -31,6 +32,9 @@ pub struct ServiceConfig {
     /// Key retention's background pass.
     pub run_pruner: bool,
     pub retention: RetentionConfig,
+    /// The bound on every store call the API and the loops make
+    /// ([`crate::store::bounded::Bounded`]).
+    pub store_call_timeout_ms: u64,
 }
 
 impl Default for ServiceConfig {
@@ -45,6 +49,7 @@ impl Default for ServiceConfig {
             reconciler: ReconcilerConfig::default(),
             run_pruner: true,
             retention: RetentionConfig::default(),
+            store_call_timeout_ms: STORE_CALL_TIMEOUT_MS_DEFAULT,
         }
     }
 }

@@ -492,7 +492,7 @@ impl Worker {
                 }
             }
             CallOutcome::Answered(Err(_)) | CallOutcome::TimedOut => {
-                match engine.time_out(attempt.id).await {
+                match engine.mark_unknown_after_deadline(attempt.id).await {
                     Ok(_) => Ok(AttemptEnd::Unknown),
                     Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
                     Err(e) => Err(e),

@@ -168,6 +168,13 @@ fn reconciler(reconciler: &ReconcilerConfig) -> Result<Value, EmitError> {
             "attempts_per_pass_max",
             Value::Integer(i64::from(reconciler.attempts_per_pass_max)),
         ),
+        (
+            "provider_call_timeout_ms",
+            int(
+                "provider_call_timeout_ms",
+                reconciler.provider_call_timeout_ms,
+            )?,
+        ),
     ]))
 }
 

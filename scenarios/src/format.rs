@@ -120,6 +120,7 @@ pub struct ReconcilerFile {
     pub running_stale_ms: Field<u64>,
     pub unknown_max_ms: Field<u64>,
     pub attempts_per_pass_max: Field<u32>,
+    pub provider_call_timeout_ms: Field<u64>,
 }
 
 /// `[[providers]]`: a simulated provider and its behaviour profile.

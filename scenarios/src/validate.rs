@@ -527,6 +527,14 @@ impl Checker {
                 RECONCILER_ATTEMPTS_PER_PASS_LIMIT,
                 "",
             );
+            c.provider_call_timeout_ms = self.bounded(
+                &r.provider_call_timeout_ms,
+                "provider_call_timeout_ms",
+                c.provider_call_timeout_ms,
+                1,
+                SETTLE_MS_MAX,
+                "",
+            );
         }
         if let Some(providers) = &file.providers {
             if providers.get_ref().is_empty() {

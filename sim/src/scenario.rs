@@ -477,6 +477,7 @@ impl Default for Topology {
                 running_stale_ms: 6_000,
                 unknown_max_ms: 10_000,
                 attempts_per_pass_max: 32,
+                provider_call_timeout_ms: 2_000,
             },
             store_timeout_ms: 1_000,
         }

@@ -311,7 +311,8 @@ impl<C: Connector> OpenAiClient<C> {
         Ok(sender)
     }
 
-    /// One request on a fresh connection, for the idempotent lookups.
+    /// One request on a fresh connection, for the idempotent lookups,
+    /// bounded by the configured request timeout like a completion.
     async fn call(
         &self,
         method: Method,
@@ -319,7 +320,8 @@ impl<C: Connector> OpenAiClient<C> {
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ProviderError> {
         let sender = self.open().await?;
-        round_trip(sender, self.shared.request(method, path, body)).await
+        let exchange = round_trip(sender, self.shared.request(method, path, body));
+        bounded(&self.shared, exchange).await
     }
 }
 
@@ -562,8 +564,7 @@ fn chat_body(request: &ChatRequest, job_id: Option<String>) -> Bytes {
 }
 
 /// Sends one chat completion under `key` on `sender`, bounded by the
-/// configured request timeout: past it the provider may be working, so the
-/// conversation is broken, not refused.
+/// configured request timeout.
 async fn complete_on(
     shared: &Shared,
     sender: SendRequest<Full<Bytes>>,
@@ -574,7 +575,15 @@ async fn complete_on(
     let key = HeaderValue::from_str(key)
         .map_err(|_| ProviderError::Unreachable(format!("{key:?} is not a header value")))?;
     request.headers_mut().insert("idempotency-key", key);
-    let exchange = round_trip(sender, request);
+    bounded(shared, round_trip(sender, request)).await
+}
+
+/// `exchange`, bounded by the configured request timeout: past it the
+/// provider may be working, so the conversation is broken, not refused.
+async fn bounded(
+    shared: &Shared,
+    exchange: impl std::future::Future<Output = Result<(StatusCode, Bytes), ProviderError>>,
+) -> Result<(StatusCode, Bytes), ProviderError> {
     match shared.config.request_timeout_ms {
         Some(ms) => crate::timer::timeout(Duration::from_millis(ms), exchange)
             .await

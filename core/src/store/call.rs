@@ -137,7 +137,7 @@ store_operations! {
     } -> Option<Job>, Read;
     jobs_needing_attempt => JobsNeedingAttempt { limit: u32 } -> Vec<Job>, Read;
     attempts_in_states => AttemptsInStates {
-        states: &[AttemptState] => Vec<AttemptState>, started_before: Timestamp, limit: u32
+        states: &[AttemptState] => Vec<AttemptState>, after: PageAfter<AttemptId>, limit: u32
     } -> Vec<Attempt>, Read;
     attempt => Attempt { id: AttemptId } -> Option<Attempt>, Read;
     attempts => Attempts { job_id: JobId } -> Vec<Attempt>, Read;

@@ -616,15 +616,17 @@ impl Store for MemStore {
     async fn attempts_in_states(
         &self,
         states: &[AttemptState],
-        started_before: Timestamp,
+        after: PageAfter<AttemptId>,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
-        let started_before = timestamptz(started_before);
+        let after = after.map(|(at, id)| (timestamptz(at), id));
         let t = self.lock();
         let mut attempts: Vec<&Attempt> = t
             .attempts
             .values()
-            .filter(|a| states.contains(&a.state) && a.started_at <= started_before)
+            .filter(|a| {
+                states.contains(&a.state) && after.is_none_or(|after| (a.started_at, a.id) > after)
+            })
             .collect();
         attempts.sort_by_key(|a| (a.started_at, a.id));
         let mut taken: BTreeMap<AttemptState, u32> = BTreeMap::new();

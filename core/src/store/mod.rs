@@ -6,6 +6,7 @@
 //! and "one open attempt per job" are constraints of the store, never
 //! application checks.
 
+pub mod bounded;
 #[cfg(feature = "bench")]
 pub mod call;
 #[cfg(feature = "bench")]
@@ -284,14 +285,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Pending jobs with no attempt starting, running or unknown: the work
     /// a worker may pick up. Oldest first; at most `limit`.
     async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
-    /// Attempts in one of `states` that started at or before `started_before`:
-    /// what the reconciler looks at, all of it in one read per pass. Oldest
-    /// first; at most `limit` of each state, so that many attempts in one
-    /// state cannot crowd another state's out of a pass.
+    /// Attempts in one of `states` after the attempt `after` names (by
+    /// `started_at`, then id): what the reconciler looks at, all of it in
+    /// one read per pass. Oldest first; at most `limit` of each state, so
+    /// that many attempts in one state cannot crowd another state's out of
+    /// a pass, and `after` lets the reconciler move on past attempts it
+    /// cannot settle instead of reading the same oldest ones for ever.
     async fn attempts_in_states(
         &self,
         states: &[AttemptState],
-        started_before: Timestamp,
+        after: PageAfter<AttemptId>,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError>;
     async fn attempt(&self, id: AttemptId) -> Result<Option<Attempt>, StoreError>;

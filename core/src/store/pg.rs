@@ -6,6 +6,8 @@
 //! the completion. Errors are classified by SQLSTATE and constraint name,
 //! never by message text.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -84,11 +86,19 @@ pub fn connect_options(url: &str, schema: &str) -> Result<PgConnectOptions, Stor
 /// fails its next statement instead, which the caller sees as unavailable
 /// or indeterminate (and retries: every operation is idempotent or
 /// re-checked), and sqlx then discards it.
+///
+/// Waiting for a connection is bounded by [`ACQUIRE_TIMEOUT_MS`]: with the
+/// database gone, a caller learns it in that time (and a client gets a
+/// 503), instead of sqlx's default of 30 s.
 pub fn pool_options(connections_max: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(connections_max)
         .test_before_acquire(false)
+        .acquire_timeout(Duration::from_millis(ACQUIRE_TIMEOUT_MS))
 }
+
+/// How long a caller waits for a pooled connection, in milliseconds.
+pub const ACQUIRE_TIMEOUT_MS: u64 = 3_000;
 
 /// How many times an operation re-runs after losing a benign race (for
 /// example two inserts computing the same attempt seq) before giving up.
@@ -697,7 +707,7 @@ impl Store for PgStore {
     async fn attempts_in_states(
         &self,
         states: &[AttemptState],
-        started_before: Timestamp,
+        after: PageAfter<AttemptId>,
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError> {
         // Each state once: the lateral read below runs once per entry.
@@ -714,13 +724,15 @@ impl Store for PgStore {
                 "select a.* from unnest($1::text[]) as s(state)
                  cross join lateral (
                    select * from attempts
-                    where attempts.state = s.state and started_at <= $2
+                    where attempts.state = s.state
+                      and ($2::timestamptz is null or (started_at, id) > ($2, $3))
                     order by started_at, id
-                    limit $3) as a
+                    limit $4) as a
                  order by a.started_at, a.id",
             )
             .bind(&states)
-            .bind(started_before)
+            .bind(after.map(|(at, _)| at))
+            .bind(after.map(|(_, id)| id.0))
             .bind(i64::from(limit)),
             &self.pool,
             attempt_from_row,

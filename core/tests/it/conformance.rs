@@ -1713,53 +1713,61 @@ async fn attempts_in_states_order_and_limit(store: &dyn Store) -> TestResult {
     }
     let ids = |found: Vec<Attempt>| found.iter().map(|a| a.id).collect::<Vec<_>>();
     let open = [Starting, Unknown];
-    // Started at or before 60 ms, by (started_at, id): at 20 ms the
-    // attempt of job 4 (id 96) precedes that of job 2 (id 98).
+    // By (started_at, id): at 20 ms the attempt of job 4 (id 96) precedes
+    // that of job 2 (id 98).
     let expected = vec![
         attempt_id(96),
         attempt_id(98),
         attempt_id(99),
         attempt_id(95),
+        attempt_id(93),
     ];
     assert_eq!(
-        ids(store.attempts_in_states(&open, at(60), 100).await?),
+        ids(store.attempts_in_states(&open, None, 100).await?),
         expected
     );
     // The limit is per state: the oldest of each, still oldest first.
     assert_eq!(
-        ids(store.attempts_in_states(&open, at(60), 1).await?),
+        ids(store.attempts_in_states(&open, None, 1).await?),
         expected[..2]
     );
     assert_eq!(
-        ids(store.attempts_in_states(&open, at(60), 2).await?),
-        expected
-    );
-    // Two unknown attempts do not crowd the starting one out.
-    assert_eq!(
-        ids(store.attempts_in_states(&open, at(1000), 1).await?),
-        vec![attempt_id(96), attempt_id(98)]
+        ids(store.attempts_in_states(&open, None, 2).await?),
+        expected[..4]
     );
     assert_eq!(
         ids(store
-            .attempts_in_states(&[Unknown, Unknown], at(1000), 1)
+            .attempts_in_states(&[Unknown, Unknown], None, 1)
             .await?),
         vec![attempt_id(96)],
         "a state named twice counts once"
     );
+    // After a cursor: strictly after (started_at, id), for every state.
+    let after_96 = Some((at(20), attempt_id(96)));
     assert_eq!(
-        ids(store.attempts_in_states(&open, at(59), 100).await?),
-        expected[..3],
-        "the bound is inclusive"
+        ids(store.attempts_in_states(&open, after_96, 100).await?),
+        expected[1..]
+    );
+    assert_eq!(
+        ids(store.attempts_in_states(&open, after_96, 1).await?),
+        vec![attempt_id(98), attempt_id(99)]
     );
     assert_eq!(
         ids(store
-            .attempts_in_states(&[Running, Failed], at(1000), 100)
+            .attempts_in_states(&open, Some((at(60), attempt_id(95))), 100)
+            .await?),
+        vec![attempt_id(93)],
+        "the cursor's own row is excluded"
+    );
+    assert_eq!(
+        ids(store
+            .attempts_in_states(&[Running, Failed], None, 100)
             .await?),
         vec![attempt_id(94), attempt_id(97)]
     );
-    assert_eq!(store.attempts_in_states(&[], at(1000), 100).await?, vec![]);
-    assert_eq!(store.attempts_in_states(&open, at(1000), 0).await?, vec![]);
-    let full = store.attempts_in_states(&[Unknown], at(1000), 1).await?;
+    assert_eq!(store.attempts_in_states(&[], None, 100).await?, vec![]);
+    assert_eq!(store.attempts_in_states(&open, None, 0).await?, vec![]);
+    let full = store.attempts_in_states(&[Unknown], None, 1).await?;
     assert_eq!(
         full,
         vec![store.attempt(attempt_id(96)).await?.ok_or("exists")?]
@@ -1828,10 +1836,11 @@ async fn timestamps_keep_whole_microseconds(store: &dyn Store) -> TestResult {
     assert_eq!(attempt.started_at, at(2));
     assert_eq!(
         store
-            .attempts_in_states(&[Starting], at(2) + TimeDelta::nanoseconds(500), 10)
+            .attempts_in_states(&[Starting], Some((at(2), attempt.id)), 10)
             .await?
             .len(),
-        1
+        0,
+        "a cursor at the stored time excludes the attempt it names"
     );
     let events = store.events(job.id).await?;
     assert_eq!(

@@ -133,10 +133,11 @@ enum Read {
     JobsNeedingAttempt {
         limit: u32,
     },
-    /// States as a bit mask over `AttemptState::ALL`; `before_ms` back from now.
+    /// States as a bit mask over `AttemptState::ALL`, after a cursor
+    /// `back_ms` before now and an attempt's id.
     AttemptsInStates {
         states: u8,
-        before_ms: u8,
+        after: Option<(u8, Ref)>,
         limit: u32,
     },
     Attempt(Ref),
@@ -256,13 +257,16 @@ fn read() -> impl Strategy<Value = Read> {
         reference().prop_map(Read::Job),
         (0..2_u8, 0..3_u8).prop_map(|(owner, key)| Read::JobByKey { owner, key }),
         (0..4_u32).prop_map(|limit| Read::JobsNeedingAttempt { limit }),
-        (any::<u8>(), 0..4_u8, 0..4_u32).prop_map(|(states, before_ms, limit)| {
-            Read::AttemptsInStates {
+        (
+            any::<u8>(),
+            prop::option::of((0..6_u8, reference())),
+            0..4_u32
+        )
+            .prop_map(|(states, after, limit)| Read::AttemptsInStates {
                 states,
-                before_ms,
+                after,
                 limit,
-            }
-        }),
+            }),
         reference().prop_map(Read::Attempt),
         reference().prop_map(Read::Attempts),
         reference().prop_map(Read::Events),
@@ -705,11 +709,11 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
             Read::JobsNeedingAttempt { limit } => StoreCall::JobsNeedingAttempt { limit },
             Read::AttemptsInStates {
                 states,
-                before_ms,
+                after,
                 limit,
             } => StoreCall::AttemptsInStates {
                 states: states_of(states),
-                started_before: at - chrono::TimeDelta::milliseconds(i64::from(before_ms)),
+                after: after.map(|(back_ms, attempt)| (back(at, back_ms), rows.attempt(attempt).0)),
                 limit,
             },
             Read::Attempt(attempt) => StoreCall::Attempt {

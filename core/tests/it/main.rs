@@ -8,6 +8,7 @@ mod differential;
 mod http;
 mod http_hardening;
 mod http_ops;
+mod lost_answers;
 mod pg_engine;
 mod provider;
 mod reconciler;

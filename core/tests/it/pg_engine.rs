@@ -349,7 +349,7 @@ async fn pg_timeout_is_unknown_and_blocks_until_resolved() -> TestResult {
         .clone();
     let first = engine.start_attempt(&job, None, Trigger::Worker).await?;
     engine.record_dispatch(first.id).await?;
-    let timed_out = engine.time_out(first.id).await?;
+    let timed_out = engine.mark_unknown_after_deadline(first.id).await?;
     assert_eq!(
         timed_out.state,
         AttemptState::Unknown,
@@ -404,7 +404,7 @@ async fn pg_resolution_as_succeeded_goes_through_the_cas() -> TestResult {
         .clone();
     let attempt = engine.start_attempt(&job, None, Trigger::Worker).await?;
     engine.record_dispatch(attempt.id).await?;
-    engine.time_out(attempt.id).await?;
+    engine.mark_unknown_after_deadline(attempt.id).await?;
     let resolved = engine
         .resolve_out_of_band(
             attempt.id,

@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod explore;
 mod fuzz;
+mod liveness;
 mod mutants;
 mod pgbench;
 mod report;
