@@ -76,6 +76,8 @@ pub enum EngineError {
     },
     #[error("unknown provider {provider:?}")]
     UnknownProvider { provider: String },
+    #[error("invalid fallbacks: {reason}")]
+    InvalidFallbacks { reason: String },
     #[error("provider {provider:?} holds no valid contract certificate")]
     ProviderNotCertified { provider: String },
     #[error("job {0} not found")]
@@ -360,6 +362,9 @@ impl Engine {
             Err(EngineError::UnknownProvider { .. }) => {
                 self.metrics.job_refused("unknown_provider");
             }
+            Err(EngineError::InvalidFallbacks { .. }) => {
+                self.metrics.job_refused("invalid_fallbacks");
+            }
             Err(_) => {}
         }
         created
@@ -382,6 +387,7 @@ impl Engine {
                 });
             }
         }
+        check_fallbacks(&request)?;
         let mut body = Json::from_value(
             &serde_json::to_value(&request).expect("a JobRequest always serializes"),
         );
@@ -931,6 +937,32 @@ impl Engine {
             .await?;
         Ok(Resolved::Ended(moved))
     }
+}
+
+/// The most fallbacks a job may name: each is a provider the service is
+/// configured with, named once.
+pub const FALLBACKS_MAX: usize = 8;
+
+/// A job's fallbacks are other providers than its primary, each named once,
+/// at most [`FALLBACKS_MAX`] of them.
+fn check_fallbacks(request: &JobRequest) -> Result<(), EngineError> {
+    let invalid = |reason: String| Err(EngineError::InvalidFallbacks { reason });
+    if request.fallbacks.len() > FALLBACKS_MAX {
+        return invalid(format!("at most {FALLBACKS_MAX} fallbacks"));
+    }
+    if request.fallbacks.contains(&request.provider) {
+        return invalid(format!(
+            "the primary {:?} cannot be its own fallback",
+            request.provider
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for fallback in &request.fallbacks {
+        if !seen.insert(fallback) {
+            return invalid(format!("{fallback:?} is named twice"));
+        }
+    }
+    Ok(())
 }
 
 /// The naive designs' branches of the engine: the bench builds them in to

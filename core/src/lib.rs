@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod model;
 pub mod periodic;
 pub mod provider;
+pub mod redact;
 pub mod reconciler;
 pub mod retention;
 pub mod service;

@@ -581,6 +581,27 @@ impl Store for MemStore {
         Ok(self.lock().certificates.get(key).cloned())
     }
 
+    async fn certificates(
+        &self,
+        after: Option<CertificateKey>,
+        limit: u32,
+    ) -> Result<Vec<Certificate>, StoreError> {
+        if let Some(key) = &after {
+            certificate_key(key)?;
+        }
+        let tables = self.lock();
+        let start = match after {
+            Some(key) => std::ops::Bound::Excluded(key),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(tables
+            .certificates
+            .range((start, std::ops::Bound::Unbounded))
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .map(|(_, certificate)| certificate.clone())
+            .collect())
+    }
+
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
         self.lock().push_event(event)
     }

@@ -658,6 +658,48 @@ impl Store for PgStore {
         .transpose()
     }
 
+    async fn certificates(
+        &self,
+        after: Option<CertificateKey>,
+        limit: u32,
+    ) -> Result<Vec<Certificate>, StoreError> {
+        // Ordered as the in-process store orders keys: by their bytes.
+        let rows = sqlx::query(
+            "select provider, model, prompt_version, schema_version, passed, evidence, at
+               from provider_certificates
+              where $1::text is null
+                 or (provider collate \"C\", model collate \"C\",
+                     prompt_version collate \"C\", schema_version collate \"C\")
+                    > ($1, $2, $3, $4)
+              order by provider collate \"C\", model collate \"C\",
+                       prompt_version collate \"C\", schema_version collate \"C\"
+              limit $5",
+        )
+        .bind(after.as_ref().map(|k| &k.provider))
+        .bind(after.as_ref().map(|k| &k.model))
+        .bind(after.as_ref().map(|k| &k.prompt_version))
+        .bind(after.as_ref().map(|k| &k.schema_version))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Certificate {
+                    key: CertificateKey {
+                        provider: row.try_get("provider").map_err(classify)?,
+                        model: row.try_get("model").map_err(classify)?,
+                        prompt_version: row.try_get("prompt_version").map_err(classify)?,
+                        schema_version: row.try_get("schema_version").map_err(classify)?,
+                    },
+                    passed: row.try_get("passed").map_err(classify)?,
+                    evidence: row.try_get("evidence").map_err(classify)?,
+                    at: row.try_get("at").map_err(classify)?,
+                })
+            })
+            .collect()
+    }
+
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await.map_err(classify)?;
         insert_event(&mut conn, &event).await
