@@ -119,8 +119,7 @@ pub fn parse_url(url: &str) -> Result<Endpoint, String> {
             "provider URL {shown:?} must not carry credentials: name the API key's variable with api_key_env"
         ));
     }
-    if rest.is_empty() || rest.contains(['/', '?', '#']) || rest.chars().any(char::is_whitespace)
-    {
+    if rest.is_empty() || rest.contains(['/', '?', '#']) || rest.chars().any(char::is_whitespace) {
         return Err(format!(
             "provider URL {shown:?} must be http[s]://HOST[:PORT] (optionally ending in /v1)"
         ));

@@ -271,7 +271,9 @@ impl PendingCertifications {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -55,13 +55,17 @@ impl Default for Metrics {
 
 /// Each metric's help text, as `/metrics` shows it.
 const JOBS_CREATED_HELP: &str = "Jobs created: a new (owner, key)";
-const JOBS_REPLAYED_HELP: &str = "Creates answered with the existing job: the same key and the same canonical body";
-const JOBS_REFUSED_HELP: &str = "Creates refused, by reason (key_reused, invalid_key, unknown_provider, invalid_fallbacks)";
-const CAS_LOSSES_HELP: &str = "Completions that lost the compare-and-swap: another attempt had won; the output was discarded";
+const JOBS_REPLAYED_HELP: &str =
+    "Creates answered with the existing job: the same key and the same canonical body";
+const JOBS_REFUSED_HELP: &str =
+    "Creates refused, by reason (key_reused, invalid_key, unknown_provider, invalid_fallbacks)";
+const CAS_LOSSES_HELP: &str =
+    "Completions that lost the compare-and-swap: another attempt had won; the output was discarded";
 const JOBS_PRUNED_HELP: &str = "Terminal jobs deleted by key retention";
 const PROVIDER_CALL_SECONDS_HELP: &str = "Provider calls from dispatch to answer or deadline, by provider and outcome (ok, error, timeout)";
 const ATTEMPTS_HELP: &str = "Attempts in the store, by state (read from the store at scrape time)";
-const UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP: &str = "Age of the oldest unknown attempt, since it started (0 when there is none)";
+const UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP: &str =
+    "Age of the oldest unknown attempt, since it started (0 when there is none)";
 const STORE_UP_HELP: &str = "1 if the store answered the last scrape's census in time, else 0";
 
 /// Registers `metric` under `name` with its help text, and returns it.
@@ -86,14 +90,34 @@ impl Metrics {
             ))
         });
         Self {
-            jobs_created: registered(&mut r, "jobs_created", JOBS_CREATED_HELP, Counter::default()),
-            jobs_replayed: registered(&mut r, "jobs_replayed", JOBS_REPLAYED_HELP, Counter::default()),
+            jobs_created: registered(
+                &mut r,
+                "jobs_created",
+                JOBS_CREATED_HELP,
+                Counter::default(),
+            ),
+            jobs_replayed: registered(
+                &mut r,
+                "jobs_replayed",
+                JOBS_REPLAYED_HELP,
+                Counter::default(),
+            ),
             jobs_refused: registered(&mut r, "jobs_refused", JOBS_REFUSED_HELP, Family::default()),
             cas_losses: registered(&mut r, "cas_losses", CAS_LOSSES_HELP, Counter::default()),
             jobs_pruned: registered(&mut r, "jobs_pruned", JOBS_PRUNED_HELP, Counter::default()),
-            provider_latency: registered(&mut r, "provider_call_seconds", PROVIDER_CALL_SECONDS_HELP, latency),
+            provider_latency: registered(
+                &mut r,
+                "provider_call_seconds",
+                PROVIDER_CALL_SECONDS_HELP,
+                latency,
+            ),
             attempts: registered(&mut r, "attempts", ATTEMPTS_HELP, Family::default()),
-            unknown_oldest_age: registered(&mut r, "unknown_attempt_oldest_age_seconds", UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP, Gauge::default()),
+            unknown_oldest_age: registered(
+                &mut r,
+                "unknown_attempt_oldest_age_seconds",
+                UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP,
+                Gauge::default(),
+            ),
             store_up: registered(&mut r, "store_up", STORE_UP_HELP, Gauge::default()),
             registry: r,
         }

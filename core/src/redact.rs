@@ -72,7 +72,7 @@ fn redact_after_words(text: &str) -> String {
     while let Some(word) = words.next() {
         let bare = word.trim_end();
         let token_end = bare
-            .find(|c: char| matches!(c, '"' | '\'' | ',' | ';' | '}' | ']' | ')'))
+            .find(['"', '\'', ',', ';', '}', ']', ')'])
             .unwrap_or(bare.len());
         if hide_next && token_end >= TOKEN_LEN_MIN {
             out.push_str(REDACTED);
@@ -190,7 +190,11 @@ mod tests {
             &[],
             r#"{"api_key": "<redacted>", "model": "m"}"#,
         );
-        check("password=hunter22&user=a", &[], "password=<redacted>&user=a");
+        check(
+            "password=hunter22&user=a",
+            &[],
+            "password=<redacted>&user=a",
+        );
         check(
             "echo: my-secret-value!",
             &["my-secret-value"],

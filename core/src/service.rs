@@ -159,7 +159,12 @@ impl Service {
         if self.config.run_reconciler {
             let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
             let run = async move { reconciler.run(stop.wait()).await };
-            loops.spawn(watched("reconciler", run, self.loops.clone(), shutdown.clone()));
+            loops.spawn(watched(
+                "reconciler",
+                run,
+                self.loops.clone(),
+                shutdown.clone(),
+            ));
         }
         if self.config.run_pruner {
             let (pruner, stop) = (self.pruner.clone(), shutdown.clone());

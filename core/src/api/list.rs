@@ -95,7 +95,13 @@ pub(super) fn decode_cursor(raw: &str) -> Result<(Timestamp, uuid::Uuid), ApiErr
 
 fn encode_key_cursor(key: &CertificateKey) -> String {
     hex::encode(
-        json!([key.provider, key.model, key.prompt_version, key.schema_version]).to_string(),
+        json!([
+            key.provider,
+            key.model,
+            key.prompt_version,
+            key.schema_version
+        ])
+        .to_string(),
     )
 }
 

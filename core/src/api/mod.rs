@@ -6,8 +6,8 @@
 pub mod auth;
 mod body;
 mod list;
-pub mod problem;
 mod probes;
+pub mod problem;
 mod serve;
 
 use std::sync::Arc;
@@ -125,9 +125,17 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/v1/jobs/{id}/attempts", get(list_attempts)),
         (Method::POST, "/v1/jobs/{id}/attempts", post(start_attempt)),
         (Method::GET, "/v1/jobs/{id}/events", get(list_events)),
-        (Method::GET, "/v1/attempts", get(list::list_attempts_in_state)),
+        (
+            Method::GET,
+            "/v1/attempts",
+            get(list::list_attempts_in_state),
+        ),
         (Method::POST, "/v1/attempts/{id}/resolution", post(resolve)),
-        (Method::GET, "/v1/certificates", get(list::list_certificates)),
+        (
+            Method::GET,
+            "/v1/certificates",
+            get(list::list_certificates),
+        ),
     ]
 }
 

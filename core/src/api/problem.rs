@@ -246,7 +246,9 @@ fn engine_problem(error: &EngineError) -> Mapped {
             json!({"attempt": attempt, "attempt_state": state}),
         ),
         E::Store(
-            StoreError::Unavailable(_) | StoreError::Indeterminate(_) | StoreError::Contended { .. },
+            StoreError::Unavailable(_)
+            | StoreError::Indeterminate(_)
+            | StoreError::Contended { .. },
         ) => (S::SERVICE_UNAVAILABLE, P::StoreUnavailable, json!({})),
         E::Store(_) => (S::INTERNAL_SERVER_ERROR, P::Internal, json!({})),
     }

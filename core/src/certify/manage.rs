@@ -50,7 +50,9 @@ pub async fn of_provider(
         schema_version: String::new(),
     });
     for _ in 0..CERTIFICATES_PAGE_MAX {
-        let page = store.certificates(after.clone(), CERTIFICATES_PAGE_MAX).await?;
+        let page = store
+            .certificates(after.clone(), CERTIFICATES_PAGE_MAX)
+            .await?;
         let full = page.len() == CERTIFICATES_PAGE_MAX as usize;
         let mine: Vec<Certificate> = page
             .into_iter()

@@ -514,7 +514,10 @@ impl Judged<'_> {
             Err(detail) => {
                 let tries = answer.tries;
                 let times = if tries == 1 { "try" } else { "tries" };
-                return Err((Check::Transport, format!("{detail} (after {tries} {times})")));
+                return Err((
+                    Check::Transport,
+                    format!("{detail} (after {tries} {times})"),
+                ));
             }
         };
         row.record(Check::Transport, true);
@@ -527,7 +530,12 @@ impl Judged<'_> {
                 let detail = format!("JSON but not an object: {}", excerpt(content));
                 return Err((Check::Parse, detail));
             }
-            Err(e) => return Err((Check::Parse, format!("not JSON ({e}): {}", excerpt(content)))),
+            Err(e) => {
+                return Err((
+                    Check::Parse,
+                    format!("not JSON ({e}): {}", excerpt(content)),
+                ));
+            }
         };
         row.record(Check::Parse, true);
         let schema_errors = contract.schema_errors(&output, SCHEMA_ERRORS_MAX);

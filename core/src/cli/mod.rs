@@ -127,7 +127,10 @@ fn shown_url(url: &str, text: &str) -> String {
 /// not resolve behind it.
 async fn probe_database(url: &str) -> Result<(), CliError> {
     let fail = |why: String| {
-        CliError::Usage(shown_url(url, &format!("cannot connect to the database: {why}")))
+        CliError::Usage(shown_url(
+            url,
+            &format!("cannot connect to the database: {why}"),
+        ))
     };
     let options = sqlx::postgres::PgConnectOptions::from_str(url)
         .map_err(|e| fail(format!("the URL: {e}")))?;
@@ -158,7 +161,10 @@ async fn connect_and_migrate(
     let store = PgStore::connect(url, schema, connections_max)
         .await
         .map_err(|e| {
-            CliError::Usage(shown_url(url, &format!("cannot connect to the database: {e}")))
+            CliError::Usage(shown_url(
+                url,
+                &format!("cannot connect to the database: {e}"),
+            ))
         })?;
     store
         .migrate()

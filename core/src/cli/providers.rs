@@ -140,8 +140,7 @@ impl ResolvedProvider {
 
     /// Asks for `model` instead.
     pub fn set_model(&mut self, model: String) -> Result<(), CliError> {
-        check_model(&model)
-            .map_err(|e| CliError::Usage(format!("provider {}: {e}", self.name)))?;
+        check_model(&model).map_err(|e| CliError::Usage(format!("provider {}: {e}", self.name)))?;
         self.model = model;
         Ok(())
     }
@@ -209,7 +208,11 @@ pub fn resolve(
     let mut urls: BTreeMap<String, String> = config
         .providers
         .iter()
-        .filter_map(|(name, file)| file.url.as_ref().map(|u| (name.clone(), u.get_ref().clone())))
+        .filter_map(|(name, file)| {
+            file.url
+                .as_ref()
+                .map(|u| (name.clone(), u.get_ref().clone()))
+        })
         .collect();
     for (name, url) in pairs(cli_providers, "--provider")? {
         urls.insert(name, url);
@@ -219,7 +222,10 @@ pub fn resolve(
     for (name, url) in &urls {
         let file = config.providers.get(name).cloned().unwrap_or_default();
         let model = models.get(name).map(String::as_str);
-        providers.insert(name.clone(), ResolvedProvider::new(name, url, &file, model)?);
+        providers.insert(
+            name.clone(),
+            ResolvedProvider::new(name, url, &file, model)?,
+        );
     }
     if let Some(name) = config.providers.keys().find(|n| !urls.contains_key(*n)) {
         return Err(CliError::Usage(format!(
@@ -251,7 +257,9 @@ fn overlay(
     for (flag, raw) in [("--api-key-env", api_key_envs), ("--ca-file", ca_files)] {
         for (name, value) in pairs(raw, flag)? {
             if !urls.contains_key(&name) {
-                return Err(CliError::Usage(format!("{flag} {name}=...: no such provider")));
+                return Err(CliError::Usage(format!(
+                    "{flag} {name}=...: no such provider"
+                )));
             }
             let file = config.providers.entry(name).or_default();
             if flag == "--ca-file" {
@@ -307,7 +315,10 @@ mod tests {
             ..ProviderArgs::none()
         };
         let (_, resolved) = resolve(&with_ca, &strings(&["a=https://x:1"]), &[])?;
-        assert_eq!(resolved["a"].tls.ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(
+            resolved["a"].tls.ca_file,
+            Some(PathBuf::from("/etc/ca.pem"))
+        );
         let stray = ProviderArgs {
             ca_files: strings(&["b=/etc/ca.pem"]),
             ..ProviderArgs::none()

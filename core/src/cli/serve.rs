@@ -256,7 +256,9 @@ fn clients(args: &ServeArgs) -> Result<Clients, CliError> {
     }
     for name in args.certify.iter().chain(&args.certified) {
         if !resolved.contains_key(name) {
-            return Err(CliError::Usage(format!("{name}: no such provider to certify")));
+            return Err(CliError::Usage(format!(
+                "{name}: no such provider to certify"
+            )));
         }
     }
     let mut clients = ProviderSet::new();
@@ -286,7 +288,9 @@ async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, CliError> {
             let url = args.database_url.as_deref().ok_or_else(|| {
                 CliError::Usage("--store postgres needs --database-url (or DATABASE_URL)".into())
             })?;
-            Arc::new(connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX).await?)
+            Arc::new(
+                connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX).await?,
+            )
         }
     })
 }
@@ -311,9 +315,18 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             assert_certified(&clients, name, store.as_ref(), clock.as_ref()).await?;
         }
         let pending = PendingCertifications::default();
-        let engine = Engine::new(store, clock, Arc::new(UuidV7Ids), clients.providers.clone(), policy)
-            .with_model_probes(ModelProbes::new(clients.clients.clone(), MODEL_PROBE_TIMEOUT_MS_DEFAULT))
-            .with_pending_certifications(pending.clone());
+        let engine = Engine::new(
+            store,
+            clock,
+            Arc::new(UuidV7Ids),
+            clients.providers.clone(),
+            policy,
+        )
+        .with_model_probes(ModelProbes::new(
+            clients.clients.clone(),
+            MODEL_PROBE_TIMEOUT_MS_DEFAULT,
+        ))
+        .with_pending_certifications(pending.clone());
         let certifying = Arc::new(Certifying {
             clients,
             engine: engine.clone(),
@@ -323,8 +336,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         for name in &args.certify {
             Arc::clone(&certifying).start(name);
         }
-        run_service(&args, Service::new(engine, auth, certifying.clients.clients.clone(), config))
-            .await
+        run_service(
+            &args,
+            Service::new(engine, auth, certifying.clients.clients.clone(), config),
+        )
+        .await
     })
 }
 
@@ -435,14 +451,29 @@ impl Certifying {
         let engine = &self.engine;
         let build = crate::build_stamp!().to_string();
         let at = engine.clock().now();
-        let recorded =
-            certify::manage::record(engine.store().as_ref(), at, engine.providers(), &certification, &build)
-                .await;
-        let failed: Vec<&str> = certification.failed_checks().iter().map(|c| c.name()).collect();
+        let recorded = certify::manage::record(
+            engine.store().as_ref(),
+            at,
+            engine.providers(),
+            &certification,
+            &build,
+        )
+        .await;
+        let failed: Vec<&str> = certification
+            .failed_checks()
+            .iter()
+            .map(|c| c.name())
+            .collect();
         match recorded {
-            Err(e) => tracing::error!(provider = %name, error = %EngineError::Store(e), "the certificate could not be stored"),
-            Ok(_) if certification.passed() => tracing::info!(provider = %name, model = %provider.model, "certified: failover to it is allowed"),
-            Ok(_) => tracing::error!(provider = %name, failed_checks = ?failed, failures = certification.failures.len(), "not certified: failover to it is refused"),
+            Err(e) => {
+                tracing::error!(provider = %name, error = %EngineError::Store(e), "the certificate could not be stored")
+            }
+            Ok(_) if certification.passed() => {
+                tracing::info!(provider = %name, model = %provider.model, "certified: failover to it is allowed")
+            }
+            Ok(_) => {
+                tracing::error!(provider = %name, failed_checks = ?failed, failures = certification.failures.len(), "not certified: failover to it is refused")
+            }
         }
     }
 }

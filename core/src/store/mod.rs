@@ -15,6 +15,8 @@ pub mod mem;
 pub mod pg;
 mod shared;
 
+pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX};
+
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;

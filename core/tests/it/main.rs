@@ -5,6 +5,7 @@
 mod certify;
 mod conformance;
 mod differential;
+mod hardening;
 mod http;
 mod http_hardening;
 mod http_ops;
