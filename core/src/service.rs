@@ -35,7 +35,14 @@ pub struct ServiceConfig {
     /// The bound on every store call the API and the loops make
     /// ([`crate::store::bounded::Bounded`]).
     pub store_call_timeout_ms: u64,
+    /// The bound on a request's store work in all, retries included: an
+    /// outage is a 503 within it.
+    pub request_store_deadline_ms: u64,
 }
+
+/// The default bound on a request's store work: below the 5 s in which an
+/// outage must be answered, above the PostgreSQL pool's acquire timeout.
+pub const REQUEST_STORE_DEADLINE_MS_DEFAULT: u64 = 4_000;
 
 impl Default for ServiceConfig {
     fn default() -> Self {
@@ -50,6 +57,7 @@ impl Default for ServiceConfig {
             run_pruner: true,
             retention: RetentionConfig::default(),
             store_call_timeout_ms: STORE_CALL_TIMEOUT_MS_DEFAULT,
+            request_store_deadline_ms: REQUEST_STORE_DEADLINE_MS_DEFAULT,
         }
     }
 }
@@ -107,6 +115,7 @@ impl Service {
         let loops = LoopHealth::default();
         let state = AppState::new(engine, auth)
             .with_loop_health(loops.clone())
+            .with_store_deadline_ms(config.request_store_deadline_ms)
             .with_body_limit_bytes(config.body_limit_bytes)
             .with_body_read_timeout_ms(config.body_read_timeout_ms)
             .with_runner(Arc::new(worker.clone()))

@@ -6,7 +6,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, JobView, operator, owner};
+use super::{ApiError, AppState, JobView, operator, owner, within};
 use crate::contract::CertificateKey;
 use crate::model::{AttemptId, AttemptState, JobId, Timestamp};
 
@@ -130,12 +130,14 @@ pub(super) async fn list_jobs(
         None => None,
     };
     // One more than the page: whether there is a next page.
-    let mut jobs = state
+    let read = state
         .engine
         .store()
-        .jobs_of_owner(owner, after, query.limit + 1)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+        .jobs_of_owner(owner, after, query.limit + 1);
+    let mut jobs = within(&state, async {
+        read.await.map_err(|e| ApiError::Engine(e.into()))
+    })
+    .await?;
     let more = jobs.len() > query.limit as usize;
     jobs.truncate(query.limit as usize);
     let next_cursor = jobs
@@ -170,12 +172,14 @@ pub(super) async fn list_attempts_in_state(
         Some(raw) => Some(decode_cursor(raw)?).map(|(at, id)| (at, AttemptId(id))),
         None => None,
     };
-    let mut attempts = state
+    let read = state
         .engine
         .store()
-        .attempts_page(attempt_state, after, query.limit + 1)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+        .attempts_page(attempt_state, after, query.limit + 1);
+    let mut attempts = within(&state, async {
+        read.await.map_err(|e| ApiError::Engine(e.into()))
+    })
+    .await?;
     let more = attempts.len() > query.limit as usize;
     attempts.truncate(query.limit as usize);
     let next_cursor = attempts
@@ -217,14 +221,12 @@ pub(super) async fn list_certificates(
             schema_version: String::new(),
         });
     }
-    let mut certificates = crate::certify::manage::page(
-        state.engine.store().as_ref(),
-        after,
-        query.filter.as_deref(),
-        query.limit + 1,
-    )
-    .await
-    .map_err(|e| ApiError::Engine(e.into()))?;
+    let store = state.engine.store().as_ref();
+    let read = crate::certify::manage::page(store, after, query.filter.as_deref(), query.limit + 1);
+    let mut certificates = within(&state, async {
+        read.await.map_err(|e| ApiError::Engine(e.into()))
+    })
+    .await?;
     let more = certificates.len() > query.limit as usize;
     certificates.truncate(query.limit as usize);
     let next_cursor = certificates

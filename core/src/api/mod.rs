@@ -69,6 +69,10 @@ pub struct AppState {
     pub loops: LoopHealth,
     /// One `/metrics` census read at a time.
     pub census_gate: CensusGate,
+    /// How long a request's store work may take in all (every retry of
+    /// every call); past it the answer is 503 and the client retries with
+    /// the same key. `None`: only each store call's own bound holds.
+    pub store_deadline_ms: Option<u64>,
 }
 
 impl AppState {
@@ -82,7 +86,14 @@ impl AppState {
             request_ids: Arc::new(SeededIds::new(0)),
             loops: LoopHealth::default(),
             census_gate: CensusGate::default(),
+            store_deadline_ms: None,
         }
+    }
+
+    /// Bounds each request's store work by `deadline_ms` in all.
+    pub fn with_store_deadline_ms(mut self, deadline_ms: u64) -> Self {
+        self.store_deadline_ms = Some(deadline_ms);
+        self
     }
 
     /// Shares `loops` with whoever runs the background loops.
@@ -258,6 +269,27 @@ fn owner<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a OwnerId, Ap
     }
 }
 
+/// `work` (a request's store work), within the state's store deadline: an
+/// engine that retries a store that does not answer could otherwise keep a
+/// client for each retry's bound in turn.
+async fn within<T>(
+    state: &AppState,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let Some(deadline_ms) = state.store_deadline_ms else {
+        return work.await;
+    };
+    let deadline = std::time::Duration::from_millis(deadline_ms);
+    crate::timer::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| {
+            let why = format!("the request's store work took over {deadline_ms} ms");
+            Err(ApiError::Engine(crate::engine::EngineError::Store(
+                crate::store::StoreError::Unavailable(why),
+            )))
+        })
+}
+
 fn parse_id<T: std::str::FromStr>(raw: &str) -> Result<T, ApiError> {
     raw.parse().map_err(|_| ApiError::NotFound)
 }
@@ -291,10 +323,14 @@ async fn create_job(
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
     let request = typed(&document)?;
-    let created = state
-        .engine
-        .create_job_exact(owner, &key, request, document.get("params"))
-        .await?;
+    let params = document.get("params");
+    let created = within(&state, async {
+        Ok(state
+            .engine
+            .create_job_exact(owner, &key, request, params)
+            .await?)
+    })
+    .await?;
     let view = JobView::from(created.job());
     let response = match created {
         Created::New(job) => {
@@ -324,7 +360,7 @@ async fn get_job(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
+    let job = within(&state, callers_job(&state, &headers, &id)).await?;
     Ok(axum::Json(JobView::from(&job)).into_response())
 }
 
@@ -333,13 +369,12 @@ async fn list_attempts(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
-    let attempts = state
-        .engine
-        .store()
-        .attempts(job.id)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+    let (job, attempts) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let attempts = state.engine.store().attempts(job.id).await;
+        Ok((job, attempts.map_err(|e| ApiError::Engine(e.into()))?))
+    })
+    .await?;
     Ok(axum::Json(json!({"job_id": job.id, "attempts": attempts})).into_response())
 }
 
@@ -348,13 +383,12 @@ async fn list_events(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
-    let events = state
-        .engine
-        .store()
-        .events(job.id)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+    let (job, events) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let events = state.engine.store().events(job.id).await;
+        Ok((job, events.map_err(|e| ApiError::Engine(e.into()))?))
+    })
+    .await?;
     Ok(axum::Json(json!({"job_id": job.id, "events": events})).into_response())
 }
 
@@ -366,11 +400,16 @@ async fn start_attempt(
 ) -> Result<Response, ApiError> {
     owner(&state, &headers)?;
     let request: AttemptRequest = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let job = callers_job(&state, &headers, &id).await?;
-    let attempt = state
-        .engine
-        .start_attempt(&job, request.provider.as_deref(), Trigger::Manual)
-        .await?;
+    let (job, attempt) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let provider = request.provider.as_deref();
+        let attempt = state
+            .engine
+            .start_attempt(&job, provider, Trigger::Manual)
+            .await?;
+        Ok((job, attempt))
+    })
+    .await?;
     tracing::info!(job = %job.id, attempt = %attempt.id, provider = %attempt.provider, "backup attempt started");
     if let Some(runner) = &state.runner {
         runner.launch(job.clone(), attempt.clone());
@@ -396,10 +435,8 @@ async fn resolve(
     let resolution: Resolution = json_body(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
-    let resolved = state
-        .engine
-        .resolve_out_of_band(attempt_id, resolution)
-        .await?;
+    let resolve = state.engine.resolve_out_of_band(attempt_id, resolution);
+    let resolved = within(&state, async { Ok(resolve.await?) }).await?;
     tracing::info!(attempt = %attempt_id, "attempt resolved out of band");
     let body = match resolved {
         Resolved::Won(job) => json!({

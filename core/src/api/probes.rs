@@ -12,7 +12,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, within};
 use crate::engine::EngineError;
 use crate::model::JobId;
 use crate::store::StoreError;
@@ -42,13 +42,13 @@ impl LoopHealth {
             .insert(name, why);
     }
 
-    /// The loops that stopped, as `name: why`.
-    pub fn failures(&self) -> Vec<String> {
+    /// The loops that stopped (why is in the log).
+    pub fn stopped_names(&self) -> Vec<&'static str> {
         self.stopped
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(name, why)| format!("{name}: {why}"))
+            .keys()
+            .copied()
             .collect()
     }
 }
@@ -65,12 +65,17 @@ pub(super) async fn healthz() -> impl IntoResponse {
 /// Ready when every background loop runs and the store answers a
 /// primary-key read of the jobs table (bounded like every store call).
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let failures = state.loops.failures();
-    if !failures.is_empty() {
-        return Err(ApiError::NotReady(failures.join("; ")));
+    let stopped = state.loops.stopped_names();
+    if !stopped.is_empty() {
+        return Err(ApiError::NotReady(stopped));
     }
     let probe = JobId(uuid::Uuid::nil());
-    match state.engine.store().job(probe).await {
+    let read = state.engine.store().job(probe);
+    match within(&state, async {
+        read.await.map_err(|e| ApiError::Engine(e.into()))
+    })
+    .await
+    {
         Ok(_) => Ok(axum::Json(json!({"status": "ready"})).into_response()),
         Err(e) => Err(ApiError::Engine(EngineError::Store(
             StoreError::Unavailable(e.to_string()),

@@ -113,9 +113,9 @@ pub enum ApiError {
     NotFound,
     #[error("this resource does not support this method")]
     MethodNotAllowed,
-    /// A background loop of the service has stopped.
-    #[error("not ready: {0}")]
-    NotReady(String),
+    /// Background loops of the service have stopped (their names).
+    #[error("not ready: {} stopped", .0.join(", "))]
+    NotReady(Vec<&'static str>),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -175,7 +175,11 @@ impl ApiError {
                 json!({"limit_bytes": limit_bytes}),
             ),
             ApiError::NotFound => (S::NOT_FOUND, P::NotFound, none),
-            ApiError::NotReady(_) => (S::SERVICE_UNAVAILABLE, P::NotReady, none),
+            ApiError::NotReady(stopped) => (
+                S::SERVICE_UNAVAILABLE,
+                P::NotReady,
+                json!({"stopped_tasks": stopped}),
+            ),
         }
     }
 }
@@ -258,7 +262,7 @@ fn engine_problem(error: &EngineError) -> Mapped {
 /// extensions, never in its body, and [`tag_server_error`] logs it under the
 /// request id that the body names.
 #[derive(Clone, Debug)]
-pub struct ServerErrorDetail(pub String);
+pub struct ServerErrorDetail(pub String, pub ProblemType, pub Value);
 
 impl Problem {
     /// The response carrying this problem.
@@ -292,6 +296,7 @@ impl Problem {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, problem_type, extensions) = self.problem();
+        let kept = extensions.clone();
         // A server error's own text (a database's message, a connection
         // error) is for the operator, not the client.
         let detail = if status.is_server_error() {
@@ -316,9 +321,11 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         if status.is_server_error() {
-            response
-                .extensions_mut()
-                .insert(ServerErrorDetail(self.to_string()));
+            response.extensions_mut().insert(ServerErrorDetail(
+                self.to_string(),
+                problem_type,
+                kept,
+            ));
         }
         response
     }
@@ -338,16 +345,22 @@ pub fn tag_server_error(
     if !status.is_server_error() {
         return response;
     }
-    let detail = response
-        .extensions_mut()
-        .remove::<ServerErrorDetail>()
-        .map_or_else(
-            || "a server error outside the API's errors".to_owned(),
-            |d| d.0,
-        );
+    let known = response.extensions_mut().remove::<ServerErrorDetail>();
+    let detail = known.as_ref().map_or_else(
+        || "a server error outside the API's errors".to_owned(),
+        |d| d.0.clone(),
+    );
     tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
-    let (problem_type, problem_detail) = match status {
-        StatusCode::SERVICE_UNAVAILABLE => (
+    let mut extensions = json!({"request_id": request_id});
+    if let Some(ServerErrorDetail(_, ProblemType::NotReady, Value::Object(kept))) = &known {
+        extensions.as_object_mut().map(|e| e.extend(kept.clone()));
+    }
+    let (problem_type, problem_detail) = match (status, known.map(|d| d.1)) {
+        (_, Some(ProblemType::NotReady)) => (
+            ProblemType::NotReady,
+            "a background task of the service has stopped; see the log",
+        ),
+        (StatusCode::SERVICE_UNAVAILABLE, _) => (
             ProblemType::StoreUnavailable,
             "the store is unavailable; retry with the same Idempotency-Key",
         ),
@@ -357,13 +370,8 @@ pub fn tag_server_error(
         ),
     };
     let headers = std::mem::take(response.headers_mut());
-    let mut tagged = Problem::of(
-        problem_type,
-        status,
-        problem_detail.to_owned(),
-        json!({"request_id": request_id}),
-    )
-    .into_response_with(status);
+    let mut tagged = Problem::of(problem_type, status, problem_detail.to_owned(), extensions)
+        .into_response_with(status);
     for (name, value) in &headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             tagged.headers_mut().insert(name, value.clone());

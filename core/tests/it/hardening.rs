@@ -72,7 +72,6 @@ both_stores! {
     two_authorization_headers_are_400,
     fallbacks_are_checked,
     hypers_own_errors_are_problems,
-    a_client_that_never_reads_is_cut_off,
     refusals_write_a_bounded_trace,
     a_dead_background_loop_makes_readyz_not_ready,
     an_unanswering_store_is_503_within_the_bound,
@@ -323,10 +322,14 @@ async fn hypers_own_errors_are_problems(backend: Backend) -> TestResult {
     Ok(())
 }
 
-async fn a_client_that_never_reads_is_cut_off(backend: Backend) -> TestResult {
+/// The connection's bound, not the store's: one store is enough (the
+/// in-process one, whose census is fast enough that the server's writes,
+/// not its reads, are what stall).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_cut_off() -> TestResult {
     let mut config = quiet_config();
     config.http.write_stall_timeout_ms = STALL_MS;
-    let app = app(backend, config).await;
+    let app = app(Backend::Mem, config).await;
     // Many pipelined requests for a response of some size, on a socket
     // with a small receive buffer, and nothing read: the server's writes
     // stall once the buffers between are full.
@@ -438,10 +441,9 @@ async fn a_dead_background_loop_makes_readyz_not_ready(backend: Backend) -> Test
     }
     let reply = last.ok_or("readyz stayed ready after the pruner died")?;
     check_problem("a dead pruner", &reply, 503, ProblemType::NotReady);
-    assert!(
-        reply.body["detail"]
-            .as_str()
-            .is_some_and(|d| d.contains("pruner")),
+    assert_eq!(
+        reply.body["stopped_tasks"],
+        json!(["pruner"]),
         "{:?}",
         reply.body
     );
