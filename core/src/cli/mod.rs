@@ -180,3 +180,102 @@ pub fn migrate(args: MigrateArgs) -> Result<(), CliError> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// The commands as a binary parses them.
+    #[derive(Debug, Parser)]
+    enum Command {
+        Serve(ServeArgs),
+        Certify(CertifyArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Command::try_parse_from(std::iter::once("idem-server").chain(args.iter().copied()))
+    }
+
+    /// Issue 22, items 8 and 22: values no service or certification could
+    /// run with are usage errors when the flags are read.
+    #[test]
+    fn values_nothing_could_run_with_are_usage_errors() {
+        let serve = [
+            "serve",
+            "--token",
+            "t=o",
+            "--provider",
+            "p=http://127.0.0.1:1",
+        ];
+        for bad in [
+            &["--retention-ms", "10000000000000000"][..],
+            &["--retention-ms", "0"],
+            &["--attempts-max", "0"],
+            &["--body-limit-bytes", "0"],
+            &["--header-read-timeout-ms", "0"],
+            &["--body-read-timeout-ms", "0"],
+            &["--attempt-deadline-ms", "0"],
+            &["--attempts-concurrent-max", "0"],
+            &["--prune-batch-max", "0"],
+        ] {
+            let args: Vec<&str> = serve.iter().chain(bad).copied().collect();
+            assert!(parse(&args).is_err(), "{bad:?} was accepted");
+        }
+        assert!(parse(&serve).is_ok());
+        let certify_flags = ["certify", "--provider", "p=http://127.0.0.1:1"];
+        for bad in [
+            &["--request-timeout-ms", "0"][..],
+            &["--context-window-tokens", "0"],
+            &["--concurrency", "0"],
+            &["--concurrency", "65"],
+            &["--deadline-ms", "0"],
+        ] {
+            let args: Vec<&str> = certify_flags.iter().chain(bad).copied().collect();
+            assert!(parse(&args).is_err(), "{bad:?} was accepted");
+        }
+        // Read, then refused before anything runs.
+        for (bad, says) in [
+            (&["--model", ""][..], "model name"),
+            (&["--provider", "p=http://127.0.0.1:99999"], "port"),
+            (&["--provider", "p=http://u:hunter22@h:1"], "credentials"),
+        ] {
+            let mut args: Vec<&str> = certify_flags.to_vec();
+            if bad[0] == "--provider" {
+                args.truncate(1);
+            }
+            args.extend(bad);
+            let Ok(Command::Certify(parsed)) = parse(&args) else {
+                panic!("{bad:?} did not parse");
+            };
+            let error = certify(parsed)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(error.contains(says), "{bad:?}: {error}");
+            assert!(!error.contains("hunter22"), "{error}");
+        }
+    }
+
+    /// Issue 22, item 9: a database that cannot be reached is a usage
+    /// error within [`DATABASE_CONNECT_TIMEOUT_MS`] that says why, and
+    /// shows no password.
+    #[test]
+    fn an_unreachable_database_says_why_at_once() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let url = format!("postgres://idem:hunter22@{closed}/idem");
+        let error = migrate(MigrateArgs {
+            database_url: url,
+            database_schema: SCHEMA_DEFAULT.to_owned(),
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(error.contains("cannot connect to the database"), "{error}");
+        assert!(error.to_lowercase().contains("refused"), "{error}");
+        assert!(!error.contains("hunter22"), "{error}");
+    }
+}
