@@ -13,11 +13,12 @@ use crate::model::{AttemptId, AttemptState, JobId, Timestamp};
 /// The page size of the list endpoints, by default and at most.
 pub const PAGE_LIMIT_DEFAULT: u32 = 20;
 pub const PAGE_LIMIT_MAX: u32 = 100;
-/// The times a cursor may name, in microseconds since 1970: years 1 to
-/// 9999, which every store holds (PostgreSQL's `timestamptz` refuses
-/// years past 294276, and chrono's range is narrower still).
-const CURSOR_MICROS_MIN: i64 = -62_135_596_800_000_000;
-const CURSOR_MICROS_MAX: i64 = 253_402_300_799_999_999;
+/// The most digits of a cursor's time, in microseconds since 1970: up to
+/// the year 5138, which every store holds (PostgreSQL's `timestamptz`
+/// refuses years past 294276), and never before 1970, which no row of this
+/// service is written at. A crafted cursor outside it is 400, not a
+/// database error; `core/openapi.json` states the same pattern.
+const CURSOR_MICROS_DIGITS_MAX: usize = 17;
 /// The longest cursor read, in characters.
 const CURSOR_LEN_MAX: usize = 1024;
 
@@ -37,6 +38,8 @@ fn list_query(raw: Option<&str>, filter: Option<&str>) -> Result<ListQuery, ApiE
     };
     for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decoded(value)?;
+        let value = value.as_str();
         match name {
             "limit" => {
                 query.limit = value
@@ -59,16 +62,55 @@ fn list_query(raw: Option<&str>, filter: Option<&str>) -> Result<ListQuery, ApiE
     Ok(query)
 }
 
+/// A query value as a form encodes it: `+` a space, `%XX` a byte; what
+/// does not decode to UTF-8 is 400.
+fn percent_decoded(value: &str) -> Result<String, ApiError> {
+    let invalid =
+        || ApiError::InvalidQuery("a query value is not percent-encoded UTF-8".to_owned());
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut rest = value.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        match first {
+            b'+' => bytes.push(b' '),
+            b'%' => {
+                let pair = tail.get(..2).ok_or_else(invalid)?;
+                let text = std::str::from_utf8(pair).map_err(|_| invalid())?;
+                bytes.push(u8::from_str_radix(text, 16).map_err(|_| invalid())?);
+                rest = &tail[2..];
+                continue;
+            }
+            other => bytes.push(other),
+        }
+        rest = tail;
+    }
+    String::from_utf8(bytes).map_err(|_| invalid())
+}
+
 fn invalid_cursor() -> ApiError {
     ApiError::InvalidQuery("the cursor is not one this API gave".to_owned())
 }
 
-/// A page cursor's text: hex, so that clients treat it as opaque.
-fn cursor_text(raw: &str) -> Result<String, ApiError> {
-    if raw.len() > CURSOR_LEN_MAX {
+/// Lower-case hex pairs, none of them `00` (no store takes a NUL).
+fn hex_bytes(raw: &str) -> Result<Vec<u8>, ApiError> {
+    let lower = raw
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let bytes = hex::decode(raw).map_err(|_| invalid_cursor())?;
+    if raw.len() > CURSOR_LEN_MAX || !lower || bytes.contains(&0) {
         return Err(invalid_cursor());
     }
-    String::from_utf8(hex::decode(raw).map_err(|_| invalid_cursor())?).map_err(|_| invalid_cursor())
+    Ok(bytes)
+}
+
+/// A page cursor's text: hex, so that clients treat it as opaque.
+fn cursor_text(raw: &str) -> Result<String, ApiError> {
+    String::from_utf8(hex_bytes(raw)?).map_err(|_| invalid_cursor())
+}
+
+/// A lower-case hyphenated uuid, exactly as [`uuid::Uuid`] prints one.
+fn canonical_uuid(text: &str) -> Option<uuid::Uuid> {
+    let id: uuid::Uuid = text.parse().ok()?;
+    (id.hyphenated().to_string() == text).then_some(id)
 }
 
 /// A page cursor: the sort time (microseconds) and id of the last row of
@@ -82,38 +124,46 @@ pub(super) fn encode_cursor(at: Timestamp, id: uuid::Uuid) -> String {
 pub(super) fn decode_cursor(raw: &str) -> Result<(Timestamp, uuid::Uuid), ApiError> {
     let text = cursor_text(raw)?;
     let (micros, id) = text.split_once('.').ok_or_else(invalid_cursor)?;
-    let micros: i64 = micros
-        .parse()
-        .ok()
-        .filter(|m| (CURSOR_MICROS_MIN..=CURSOR_MICROS_MAX).contains(m))
-        .ok_or_else(invalid_cursor)?;
-    Ok((
-        crate::clock::micros_to_timestamp(micros),
-        id.parse().map_err(|_| invalid_cursor())?,
-    ))
+    let digits = micros.len();
+    if digits == 0
+        || digits > CURSOR_MICROS_DIGITS_MAX
+        || !micros.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(invalid_cursor());
+    }
+    let micros: i64 = micros.parse().map_err(|_| invalid_cursor())?;
+    let id = canonical_uuid(id).ok_or_else(invalid_cursor)?;
+    Ok((crate::clock::micros_to_timestamp(micros), id))
 }
 
+/// A certificate page's cursor: the last key's four parts, each in hex,
+/// joined by `.`.
 fn encode_key_cursor(key: &CertificateKey) -> String {
-    hex::encode(
-        json!([
-            key.provider,
-            key.model,
-            key.prompt_version,
-            key.schema_version
-        ])
-        .to_string(),
-    )
+    [
+        &key.provider,
+        &key.model,
+        &key.prompt_version,
+        &key.schema_version,
+    ]
+    .map(hex::encode)
+    .join(".")
 }
 
+/// A certificate cursor, or 400. Any bytes but NUL are taken (a part that
+/// is not UTF-8 is read leniently: a crafted cursor only moves the page).
 fn decode_key_cursor(raw: &str) -> Result<CertificateKey, ApiError> {
-    let parts: [String; 4] =
-        serde_json::from_str(&cursor_text(raw)?).map_err(|_| invalid_cursor())?;
-    let [provider, model, prompt_version, schema_version] = parts;
+    let parts: Vec<&str> = raw.split('.').collect();
+    let [provider, model, prompt_version, schema_version] = parts[..] else {
+        return Err(invalid_cursor());
+    };
+    let part = |hex: &str| -> Result<String, ApiError> {
+        Ok(String::from_utf8_lossy(&hex_bytes(hex)?).into_owned())
+    };
     Ok(CertificateKey {
-        provider,
-        model,
-        prompt_version,
-        schema_version,
+        provider: part(provider)?,
+        model: part(model)?,
+        prompt_version: part(prompt_version)?,
+        schema_version: part(schema_version)?,
     })
 }
 
@@ -211,6 +261,15 @@ pub(super) async fn list_certificates(
 ) -> Result<Response, ApiError> {
     operator(&state, &headers)?;
     let query = list_query(raw.as_deref(), Some("provider"))?;
+    if query
+        .filter
+        .as_deref()
+        .is_some_and(|p| p.contains('\0') || p.len() > 256)
+    {
+        return Err(ApiError::InvalidQuery(
+            "provider is at most 256 bytes, without NUL".to_owned(),
+        ));
+    }
     let mut after = query.cursor.as_deref().map(decode_key_cursor).transpose()?;
     if let (None, Some(provider)) = (&after, &query.filter) {
         // Just before the provider's first key.

@@ -6,6 +6,7 @@
 pub mod auth;
 mod body;
 mod list;
+pub mod openapi;
 mod probes;
 pub mod problem;
 mod serve;
@@ -73,6 +74,8 @@ pub struct AppState {
     /// every call); past it the answer is 503 and the client retries with
     /// the same key. `None`: only each store call's own bound holds.
     pub store_deadline_ms: Option<u64>,
+    /// `GET /openapi.json`, rendered once.
+    pub openapi: openapi::RenderedDocument,
 }
 
 impl AppState {
@@ -87,6 +90,7 @@ impl AppState {
             loops: LoopHealth::default(),
             census_gate: CensusGate::default(),
             store_deadline_ms: None,
+            openapi: openapi::RenderedDocument::default(),
         }
     }
 
@@ -130,6 +134,7 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/healthz", get(probes::healthz)),
         (Method::GET, "/readyz", get(probes::readyz)),
         (Method::GET, "/metrics", get(probes::metrics)),
+        (Method::GET, "/openapi.json", get(openapi::openapi)),
         (Method::GET, "/v1/jobs", get(list::list_jobs)),
         (Method::POST, "/v1/jobs", post(create_job)),
         (Method::GET, "/v1/jobs/{id}", get(get_job)),
