@@ -312,7 +312,7 @@ mod tests {
         let lines = [
             r#"{"seq":0,"t_ms":0,"host":"client-alice","kind":"http_request","client":"alice","request_id":0,"replica":"api-1","method":"POST","path":"/v1/jobs"}"#.to_owned(),
             format!(r#"{{"seq":1,"t_ms":5,"host":"store","caller":"api-1","kind":"job_created","job_id":"{j}","owner":"alice","key":"k"}}"#),
-            format!(r#"{{"seq":2,"t_ms":9,"host":"client-alice","kind":"http_response","client":"alice","request_id":0,"status":201,"problem":null,"replayed":false}}"#),
+            r#"{"seq":2,"t_ms":9,"host":"client-alice","kind":"http_response","client":"alice","request_id":0,"status":201,"problem":null,"replayed":false}"#.to_owned(),
             format!(r#"{{"seq":3,"t_ms":100,"host":"store","caller":"worker-1","kind":"attempt_started","job_id":"{j}","attempt_id":"{a}","attempt_seq":1,"provider":"primary","read_version":0}}"#),
             format!(r#"{{"seq":4,"t_ms":105,"host":"store","caller":"worker-1","kind":"attempt_transition","job_id":"{j}","attempt_id":"{a}","from":"starting","to":"running","reason":null}}"#),
             format!(r#"{{"seq":5,"t_ms":108,"host":"provider-primary","kind":"provider_execution","provider":"primary","key":"{a}","job_id":"{j}","exec_seq":1,"billed":false,"outcome":"running"}}"#),
