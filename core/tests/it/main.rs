@@ -3,6 +3,7 @@
 //! that `idem_core::testing::pg` starts on first use.
 
 mod certify;
+mod cli;
 mod conformance;
 mod differential;
 mod hardening;
