@@ -310,8 +310,49 @@ fn request() -> JobRequest {
     }
 }
 
+/// What the code under test logs on this thread, as plain text.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::ErrorKind::Other)?
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLogs {
+    /// Captures until the guard drops (the test's runtime is one thread).
+    fn start(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        )
+    }
+
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Also issue 22, item 5: the revocation and each refused failover are
+/// logged, naming what was certified and what is served.
 #[tokio::test]
 async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused() -> TestResult {
+    let logs = CapturedLogs::default();
+    let _capturing = logs.start();
     let store = fresh_store().await;
     let contract = Contract::shipped();
     let (addr, fallback) = start_provider(Behaviour::default()).await?;
@@ -426,6 +467,23 @@ async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused()
         .find(|e| e.kind == EventKind::FailoverRefused)
         .ok_or("a failover_refused event")?;
     assert_eq!(refusal.detail["reason"], "certificate_revoked");
+    let logged = logs.text();
+    let revoked = logged
+        .lines()
+        .find(|l| l.contains("certificate revoked"))
+        .ok_or_else(|| format!("no revocation logged: {logged}"))?;
+    assert!(revoked.contains("certified=fallback-model"), "{revoked}");
+    assert!(
+        revoked.contains("serving=fallback-model-2026-06"),
+        "{revoked}"
+    );
+    let refusals: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("failover refused"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{logged}");
+    assert!(refusals[0].contains("certificate_stale"), "{logged}");
+    assert!(refusals[1].contains("certificate_revoked"), "{logged}");
     Ok(())
 }
 
