@@ -940,11 +940,12 @@ struct CertifyCommand {
     args: idem_core::cli::CertifyArgs,
 }
 
-/// Three providers a certification cannot learn anything from: one that
-/// answers 404 to everything, a TLS server reached over plain HTTP, and
-/// one that dies after its first answers. Their addresses, served from a
+/// Five providers a certification cannot learn anything from: one that
+/// answers 404 to everything, a TLS server reached over plain HTTP, one
+/// that dies after its first answers, a plain server reached over HTTPS,
+/// and a TLS server whose certificate no known CA issued. Their addresses, served from a
 /// runtime of their own (the command line runs its own).
-fn useless_providers() -> Result<(tokio::runtime::Runtime, [String; 3]), Box<dyn std::error::Error>>
+fn useless_providers() -> Result<(tokio::runtime::Runtime, [String; 5]), Box<dyn std::error::Error>>
 {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -981,13 +982,17 @@ fn useless_providers() -> Result<(tokio::runtime::Runtime, [String; 3]), Box<dyn
             format!("http://{not_found_addr}"),
             format!("http://{tls_addr}"),
             format!("http://{dying_addr}"),
+            format!("https://{not_found_addr}"),
+            format!("https://localhost:{}", tls_addr.port()),
         ])
     })?;
     Ok((runtime, urls))
 }
 
 /// Issue 22, item 3: a certification that could not run (or learnt
-/// nothing) exits 2 and leaves the certificate on file as it was.
+/// nothing) exits 2 and leaves the certificate on file as it was, over
+/// plain HTTP to a TLS port and over HTTPS to a plain one alike; and
+/// (item 10) a certificate no known CA issued says how to give its CA.
 #[test]
 fn a_certification_that_learnt_nothing_leaves_the_certificate() -> TestResult {
     use clap::Parser;
@@ -1029,6 +1034,14 @@ fn a_certification_that_learnt_nothing_leaves_the_certificate() -> TestResult {
         ])?;
         let outcome = idem_core::cli::certify(parsed.args);
         assert!(outcome.is_err(), "{provider_url}: {outcome:?}");
+        if provider_url.starts_with("https://localhost") {
+            let said = outcome
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(said.contains("--ca-file"), "{said}");
+        }
         let after = servers.block_on(async {
             let store = idem_core::store::pg::PgStore::connect(&url, "idem", 1).await?;
             Ok::<_, Box<dyn std::error::Error>>(store.certificate(&key).await?)
