@@ -189,3 +189,47 @@ fn serve_certifies_in_the_background_and_logs_only_json() -> TestResult {
     );
     Ok(())
 }
+
+/// Issue 22, item 1: a model name with a space, asserted certified, starts
+/// a server that answers (it panicked at start), and one that is empty is
+/// a usage error (exit 2), not a verdict.
+#[test]
+fn serve_takes_any_model_name_and_refuses_an_empty_one() -> TestResult {
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let serve = |model: &str| {
+        Command::new(BINARY)
+            .args(["serve", "--store", "memory", "--listen", &listen])
+            .args(["--token", "t=alice", "--provider", "p=http://127.0.0.1:9"])
+            .args(["--model", model, "--certified", "p"])
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    let empty = serve("p=")?.wait_with_output()?;
+    assert_eq!(
+        empty.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&empty.stderr)
+    );
+    let mut child = serve("p=my model?x")?;
+    let started = SystemClock.monotonic();
+    let mut listening = false;
+    while !listening && SystemClock.monotonic().saturating_sub(started) < Duration::from_secs(20) {
+        if let Some(status) = child.try_wait()? {
+            let output = child.wait_with_output()?;
+            return Err(format!(
+                "exited {status}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+            .into());
+        }
+        listening = std::net::TcpStream::connect(&listen).is_ok();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening, "never listened");
+    Ok(())
+}
