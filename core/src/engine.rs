@@ -25,6 +25,9 @@ use crate::store::{
     Store, StoreError, TransitionOutcome,
 };
 
+/// The attempt policy is vocabulary (the oracle reads it); it lives in idem-model.
+pub use idem_model::policy::Policy;
+
 /// How often an operation whose acknowledgement was lost is re-checked or
 /// re-run before the engine gives up and reports the store as unavailable.
 pub const ACK_RECHECKS_MAX: u32 = 3;
@@ -45,23 +48,6 @@ pub const MODEL_PROBE_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 const SLOT_WAITS_MAX: u32 = 10;
 const SLOT_WAIT_MS: u64 = 100;
 
-/// Whether attempts may overlap.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Policy {
-    /// One attempt in flight at a time (the default).
-    #[default]
-    Strict,
-    /// A second attempt may start on a certified fallback while the first is
-    /// running and silent past `hedge_after_ms`.
-    Hedged { hedge_after_ms: u64 },
-}
-
-impl Policy {
-    pub fn allows_overlap(self) -> bool {
-        matches!(self, Policy::Hedged { .. })
-    }
-}
 
 /// Errors of the engine boundary; the HTTP layer maps each to a status in
 /// one function.

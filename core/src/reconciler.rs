@@ -34,43 +34,11 @@ use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
 use crate::store::PageAfter;
 
-/// The default bound on one status lookup or cancel, in milliseconds.
-pub const PROVIDER_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// The reconciler's configuration is vocabulary (the oracle reads its
+/// waits); it lives in idem-model.
+pub use idem_model::loops::{PROVIDER_CALL_TIMEOUT_MS_DEFAULT, ReconcilerConfig};
 
-/// Tunables; every wait and batch is bounded by one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReconcilerConfig {
-    pub poll_interval_ms: u64,
-    /// A starting attempt older than this is presumed orphaned.
-    pub starting_stale_ms: u64,
-    /// A running attempt older than this is presumed orphaned (longer than
-    /// the worker's deadline, or the worker would have acted).
-    pub running_stale_ms: u64,
-    /// How long an attempt may stay unresolved before the reconciler
-    /// cancels it (where the provider supports cancel).
-    pub unknown_max_ms: u64,
-    /// Attempts looked at per state per pass.
-    pub attempts_per_pass_max: u32,
-    /// How long one status lookup or cancel at a provider may take. Past
-    /// it the provider counts as unreachable for this pass: an answer lost
-    /// on the way back (a partition, a NAT dropping the flow) must not hold
-    /// the pass, and with it every other attempt, for ever.
-    pub provider_call_timeout_ms: u64,
-}
 
-impl Default for ReconcilerConfig {
-    fn default() -> Self {
-        Self {
-            poll_interval_ms: 500,
-            starting_stale_ms: 5_000,
-            running_stale_ms: 30_000,
-            unknown_max_ms: 60_000,
-            attempts_per_pass_max: 32,
-            provider_call_timeout_ms: PROVIDER_CALL_TIMEOUT_MS_DEFAULT,
-        }
-    }
-}
 
 /// What the reconciler did with one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

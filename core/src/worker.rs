@@ -32,44 +32,14 @@ use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
 
+/// The worker's configuration is vocabulary; it lives in idem-model.
+pub use idem_model::loops::WorkerConfig;
+
 /// Runs attempts started elsewhere (the backup button) to their end.
 pub trait AttemptRunner: Send + Sync + fmt::Debug {
     fn launch(&self, job: Job, attempt: Attempt);
 }
 
-/// Tunables of the worker loop; every loop and wait is bounded by one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WorkerConfig {
-    /// Pause between polls for work.
-    pub poll_interval_ms: u64,
-    /// How long opening a connection to a provider may take. Past it the
-    /// attempt fails: nothing was dispatched.
-    pub connect_timeout_ms: u64,
-    /// How long a provider call may take before the attempt becomes unknown.
-    pub attempt_deadline_ms: u64,
-    /// Attempts per job, retries and failovers included, before giving up.
-    pub attempts_max: u32,
-    /// Jobs picked up per poll.
-    pub jobs_per_tick_max: u32,
-    /// Attempts this worker runs at once: those its polls start and those
-    /// the backup button hands it. A poll starts no more than the free
-    /// slots allow.
-    pub attempts_concurrent_max: u32,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            poll_interval_ms: 200,
-            connect_timeout_ms: 2_000,
-            attempt_deadline_ms: 10_000,
-            attempts_max: 3,
-            jobs_per_tick_max: 16,
-            attempts_concurrent_max: 32,
-        }
-    }
-}
 
 /// How one attempt ended, as far as this worker saw it.
 #[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]

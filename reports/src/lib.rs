@@ -34,7 +34,7 @@ pub mod timeline;
 pub mod trace;
 
 pub use fuzz::FuzzSummary;
-pub use idem_core::stamp::BuildStamp;
+pub use idem_model::stamp::BuildStamp;
 pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
 pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};

@@ -49,6 +49,9 @@ use tokio::sync::watch;
 use super::openai::CHAT_COMPLETIONS_PATH;
 use crate::model::IDEMPOTENCY_KEY_LEN_MAX;
 
+/// The ledger's vocabulary lives in idem-model: the oracle reads it.
+pub use idem_model::ledger::{Execution, ExecutionOutcome};
+
 /// The most executions the ledger keeps; past it, new work is refused with a
 /// definitive 503 rather than letting memory grow without bound.
 pub const EXECUTIONS_MAX: usize = 10_000;
@@ -139,47 +142,6 @@ impl Default for Behaviour {
     }
 }
 
-/// Where an execution stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExecutionOutcome {
-    Running,
-    /// The work was done and billed.
-    Succeeded,
-    /// A definitive error: nothing done, nothing billed.
-    Failed,
-    /// Cancelled before it finished, or a key cancelled before any request
-    /// carried it (then `job_id` is `None`): nothing billed.
-    Cancelled,
-}
-
-impl ExecutionOutcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// One entry of the provider's ledger.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Execution {
-    /// The request's `Idempotency-Key`.
-    pub key: String,
-    /// `metadata.job_id` of the request, if it had one.
-    pub job_id: Option<String>,
-    /// 1 for the first entry of the ledger, then 2, 3, ...
-    pub seq: u64,
-    /// Whether the work was done and charged for.
-    pub billed: bool,
-    pub outcome: ExecutionOutcome,
-    /// Once succeeded: the content parsed as JSON, or the raw text when it is
-    /// not JSON (prose).
-    pub output: Option<Value>,
-}
 
 /// A ledger entry and what its waiters need.
 struct Record {

@@ -15,36 +15,11 @@ use serde::{Deserialize, Serialize};
 use super::call::{CallStore, StoreCall, StoreReply, apply};
 use super::{Store, StoreError};
 
+pub use idem_model::store_fault::{StoreFault, StoreOp};
+
 /// The most rules one plan holds.
 pub const FAULT_RULES_MAX: usize = 64;
 
-/// The store operations a fault can target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreOp {
-    CreateJob,
-    StartAttempt,
-    TransitionAttempt,
-    Complete,
-    FailJob,
-    RecordEvent,
-    PutCertificate,
-    PruneJobs,
-    /// Any read.
-    Read,
-}
-
-/// What to do to a targeted operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StoreFault {
-    /// Apply the operation, then report that its outcome is unknown.
-    LoseAck,
-    /// Refuse the operation without applying it.
-    FailBeforeApply,
-    /// Apply it after a delay.
-    Latency { latency_ms: u64 },
-}
 
 /// Hit occurrences `first..first+count` (1-based) of `op` with `fault`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
