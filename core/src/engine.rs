@@ -48,7 +48,6 @@ pub const MODEL_PROBE_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 const SLOT_WAITS_MAX: u32 = 10;
 const SLOT_WAIT_MS: u64 = 100;
 
-
 /// Errors of the engine boundary; the HTTP layer maps each to a status in
 /// one function.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

@@ -38,8 +38,6 @@ use crate::store::PageAfter;
 /// waits); it lives in idem-model.
 pub use idem_model::loops::{PROVIDER_CALL_TIMEOUT_MS_DEFAULT, ReconcilerConfig};
 
-
-
 /// What the reconciler did with one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

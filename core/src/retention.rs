@@ -33,7 +33,6 @@ use crate::model::Timestamp;
 /// Retention's configuration is vocabulary; it lives in idem-model.
 pub use idem_model::loops::RetentionConfig;
 
-
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PruneReport {

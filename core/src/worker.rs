@@ -40,7 +40,6 @@ pub trait AttemptRunner: Send + Sync + fmt::Debug {
     fn launch(&self, job: Job, attempt: Attempt);
 }
 
-
 /// How one attempt ended, as far as this worker saw it.
 #[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

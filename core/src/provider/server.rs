@@ -142,7 +142,6 @@ impl Default for Behaviour {
     }
 }
 
-
 /// A ledger entry and what its waiters need.
 struct Record {
     execution: Execution,

@@ -20,7 +20,6 @@ pub use idem_model::store_fault::{StoreFault, StoreOp};
 /// The most rules one plan holds.
 pub const FAULT_RULES_MAX: usize = 64;
 
-
 /// Hit occurrences `first..first+count` (1-based) of `op` with `fault`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultRule {

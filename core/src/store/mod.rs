@@ -181,7 +181,6 @@ impl AttemptCensus {
     }
 }
 
-
 /// Errors a store returns. Conditions a caller can act on are outcomes, not
 /// errors; these are the failures of the store itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

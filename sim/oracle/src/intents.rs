@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::model::JobId;
+use idem_model::model::JobId;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use idem_core::model::{Attempt, AttemptId, AttemptState, Job, JobId};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{Attempt, AttemptId, AttemptState, Job, JobId};
 
 use super::OracleInput;
 use super::replay::Replay;
