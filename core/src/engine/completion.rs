@@ -6,7 +6,9 @@ use serde_json::{Value, json};
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, NewEvent};
-use crate::store::{CompleteOutcome, Completion, FailJobOutcome, StoreError};
+#[cfg(feature = "bench")]
+use crate::store::StoreError;
+use crate::store::{CompleteOutcome, Completion, FailJobOutcome};
 
 use super::retry::{Try, is_transient, retry_store_call};
 use super::{Engine, EngineError, Resolution, Resolved, Verdict};
