@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
+use crate::engine::{Engine, EngineError, FailureReason, Policy, Trigger, Verdict};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
@@ -255,7 +255,7 @@ impl Worker {
         let attempts = self.engine().store().attempts(job.id).await?;
         let spent = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
         if spent >= self.config().attempts_max {
-            let reason = json!({"reason": "attempts_exhausted", "attempts": spent});
+            let reason = FailureReason::AttemptsExhausted { attempts: spent };
             return Ok(match self.engine().give_up(&job, reason).await? {
                 FailJobOutcome::Failed(_) => AttemptEnd::GaveUp,
                 FailJobOutcome::Stale { state, version } => {
@@ -327,7 +327,7 @@ impl Worker {
             let engine = self.engine();
             let Some(provider) = self.inner.providers.get(&attempt.provider) else {
                 engine
-                    .fail_attempt(attempt.id, json!({"reason": "no_client_for_provider"}))
+                    .fail_attempt(attempt.id, FailureReason::NoClientForProvider)
                     .await?;
                 return Ok(AttemptEnd::Failed);
             };
@@ -344,7 +344,9 @@ impl Worker {
                     engine
                         .fail_attempt(
                             attempt.id,
-                            json!({"reason": "unreachable", "detail": e.to_string()}),
+                            FailureReason::Unreachable {
+                                detail: e.to_string(),
+                            },
                         )
                         .await?;
                     return Ok(AttemptEnd::Failed);
@@ -452,7 +454,9 @@ impl Worker {
             CallOutcome::Answered(Err(
                 e @ (ProviderError::Rejected { .. } | ProviderError::Invalid(_)),
             )) => {
-                let error = json!({"reason": "provider_error", "detail": e.to_string()});
+                let error = FailureReason::ProviderError {
+                    detail: e.to_string(),
+                };
                 match engine.fail_attempt(attempt.id, error).await {
                     Ok(_) => Ok(AttemptEnd::Failed),
                     // Resolved out of band meanwhile: its resolution stands.
@@ -531,7 +535,12 @@ mod tests {
             .await
             .expect("start");
         engine
-            .fail_attempt(attempt.id, json!({"error": "refused"}))
+            .fail_attempt(
+                attempt.id,
+                FailureReason::ProviderError {
+                    detail: "refused".to_owned(),
+                },
+            )
             .await
             .expect("fail");
         // The snapshot both workers read; the first gives up.

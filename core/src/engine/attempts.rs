@@ -9,10 +9,7 @@ use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent};
 use crate::store::{NewAttempt, StartOutcome, StoreError, TransitionOutcome};
 
 use super::retry::{Try, is_transient, retry_store_call};
-use super::{
-    DEADLINE_REASON, Engine, EngineError, PRESUMED_ORPHANED_REASON, SLOT_WAIT_MS, SLOT_WAITS_MAX,
-    Trigger,
-};
+use super::{Engine, EngineError, FailureReason, SLOT_WAIT_MS, SLOT_WAITS_MAX, Trigger};
 
 impl Engine {
     /// Start a new attempt of `job` on `provider` (the primary by default).
@@ -112,7 +109,8 @@ impl Engine {
         &self,
         attempt: AttemptId,
     ) -> Result<Attempt, EngineError> {
-        self.to_unknown(attempt, None, DEADLINE_REASON).await
+        self.to_unknown(attempt, None, FailureReason::Deadline)
+            .await
     }
 
     /// The reconciler's judgement that a starting or running attempt's
@@ -131,7 +129,7 @@ impl Engine {
         attempt: AttemptId,
         silent_in: AttemptState,
     ) -> Result<Attempt, EngineError> {
-        self.to_unknown(attempt, Some(silent_in), PRESUMED_ORPHANED_REASON)
+        self.to_unknown(attempt, Some(silent_in), FailureReason::PresumedOrphaned)
             .await
     }
 
@@ -139,7 +137,7 @@ impl Engine {
         &self,
         attempt: AttemptId,
         only_from: Option<AttemptState>,
-        reason: &str,
+        reason: FailureReason,
     ) -> Result<Attempt, EngineError> {
         #[cfg(feature = "bench")]
         if self.runs(Design::TimeoutIsFailure) {
@@ -149,7 +147,7 @@ impl Engine {
                     attempt,
                     only_from,
                     AttemptState::Failed,
-                    Some(json!({"reason": DEADLINE_REASON})),
+                    Some(FailureReason::Deadline.to_value()),
                 )
                 .await;
         }
@@ -160,7 +158,7 @@ impl Engine {
                     attempt,
                     only_from,
                     AttemptState::Unknown,
-                    Some(json!({"reason": reason})),
+                    Some(reason.to_value()),
                 )
                 .await;
             match result {
@@ -181,9 +179,9 @@ impl Engine {
     pub async fn fail_attempt(
         &self,
         attempt: AttemptId,
-        error: Value,
+        reason: FailureReason,
     ) -> Result<Attempt, EngineError> {
-        self.transition(attempt, None, AttemptState::Failed, Some(error))
+        self.transition(attempt, None, AttemptState::Failed, Some(reason.to_value()))
             .await
     }
 

@@ -11,7 +11,7 @@ use crate::store::StoreError;
 use crate::store::{CompleteOutcome, Completion, FailJobOutcome};
 
 use super::retry::{Try, is_transient, retry_store_call};
-use super::{Engine, EngineError, Resolution, Resolved, Verdict};
+use super::{Engine, EngineError, FailureReason, Resolution, Resolved, Verdict};
 
 impl Engine {
     /// Offer `output` to the job's compare-and-swap. Exactly one attempt of
@@ -108,10 +108,14 @@ impl Engine {
 
     /// Give up on a job whose attempts are all spent. Refused (stale) if
     /// anything moved since `job` was read.
-    pub async fn give_up(&self, job: &Job, reason: Value) -> Result<FailJobOutcome, EngineError> {
+    pub async fn give_up(
+        &self,
+        job: &Job,
+        reason: FailureReason,
+    ) -> Result<FailJobOutcome, EngineError> {
         Ok(self
             .store
-            .fail_job(job.id, job.version, reason, self.clock.now())
+            .fail_job(job.id, job.version, reason.to_value(), self.clock.now())
             .await?)
     }
 

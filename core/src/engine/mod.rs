@@ -40,12 +40,37 @@ pub use idem_model::policy::Policy;
 /// re-run before the engine gives up and reports the store as unavailable.
 pub const ACK_RECHECKS_MAX: u32 = 3;
 
-/// The `reason` recorded with a move to unknown because the provider call
-/// outlived its deadline (or broke after dispatch).
-pub const DEADLINE_REASON: &str = "deadline";
-/// The `reason` recorded with a move to unknown because the reconciler
-/// presumed the attempt's worker gone.
-pub const PRESUMED_ORPHANED_REASON: &str = "presumed_orphaned";
+/// Why an attempt was moved to failed or unknown, or a job given up: the
+/// error recorded with the move, `{"reason": "<name>", ...fields}`, as the
+/// store, the events and the trace (`AttemptTransition.reason`) have always
+/// read it. Serialized by serde, so the text is the same as the `json!`
+/// objects it replaces.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum FailureReason {
+    /// The provider call outlived its deadline, or broke after dispatch:
+    /// unknown.
+    Deadline,
+    /// The reconciler presumed the attempt's worker gone: unknown.
+    PresumedOrphaned,
+    /// The job's attempts are spent: the job is given up.
+    AttemptsExhausted { attempts: u32 },
+    /// No client is configured for the attempt's provider: failed before
+    /// anything was dispatched.
+    NoClientForProvider,
+    /// The provider could not be reached: failed, nothing dispatched.
+    Unreachable { detail: String },
+    /// The provider answered with a definitive error: failed.
+    ProviderError { detail: String },
+}
+
+impl FailureReason {
+    /// The error object recorded with the move.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a failure reason always serializes")
+    }
+}
+
 /// How long the engine waits for a provider to say which model it serves
 /// before a failover to it, by default. Past it the failover is refused: a
 /// certificate that cannot be checked is not relied on.
