@@ -38,6 +38,13 @@ use crate::store::PageAfter;
 /// waits); it lives in idem-model.
 pub use idem_model::loops::{PROVIDER_CALL_TIMEOUT_MS_DEFAULT, ReconcilerConfig};
 
+/// Whether a resolution came past `unknown_max_ms` (its note says so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lateness {
+    InTime,
+    Overdue,
+}
+
 /// What the reconciler did with one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -331,7 +338,7 @@ impl Reconciler {
             Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
             Err(_) => return Ok(Action::Unreachable),
         };
-        self.resolve(attempt, resolution, false).await
+        self.resolve(attempt, resolution, Lateness::InTime).await
     }
 
     /// Cancels at the provider, then resolves the attempt as cancelled.
@@ -343,8 +350,12 @@ impl Reconciler {
     ) -> Result<Action, EngineError> {
         match self.bounded("cancel", provider.cancel(attempt.id)).await {
             Ok(true) => {
-                let overdue = matches!(why, Cancel::Overdue { .. });
-                self.resolve(attempt, Resolution::Cancelled, overdue).await
+                let lateness = match why {
+                    Cancel::Overdue { .. } => Lateness::Overdue,
+                    _ => Lateness::InTime,
+                };
+                self.resolve(attempt, Resolution::Cancelled, lateness)
+                    .await
             }
             // It finished meanwhile; the next pass reads its status.
             Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(Action::StillRunning),
@@ -396,7 +407,7 @@ impl Reconciler {
         &self,
         attempt: &Attempt,
         resolution: Resolution,
-        overdue: bool,
+        lateness: Lateness,
     ) -> Result<Action, EngineError> {
         let outcome = match &resolution {
             Resolution::Succeeded { .. } => "succeeded",
@@ -409,10 +420,9 @@ impl Reconciler {
             .await
         {
             Ok(resolved) => {
-                let detail = if overdue {
-                    json!({"resolved": outcome, "overdue": true})
-                } else {
-                    json!({"resolved": outcome})
+                let detail = match lateness {
+                    Lateness::Overdue => json!({"resolved": outcome, "overdue": true}),
+                    Lateness::InTime => json!({"resolved": outcome}),
                 };
                 // Best effort: the resolution is in the trace as its own
                 // event; the note adds who decided it.

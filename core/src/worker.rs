@@ -35,6 +35,15 @@ use crate::store::FailJobOutcome;
 /// The worker's configuration is vocabulary; it lives in idem-model.
 pub use idem_model::loops::WorkerConfig;
 
+/// Whether an attempt may get a hedge while it runs silent (under the
+/// hedged policy). A hedge gets none of its own, and neither does an
+/// attempt the backup button started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hedging {
+    Allowed,
+    Never,
+}
+
 /// Runs attempts started elsewhere (the backup button) to their end.
 pub trait AttemptRunner: Send + Sync + fmt::Debug {
     fn launch(&self, job: Job, attempt: Attempt);
@@ -269,7 +278,7 @@ impl Worker {
             .start_attempt(&job, Some(&provider), Trigger::Worker)
             .await
         {
-            Ok(attempt) => self.execute(job, attempt, true).await,
+            Ok(attempt) => self.execute(job, attempt, Hedging::Allowed).await,
             Err(EngineError::AttemptInFlight { .. } | EngineError::JobCompleted { .. }) => {
                 Ok(AttemptEnd::Skipped)
             }
@@ -316,12 +325,13 @@ impl Worker {
     }
 
     /// Runs a started attempt to its end. With the hedged policy and
-    /// `may_hedge`, a silent attempt gets one hedge on a certified fallback.
+    /// [`Hedging::Allowed`], a silent attempt gets one hedge on a certified
+    /// fallback.
     pub fn execute(
         &self,
         job: Job,
         attempt: Attempt,
-        may_hedge: bool,
+        hedging: Hedging,
     ) -> Pin<Box<dyn Future<Output = Result<AttemptEnd, EngineError>> + Send + '_>> {
         Box::pin(async move {
             let engine = self.engine();
@@ -368,7 +378,9 @@ impl Worker {
             let deadline =
                 crate::timer::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
             let hedge_after_ms = match engine.policy() {
-                Policy::Hedged { hedge_after_ms } if may_hedge => Some(hedge_after_ms),
+                Policy::Hedged { hedge_after_ms } if hedging == Hedging::Allowed => {
+                    Some(hedge_after_ms)
+                }
                 _ => None,
             };
             let hedge_timer =
@@ -386,7 +398,7 @@ impl Worker {
                         if let Some(hedge) = self.start_hedge(&job).await {
                             let worker = self.clone();
                             let job = job.clone();
-                            hedges.spawn(async move { worker.execute(job, hedge, false).await });
+                            hedges.spawn(async move { worker.execute(job, hedge, Hedging::Never).await });
                         }
                     }
                 }
@@ -485,7 +497,7 @@ impl AttemptRunner for Worker {
             let Ok(_slot) = worker.inner.slots.clone().acquire_owned().await else {
                 return;
             };
-            if let Err(e) = worker.execute(job, attempt, false).await {
+            if let Err(e) = worker.execute(job, attempt, Hedging::Never).await {
                 tracing::warn!(error = %e, "backup attempt failed to run");
             }
         });

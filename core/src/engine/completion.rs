@@ -11,7 +11,7 @@ use crate::store::StoreError;
 use crate::store::{CompleteOutcome, Completion, FailJobOutcome};
 
 use super::retry::{Try, is_transient, retry_store_call};
-use super::{Engine, EngineError, FailureReason, Resolution, Resolved, Verdict};
+use super::{Engine, EngineError, FailureReason, OutputSource, Resolution, Resolved, Verdict};
 
 impl Engine {
     /// Offer `output` to the job's compare-and-swap. Exactly one attempt of
@@ -20,14 +20,14 @@ impl Engine {
     /// If the acknowledgement is lost, the engine re-reads the job before
     /// concluding anything: if `completed_by` names this attempt, it won.
     pub async fn complete(&self, attempt: &Attempt, output: Value) -> Result<Verdict, EngineError> {
-        self.offer(attempt, output, false).await
+        self.offer(attempt, output, OutputSource::Provider).await
     }
 
     pub(super) async fn offer(
         &self,
         attempt: &Attempt,
         output: Value,
-        out_of_band: bool,
+        source: OutputSource,
     ) -> Result<Verdict, EngineError> {
         retry_store_call(|| async {
             let completion = Completion {
@@ -35,7 +35,7 @@ impl Engine {
                 attempt_id: attempt.id,
                 output: output.clone(),
                 at: self.clock.now(),
-                out_of_band,
+                out_of_band: source == OutputSource::OutOfBand,
             };
             match self.store.complete(completion).await {
                 Ok(CompleteOutcome::Won(job)) => Try::Done(Ok(Verdict::Won(job))),
@@ -174,7 +174,10 @@ impl Engine {
         }
         let (to, error, outcome) = match resolution {
             Resolution::Succeeded { result } => {
-                return match self.offer(&attempt, result, true).await? {
+                return match self
+                    .offer(&attempt, result, OutputSource::OutOfBand)
+                    .await?
+                {
                     Verdict::Won(job) => Ok(Resolved::Won(job)),
                     Verdict::Lost { winner } => Ok(Resolved::Lost { winner }),
                     Verdict::Discarded { state } => Err(EngineError::NotResolvable {

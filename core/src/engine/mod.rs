@@ -181,6 +181,15 @@ pub enum Resolution {
     Cancelled,
 }
 
+/// Where an output offered to the compare-and-swap came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputSource {
+    /// The provider's answer to the worker's call.
+    Provider,
+    /// An out-of-band resolution (the reconciler or an operator).
+    OutOfBand,
+}
+
 /// Who asked for a new attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
