@@ -76,7 +76,7 @@ impl FailureReason {
 /// certificate that cannot be checked is not relied on.
 pub const MODEL_PROBE_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 
-/// How often, and how long, `time_out` waits for a starting hedge to leave
+/// How often, and how long, `mark_unknown_after_deadline` waits for a starting hedge to leave
 /// the open-attempt slot.
 const SLOT_WAITS_MAX: u32 = 10;
 const SLOT_WAIT_MS: u64 = 100;
