@@ -48,7 +48,7 @@ enum Lateness {
 /// What the reconciler did with one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Action {
+pub enum AttemptAction {
     /// Presumed orphaned: starting or running -> unknown.
     MarkedUnknown,
     ResolvedSucceeded,
@@ -69,7 +69,7 @@ pub enum Action {
 /// One pass's actions, in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PassReport {
-    pub actions: Vec<(AttemptId, Action)>,
+    pub actions: Vec<(AttemptId, AttemptAction)>,
     pub errors: Vec<String>,
 }
 
@@ -78,7 +78,7 @@ impl PassReport {
     pub fn blocked(&self) -> Vec<AttemptId> {
         self.actions
             .iter()
-            .filter(|(_, a)| *a == Action::Blocked)
+            .filter(|(_, a)| *a == AttemptAction::Blocked)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -259,9 +259,9 @@ impl Reconciler {
                     if moved.state == AttemptState::Unknown {
                         unknowns.push(moved);
                     }
-                    Action::MarkedUnknown
+                    AttemptAction::MarkedUnknown
                 }
-                Err(EngineError::IllegalTransition { .. }) => Action::Moved,
+                Err(EngineError::IllegalTransition { .. }) => AttemptAction::Moved,
                 Err(e) => {
                     report.errors.push(e.to_string());
                     continue;
@@ -294,7 +294,11 @@ impl Reconciler {
     }
 
     /// Ask the provider about one unknown attempt and act on the answer.
-    async fn reconcile(&self, attempt: &Attempt, overdue: bool) -> Result<Action, EngineError> {
+    async fn reconcile(
+        &self,
+        attempt: &Attempt,
+        overdue: bool,
+    ) -> Result<AttemptAction, EngineError> {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return self.blocked(attempt, "no client for the provider").await;
         };
@@ -318,7 +322,7 @@ impl Reconciler {
                     )
                     .await;
             }
-            Ok(RemoteStatus::Running) => return Ok(Action::StillRunning),
+            Ok(RemoteStatus::Running) => return Ok(AttemptAction::StillRunning),
             Err(ProviderError::Unsupported(_)) if overdue => {
                 return self
                     .cancel(
@@ -328,7 +332,7 @@ impl Reconciler {
                     )
                     .await;
             }
-            Err(ProviderError::Unsupported(_)) => return Ok(Action::StillRunning),
+            Err(ProviderError::Unsupported(_)) => return Ok(AttemptAction::StillRunning),
             // Past unknown_max_ms with no readable answer: still asked on
             // every pass, but an operator is told now. Before, an answer
             // that broke the output contract (a provider whose stored
@@ -336,7 +340,7 @@ impl Reconciler {
             // blocked for ever, unreported (found by `idem fuzz`,
             // invariant 10).
             Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
-            Err(_) => return Ok(Action::Unreachable),
+            Err(_) => return Ok(AttemptAction::Unreachable),
         };
         self.resolve(attempt, resolution, Lateness::InTime).await
     }
@@ -347,7 +351,7 @@ impl Reconciler {
         attempt: &Attempt,
         provider: &dyn crate::provider::Provider,
         why: Cancel,
-    ) -> Result<Action, EngineError> {
+    ) -> Result<AttemptAction, EngineError> {
         match self.bounded("cancel", provider.cancel(attempt.id)).await {
             Ok(true) => {
                 let lateness = match why {
@@ -358,7 +362,7 @@ impl Reconciler {
                     .await
             }
             // It finished meanwhile; the next pass reads its status.
-            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(Action::StillRunning),
+            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(AttemptAction::StillRunning),
             // It finished, and the provider cannot say with what result:
             // no pass will ever learn more, so an operator must look (found
             // by `idem fuzz`: such a job stayed blocked, unreported, for
@@ -378,7 +382,7 @@ impl Reconciler {
                 };
                 self.blocked(attempt, reason).await
             }
-            Err(_) => Ok(Action::Unreachable),
+            Err(_) => Ok(AttemptAction::Unreachable),
         }
     }
 
@@ -408,7 +412,7 @@ impl Reconciler {
         attempt: &Attempt,
         resolution: Resolution,
         lateness: Lateness,
-    ) -> Result<Action, EngineError> {
+    ) -> Result<AttemptAction, EngineError> {
         let outcome = match &resolution {
             Resolution::Succeeded { .. } => "succeeded",
             Resolution::Failed { .. } => "failed",
@@ -428,13 +432,15 @@ impl Reconciler {
                 // event; the note adds who decided it.
                 let _recorded = self.note(attempt, detail).await;
                 Ok(match resolved {
-                    Resolved::Won(_) => Action::ResolvedSucceeded,
-                    Resolved::Lost { .. } => Action::ResolvedLost,
-                    Resolved::Ended(a) if a.state == AttemptState::Cancelled => Action::Cancelled,
-                    Resolved::Ended(_) => Action::ResolvedFailed,
+                    Resolved::Won(_) => AttemptAction::ResolvedSucceeded,
+                    Resolved::Lost { .. } => AttemptAction::ResolvedLost,
+                    Resolved::Ended(a) if a.state == AttemptState::Cancelled => {
+                        AttemptAction::Cancelled
+                    }
+                    Resolved::Ended(_) => AttemptAction::ResolvedFailed,
                 })
             }
-            Err(EngineError::NotResolvable { .. }) => Ok(Action::Moved),
+            Err(EngineError::NotResolvable { .. }) => Ok(AttemptAction::Moved),
             Err(e) => Err(e),
         }
     }
@@ -444,7 +450,7 @@ impl Reconciler {
     /// so it is marked as made only once the store has it: a note the store
     /// failed is made again on the next pass (found by `idem fuzz`: one
     /// failed write hid a blocked job for good, invariant 10).
-    async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<Action, EngineError> {
+    async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<AttemptAction, EngineError> {
         let reported = self
             .reported
             .lock()
@@ -462,7 +468,7 @@ impl Reconciler {
                     .insert(attempt.id);
             }
         }
-        Ok(Action::Blocked)
+        Ok(AttemptAction::Blocked)
     }
 
     /// Whether the note was recorded.

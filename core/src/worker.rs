@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::engine::{Engine, EngineError, FailureReason, Policy, Trigger, Verdict};
+use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
@@ -458,9 +458,9 @@ impl Worker {
         match outcome {
             CallOutcome::Answered(Ok(output)) => {
                 Ok(match engine.complete(attempt, output).await? {
-                    Verdict::Won(_) => AttemptEnd::Won,
-                    Verdict::Lost { .. } => AttemptEnd::Lost,
-                    Verdict::Discarded { .. } => AttemptEnd::Discarded,
+                    Completed::Won(_) => AttemptEnd::Won,
+                    Completed::Lost { .. } => AttemptEnd::Lost,
+                    Completed::Discarded { .. } => AttemptEnd::Discarded,
                 })
             }
             CallOutcome::Answered(Err(

@@ -11,7 +11,7 @@ use crate::store::StoreError;
 use crate::store::{CompleteOutcome, Completion, FailJobOutcome};
 
 use super::retry::{Try, is_transient, retry_store_call};
-use super::{Engine, EngineError, FailureReason, OutputSource, Resolution, Resolved, Verdict};
+use super::{Completed, Engine, EngineError, FailureReason, OutputSource, Resolution, Resolved};
 
 impl Engine {
     /// Offer `output` to the job's compare-and-swap. Exactly one attempt of
@@ -19,7 +19,11 @@ impl Engine {
     ///
     /// If the acknowledgement is lost, the engine re-reads the job before
     /// concluding anything: if `completed_by` names this attempt, it won.
-    pub async fn complete(&self, attempt: &Attempt, output: Value) -> Result<Verdict, EngineError> {
+    pub async fn complete(
+        &self,
+        attempt: &Attempt,
+        output: Value,
+    ) -> Result<Completed, EngineError> {
         self.offer(attempt, output, OutputSource::Provider).await
     }
 
@@ -28,7 +32,7 @@ impl Engine {
         attempt: &Attempt,
         output: Value,
         source: OutputSource,
-    ) -> Result<Verdict, EngineError> {
+    ) -> Result<Completed, EngineError> {
         retry_store_call(|| async {
             let completion = Completion {
                 job_id: attempt.job_id,
@@ -38,13 +42,13 @@ impl Engine {
                 out_of_band: source == OutputSource::OutOfBand,
             };
             match self.store.complete(completion).await {
-                Ok(CompleteOutcome::Won(job)) => Try::Done(Ok(Verdict::Won(job))),
+                Ok(CompleteOutcome::Won(job)) => Try::Done(Ok(Completed::Won(job))),
                 Ok(CompleteOutcome::Lost { winner }) => {
                     self.metrics.cas_lost();
-                    Try::Done(Ok(Verdict::Lost { winner }))
+                    Try::Done(Ok(Completed::Lost { winner }))
                 }
                 Ok(CompleteOutcome::NotOpen { state }) => {
-                    Try::Done(Ok(Verdict::Discarded { state }))
+                    Try::Done(Ok(Completed::Discarded { state }))
                 }
                 #[cfg(feature = "bench")]
                 Err(StoreError::Indeterminate(_)) if self.runs(Design::LostAckMeansLost) => {
@@ -63,7 +67,10 @@ impl Engine {
 
     /// After a lost acknowledgement: did our completion land? `None` means
     /// it did not, and the attempt is still open, so offering again is safe.
-    async fn recheck_completion(&self, attempt: &Attempt) -> Result<Option<Verdict>, EngineError> {
+    async fn recheck_completion(
+        &self,
+        attempt: &Attempt,
+    ) -> Result<Option<Completed>, EngineError> {
         let Ok(Some(job)) = self.store.job(attempt.job_id).await else {
             return Ok(None);
         };
@@ -71,13 +78,13 @@ impl Engine {
             return Ok(None);
         };
         let verdict = if job.completed_by == Some(attempt.id) {
-            Some(Verdict::Won(job.clone()))
+            Some(Completed::Won(job.clone()))
         } else if current.state == AttemptState::Lost {
-            Some(Verdict::Lost {
+            Some(Completed::Lost {
                 winner: job.completed_by,
             })
         } else if crate::transition::is_terminal(current.state) {
-            Some(Verdict::Discarded {
+            Some(Completed::Discarded {
                 state: current.state,
             })
         } else {
@@ -95,9 +102,9 @@ impl Engine {
                     "completed_by": job.completed_by,
                     "attempt_state": current.state,
                     "concluded": match &verdict {
-                        Some(Verdict::Won(_)) => "won",
-                        Some(Verdict::Lost { .. }) => "lost",
-                        Some(Verdict::Discarded { .. }) => "discarded",
+                        Some(Completed::Won(_)) => "won",
+                        Some(Completed::Lost { .. }) => "lost",
+                        Some(Completed::Discarded { .. }) => "discarded",
                         None => "not_applied",
                     },
                 }),
@@ -178,9 +185,9 @@ impl Engine {
                     .offer(&attempt, result, OutputSource::OutOfBand)
                     .await?
                 {
-                    Verdict::Won(job) => Ok(Resolved::Won(job)),
-                    Verdict::Lost { winner } => Ok(Resolved::Lost { winner }),
-                    Verdict::Discarded { state } => Err(EngineError::NotResolvable {
+                    Completed::Won(job) => Ok(Resolved::Won(job)),
+                    Completed::Lost { winner } => Ok(Resolved::Lost { winner }),
+                    Completed::Discarded { state } => Err(EngineError::NotResolvable {
                         attempt: attempt_id,
                         state,
                     }),

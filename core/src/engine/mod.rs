@@ -142,7 +142,7 @@ impl Created {
 /// What a completion came to.
 #[must_use = "the outcome says what the store did; a caller that ignores it acts on a guess"]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Verdict {
+pub enum Completed {
     Won(Job),
     /// Another attempt had won; this output was discarded.
     Lost {

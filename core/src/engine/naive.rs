@@ -6,7 +6,7 @@ use crate::design::Design;
 use crate::model::{Attempt, EventKind, IdempotencyKey, JobId};
 use crate::store::NewJob;
 
-use super::{Created, Engine, EngineError, Verdict};
+use super::{Completed, Created, Engine, EngineError};
 
 /// The naive designs' branches of the engine: the bench builds them in to
 /// prove that it catches each one; the product has none of them.
@@ -79,7 +79,7 @@ impl Engine {
 
     /// Naive (lost-ack-means-lost): no answer means someone else won; the
     /// completion is not re-checked.
-    pub(super) async fn naive_lost_without_recheck(&self, attempt: &Attempt) -> Verdict {
+    pub(super) async fn naive_lost_without_recheck(&self, attempt: &Attempt) -> Completed {
         self.note(
             attempt.job_id,
             Some(attempt.id),
@@ -87,6 +87,6 @@ impl Engine {
             json!({"reason": "acknowledgement lost", "winner": null}),
         )
         .await;
-        Verdict::Lost { winner: None }
+        Completed::Lost { winner: None }
     }
 }
