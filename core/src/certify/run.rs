@@ -26,8 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-pub use super::report::Target;
-use super::report::{Cell, Certification, Check, Failure, InputRow};
+use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
 use super::spec::{Contract, CorpusInput, RenderedPrompt};
 use super::tokenizer;
 use crate::clock::IdSource;
@@ -351,7 +350,7 @@ fn render_inputs(
                         failures.push(Failure::new(check, &input.name, None, detail));
                     }
                 }
-                let fits = row.cell(Check::ContextWindow) == Cell::Pass;
+                let fits = row.cell(Check::ContextWindow) == CheckOutcome::Pass;
                 prompts.push(fits.then_some(prompt));
             }
             // The contract compiled, so every corpus input rendered once;

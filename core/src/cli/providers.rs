@@ -278,7 +278,7 @@ pub fn provider_specs(
     contract: &Contract,
     resolved: &BTreeMap<String, ResolvedProvider>,
 ) -> Providers {
-    let mut providers = Providers::for_contract(contract);
+    let mut providers = Providers::for_versions(&contract.prompt_version, &contract.schema_version);
     for (name, provider) in resolved {
         providers.specs.insert(name.clone(), provider.spec());
     }
