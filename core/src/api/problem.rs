@@ -352,8 +352,10 @@ pub fn tag_server_error(
     );
     tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
     let mut extensions = json!({"request_id": request_id});
-    if let Some(ServerErrorDetail(_, ProblemType::NotReady, Value::Object(kept))) = &known {
-        extensions.as_object_mut().map(|e| e.extend(kept.clone()));
+    if let Some(ServerErrorDetail(_, ProblemType::NotReady, Value::Object(kept))) = &known
+        && let Some(e) = extensions.as_object_mut()
+    {
+        e.extend(kept.clone());
     }
     let (problem_type, problem_detail) = match (status, known.map(|d| d.1)) {
         (_, Some(ProblemType::NotReady)) => (
