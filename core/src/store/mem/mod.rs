@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+#[cfg(feature = "bench")]
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
