@@ -15,7 +15,7 @@ use idem_sim::scenario::{
     Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When,
 };
 
-use crate::validate::Kept;
+use crate::kept::Kept;
 
 /// Why a scenario cannot be written as a file.
 #[derive(Debug, thiserror::Error)]

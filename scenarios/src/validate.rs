@@ -34,7 +34,7 @@ use crate::format::{
     ActionFile, ActionKind, ClientFile, FaultFile, Field, Jitter, PolicyKind, ProviderFile,
     ScenarioFile,
 };
-use crate::fuzz::RunPath;
+use crate::kept::{Kept, RunPath};
 
 /// One simulation step is at most this long; longer steps would hide the
 /// interleavings the bench exists to find.
@@ -67,18 +67,6 @@ pub mod defaults {
     /// Store faults hit the first occurrence, once.
     pub const NTH: u32 = 1;
     pub const COUNT: u32 = 1;
-}
-
-/// What a saved file was kept for (its `[kept]` table).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Kept {
-    /// The seed it runs under.
-    pub seed: u64,
-    /// The design it was found failing under (`correct` if none is named).
-    pub design: Design,
-    /// The path the correct design took under that seed when it was saved;
-    /// `None` when the file does not record one.
-    pub path: Option<RunPath>,
 }
 
 /// Validates `text` (the contents of `path`) and builds the scenario

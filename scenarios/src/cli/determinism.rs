@@ -8,9 +8,10 @@ use clap::Args;
 use idem_core::design::Design;
 use idem_sim::determinism::check;
 
-use super::common::{build, emit};
+use super::common::emit;
 use super::{CliError, Exit};
 use crate::load::load;
+use crate::record::build;
 
 #[derive(Debug, Args)]
 pub struct CheckDeterminismArgs {

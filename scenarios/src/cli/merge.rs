@@ -14,8 +14,9 @@ use clap::Args;
 use idem_reports::fuzz::FUZZ_KIND;
 use idem_reports::{FuzzSummary, SweepSummary};
 
-use super::common::emit;
+use super::common::{emit, write_junit};
 use super::{CliError, Exit};
+use crate::output;
 
 /// The most files one merge takes.
 pub const FILES_MAX: usize = 4_096;
@@ -83,8 +84,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
         Merged::Fuzz(f) => (f.to_json(), f.to_text(), f.passed()),
     };
     if let Some(path) = &args.json {
-        std::fs::write(path, json)
-            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+        output::write(path, json)?;
     }
     if let Some(path) = &args.junit {
         let Merged::Sweep(summary) = &merged else {
@@ -92,10 +92,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
                 "--junit renders a sweep; a fuzz summary has its JSON".to_owned(),
             ));
         };
-        let xml =
-            idem_reports::junit::render(summary).map_err(|e| CliError::Usage(e.to_string()))?;
-        std::fs::write(path, xml)
-            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+        write_junit(path, idem_reports::junit::render(summary))?;
     }
     emit(&text);
     Ok(if passed { Exit::Pass } else { Exit::Violation })

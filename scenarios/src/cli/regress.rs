@@ -20,12 +20,13 @@ use clap::Args;
 use idem_core::design::Design;
 use idem_sim::run::Verdict;
 
-use super::common::{emit, execute, reproduce, window_name};
+use super::common::emit;
 use super::{CliError, Exit};
 use crate::emit::to_file_kept;
-use crate::fuzz::RunPath;
+use crate::kept::{Kept, RunPath};
 use crate::load::load;
-use crate::validate::Kept;
+use crate::output;
+use crate::record::{execute, reproduce, window_name};
 
 /// The most files one folder may hold for `regress`.
 pub const FILES_MAX: usize = 10_000;
@@ -69,7 +70,12 @@ fn files_in(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            return Err(CliError::Usage(format!(
+                "{}: cannot read: {e}",
+                dir.display()
+            )));
+        }
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -226,7 +232,7 @@ fn rewrite(
     scenario: &idem_sim::scenario::Scenario,
     kept: &Kept,
 ) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(path)?;
+    let text = output::read(path)?;
     let comment: Vec<&str> = text
         .lines()
         .take_while(|l| l.starts_with('#'))
@@ -237,8 +243,8 @@ fn rewrite(
         })
         .collect();
     let body = to_file_kept(scenario, &comment.join("\n"), Some(kept))
-        .map_err(|e| CliError::Usage(format!("{}: cannot write: {e}", path.display())))?;
-    std::fs::write(path, body)?;
+        .map_err(|e| CliError::Render(format!("{}: cannot write: {e}", path.display())))?;
+    output::write(path, body)?;
     Ok(())
 }
 

@@ -60,6 +60,12 @@ enum ContractArg {
     IgnoredFormat,
 }
 
+/// The provider server stopped serving: like `idem serve`'s own errors,
+/// exit 2.
+fn stopped(error: std::io::Error) -> CliError {
+    CliError::Usage(format!("the provider server stopped: {error}"))
+}
+
 pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
     init_logging(args.log_format);
     let behaviour = Behaviour {
@@ -104,13 +110,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
                 .map_err(|e| CliError::Usage(format!("cannot serve TLS: {e}")))?;
             tracing::info!(listen = %args.listen, "provider serving HTTPS");
             tokio::select! {
-                served = idem_core::provider::server::serve(listener, server) => served?,
+                served = idem_core::provider::server::serve(listener, server) => served.map_err(stopped)?,
                 () = os_signal() => {}
             }
         } else {
             tracing::info!(listen = %args.listen, "provider serving");
             tokio::select! {
-                served = idem_core::provider::server::serve(listener, server) => served?,
+                served = idem_core::provider::server::serve(listener, server) => served.map_err(stopped)?,
                 () = os_signal() => {}
             }
         }
