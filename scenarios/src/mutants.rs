@@ -113,12 +113,21 @@ fn search(matrix: &Matrix<'_>, runner: Runner) -> (Vec<Vec<RunRecord>>, usize) {
             records.insert((cell.design, cell.position), record);
         },
     );
-    let runs = first_failure
+    (in_search_order(matrix, &first_failure, records), executed)
+}
+
+/// Each design's records in its search order: everything up to its first
+/// failure ran, since later positions were skipped only once an earlier
+/// failure was known.
+fn in_search_order(
+    matrix: &Matrix<'_>,
+    first_failure: &[AtomicUsize],
+    mut records: BTreeMap<(usize, usize), RunRecord>,
+) -> Vec<Vec<RunRecord>> {
+    first_failure
         .iter()
         .enumerate()
         .map(|(d, first)| {
-            // Everything up to the first failure ran: later positions were
-            // skipped only once an earlier failure was known.
             let last = first
                 .load(Ordering::SeqCst)
                 .min(matrix.per_design().saturating_sub(1));
@@ -130,8 +139,7 @@ fn search(matrix: &Matrix<'_>, runner: Runner) -> (Vec<Vec<RunRecord>>, usize) {
                 })
                 .collect()
         })
-        .collect();
-    (runs, executed)
+        .collect()
 }
 
 /// Runs one cell unless its design is a mutant already caught at an

@@ -8,7 +8,7 @@ use idem_core::design::Design;
 use idem_reports::sweep::SweptScenario;
 use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
 use idem_sim::oracle::Invariant;
-use idem_sim::run::{RunOutcome, Stop, Verdict, run};
+use idem_sim::run::{RunOutcome, RunReport, Stop, Verdict, run};
 use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::Trace;
 
@@ -145,23 +145,15 @@ pub fn record(
         }
     };
     let report = &outcome.report;
-    // Every window, zero included, whatever the oracle listed.
-    let windows = Window::ALL
-        .iter()
-        .map(|w| (window_name(*w), report.windows.get(w).copied().unwrap_or(0)))
-        .collect();
     RunRecord {
         schema: idem_reports::SCHEMA_VERSION,
         scenario: scenario.name.clone(),
         seed,
         design: design.name().to_owned(),
-        verdict: match report.verdict {
-            Verdict::Pass => RunVerdict::Pass,
-            Verdict::Fail => RunVerdict::Fail,
-        },
+        verdict: run_verdict(report.verdict),
         violations: violations(outcome, evidence),
         error: None,
-        windows,
+        windows: window_counts(report),
         expect_windows,
         trace_hash: report.trace_hash.clone(),
         trace_events: report.trace_events as u64,
@@ -171,6 +163,23 @@ pub fn record(
         reproduce,
         build: None,
     }
+}
+
+/// The simulator's verdict as the records say it.
+fn run_verdict(verdict: Verdict) -> RunVerdict {
+    match verdict {
+        Verdict::Pass => RunVerdict::Pass,
+        Verdict::Fail => RunVerdict::Fail,
+    }
+}
+
+/// Every window, zero included, whatever the oracle listed, with how
+/// often the run reached it.
+fn window_counts(report: &RunReport) -> std::collections::BTreeMap<String, u32> {
+    Window::ALL
+        .iter()
+        .map(|w| (window_name(*w), report.windows.get(w).copied().unwrap_or(0)))
+        .collect()
 }
 
 /// A finished run's violations as records.

@@ -40,15 +40,11 @@ enum Merged {
     Fuzz(FuzzSummary),
 }
 
-pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
-    if args.files.len() > FILES_MAX {
-        return Err(CliError::Usage(format!(
-            "at most {FILES_MAX} files per merge"
-        )));
-    }
+/// The sweep and fuzz summaries in `files`, told apart by their `kind`.
+fn read_summaries(files: &[PathBuf]) -> Result<(Vec<SweepSummary>, Vec<FuzzSummary>), CliError> {
     let mut sweeps = Vec::new();
     let mut fuzzes = Vec::new();
-    for path in &args.files {
+    for path in files {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::Usage(format!("{}: cannot read: {e}", path.display())))?;
         let value: serde_json::Value = serde_json::from_str(&text)
@@ -66,6 +62,16 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
                 .push(serde_json::from_value::<SweepSummary>(value).map_err(|e| what(e, "sweep"))?);
         }
     }
+    Ok((sweeps, fuzzes))
+}
+
+pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
+    if args.files.len() > FILES_MAX {
+        return Err(CliError::Usage(format!(
+            "at most {FILES_MAX} files per merge"
+        )));
+    }
+    let (sweeps, fuzzes) = read_summaries(&args.files)?;
     let merged = match (sweeps.is_empty(), fuzzes.is_empty()) {
         (false, true) => {
             Merged::Sweep(SweepSummary::merge(sweeps).map_err(|e| CliError::Usage(e.to_string()))?)

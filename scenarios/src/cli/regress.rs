@@ -66,6 +66,17 @@ enum Status {
     Fail,
 }
 
+impl Status {
+    /// `Drift` if there is any, else `passed`.
+    fn drift_or(drift: Vec<String>, passed: Status) -> Status {
+        if drift.is_empty() {
+            passed
+        } else {
+            Status::Drift(drift)
+        }
+    }
+}
+
 fn files_in(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -187,20 +198,20 @@ fn check(path: &Path, update: bool) -> Result<(Status, String), CliError> {
         ));
     }
     let Some(recorded) = loaded.kept.as_ref().and_then(|k| k.path.as_ref()) else {
-        return Ok((
-            if drift.is_empty() {
-                Status::Unrecorded
-            } else {
-                Status::Drift(drift)
-            },
-            command,
-        ));
+        return Ok((Status::drift_or(drift, Status::Unrecorded), command));
     };
+    drift.extend(path_drift(recorded, &now));
+    Ok((Status::drift_or(drift, Status::Ok), command))
+}
+
+/// How the path `now` differs from the path `recorded`.
+fn path_drift(recorded: &RunPath, now: &RunPath) -> Vec<String> {
     let names = |ws: &mut dyn Iterator<Item = &idem_sim::scenario::Window>| {
         ws.map(|w| window_name(*w)).collect::<Vec<_>>().join(", ")
     };
     let lost = names(&mut recorded.windows.iter().filter(|w| !now.windows.contains(w)));
     let gained = names(&mut now.windows.iter().filter(|w| !recorded.windows.contains(w)));
+    let mut drift = Vec::new();
     if !lost.is_empty() {
         drift.push(format!("race windows no longer reached: {lost}"));
     }
@@ -215,14 +226,7 @@ fn check(path: &Path, update: bool) -> Result<(Status, String), CliError> {
             recorded.event_kinds, now.event_kinds
         ));
     }
-    Ok((
-        if drift.is_empty() {
-            Status::Ok
-        } else {
-            Status::Drift(drift)
-        },
-        command,
-    ))
+    drift
 }
 
 /// Writes the file again in the emitted form, its header comment kept and

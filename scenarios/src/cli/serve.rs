@@ -66,9 +66,9 @@ fn stopped(error: std::io::Error) -> CliError {
     CliError::Usage(format!("the provider server stopped: {error}"))
 }
 
-pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
-    init_logging(args.log_format);
-    let behaviour = Behaviour {
+/// The served provider's behaviour, as the flags say.
+fn behaviour(args: &ProviderServerArgs) -> Behaviour {
+    Behaviour {
         latency_ms: args.latency_ms,
         hang: args.hang,
         stall: args.stall,
@@ -84,9 +84,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
         served_model: args.served_model.clone(),
         seed: args.seed,
         ..Behaviour::default()
-    };
-    let api_key = args
-        .api_key_env
+    }
+}
+
+/// The API key the server requires, from the variable `--api-key-env`
+/// names.
+fn api_key(args: &ProviderServerArgs) -> Result<Option<String>, CliError> {
+    args.api_key_env
         .as_deref()
         .map(|var| {
             std::env::var(var)
@@ -96,7 +100,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
                     CliError::Usage(format!("--api-key-env {var}: the variable is not set"))
                 })
         })
-        .transpose()?;
+        .transpose()
+}
+
+pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
+    init_logging(args.log_format);
+    let behaviour = behaviour(&args);
+    let api_key = api_key(&args)?;
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await

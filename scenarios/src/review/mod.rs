@@ -135,6 +135,30 @@ struct Ran {
 
 /// Every (design, scenario, seed) of the plan, and the suite they make.
 fn run_suite(plan: &ReviewPlan<'_>) -> Ran {
+    let (runs, wall) = run_matrix(plan);
+    let verdicts = runs
+        .iter()
+        .map(|r| {
+            let r = &r.record;
+            let key = (r.scenario.clone(), r.design.clone(), r.seed);
+            (key, (r.verdict, r.trace_hash.clone()))
+        })
+        .collect();
+    let correct = runs
+        .iter()
+        .filter(|r| r.record.design == Design::Correct.name())
+        .map(|r| r.record.clone())
+        .collect();
+    Ran {
+        report: suite_report(plan, runs),
+        verdicts,
+        correct,
+        wall,
+    }
+}
+
+/// Runs the plan's matrix on the runner, and how long it took.
+fn run_matrix(plan: &ReviewPlan<'_>) -> (Vec<SuiteRun>, Duration) {
     let seeds: Vec<u64> = (plan.seeds.start..plan.seeds.end).collect();
     let matrix = Matrix {
         scenarios: plan.scenarios,
@@ -166,20 +190,12 @@ fn run_suite(plan: &ReviewPlan<'_>) -> Ran {
             runs.push(run);
         },
     );
-    let verdicts = runs
-        .iter()
-        .map(|r| {
-            let r = &r.record;
-            let key = (r.scenario.clone(), r.design.clone(), r.seed);
-            (key, (r.verdict, r.trace_hash.clone()))
-        })
-        .collect();
-    let correct = runs
-        .iter()
-        .filter(|r| r.record.design == Design::Correct.name())
-        .map(|r| r.record.clone())
-        .collect();
-    let report = SuiteReport::new(SuiteInput {
+    (runs, finished.wall)
+}
+
+/// The suite report of `runs`.
+fn suite_report(plan: &ReviewPlan<'_>, runs: Vec<SuiteRun>) -> SuiteReport {
+    SuiteReport::new(SuiteInput {
         seeds: SeedRange {
             start: plan.seeds.start,
             end: plan.seeds.end,
@@ -197,13 +213,7 @@ fn run_suite(plan: &ReviewPlan<'_>) -> Ran {
         gate_windows: plan.whole_catalogue,
         runs,
         build: build(),
-    });
-    Ran {
-        report,
-        verdicts,
-        correct,
-        wall: finished.wall,
-    }
+    })
 }
 
 fn suite_scenarios(scenarios: &[Loaded]) -> Vec<SuiteScenario> {
