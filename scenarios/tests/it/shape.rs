@@ -36,15 +36,15 @@ const FN_LINES_MAX: usize = 80;
 const FN_LINES_LONG: usize = 50;
 /// Functions over [`FN_LINES_LONG`] lines, at most. Ratchet: the count
 /// when the gate landed; the target is 10.
-const FNS_LONG_MAX: usize = 111;
+const FNS_LONG_MAX: usize = 49;
 /// Functions over [`FN_LINES_MAX`] lines outside [`TABLES_OF_DATA`], at
 /// most. Ratchet: the count when the gate landed; the target is 0.
-const FNS_OVER_MAX: usize = 44;
+const FNS_OVER_MAX: usize = 16;
 /// A production file longer than this is refused.
 const FILE_LINES_MAX: usize = 800;
 /// Files over [`FILE_LINES_MAX`] lines, at most. Ratchet: the count when
 /// the gate landed; the target is 0.
-const FILES_OVER_MAX: usize = 8;
+const FILES_OVER_MAX: usize = 2;
 
 /// Functions allowed past [`FN_LINES_MAX`] because they are tables of
 /// data, not logic: `file::function`, and why.
@@ -54,11 +54,9 @@ const TABLES_OF_DATA: &[(&str, &str)] = &[(
 )];
 
 /// Import cycles between files that existed when the gate landed, each as
-/// its files. Target: none. A cycle found must lie within one of these.
-const KNOWN_CYCLES: &[&[&str]] = &[
-    &["core/src/certify/report.rs", "core/src/certify/run.rs"],
-    &["core/src/store/call.rs", "core/src/store/faults.rs"],
-];
+/// its files. Target: none (reached). A cycle found must lie within one of
+/// these.
+const KNOWN_CYCLES: &[&[&str]] = &[];
 
 /// A `.rs` file this gate reads, at most this many per crate.
 const FILES_PER_CRATE_MAX: usize = 2_000;
