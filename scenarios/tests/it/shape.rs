@@ -254,9 +254,7 @@ impl Tree {
                     };
                     let resolved: Vec<(String, Vec<String>)> = found
                         .into_iter()
-                        .filter_map(|(name, path)| {
-                            Some((name, absolute(module, &path, &is_child)?))
-                        })
+                        .filter_map(|(name, path)| Some((name, absolute(module, &path, is_child)?)))
                         .collect();
                     self.uses
                         .entry((krate, module.to_vec()))
