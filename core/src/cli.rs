@@ -225,6 +225,10 @@ pub struct ServeArgs {
     log_format: LogFormat,
     #[command(flatten)]
     ops: OpsArgs,
+    /// The bench's flags (`idem serve` only; idem-server has none).
+    #[cfg(feature = "bench")]
+    #[command(flatten)]
+    bench: crate::serve_bench::BenchServeArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -557,7 +561,11 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     config.worker.attempts_max = args.attempts_max;
     config.reconciler.unknown_max_ms = args.unknown_max_ms;
     config.reconciler.running_stale_ms = args.attempt_deadline_ms * 2;
+    #[cfg(feature = "bench")]
+    args.bench.configure(&mut config).map_err(CliError::Usage)?;
     runtime()?.block_on(async move {
+        #[cfg(feature = "bench")]
+        let controlled = args.bench.control();
         let unbounded: Arc<dyn Store> = match args.store {
             StoreKind::Memory => {
                 tracing::warn!("--store memory: nothing survives this process");
@@ -569,15 +577,24 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
                         "--store postgres needs --database-url (or DATABASE_URL)".into(),
                     )
                 })?;
-                Arc::new(
+                let store =
                     connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX)
-                        .await?,
-                )
+                        .await?;
+                #[cfg(feature = "bench")]
+                let store = store.with_constraints(args.bench.constraints());
+                Arc::new(store)
             }
         };
+        #[cfg(feature = "bench")]
+        let unbounded = args.bench.journaled(unbounded).map_err(CliError::Usage)?;
         // Every call the API and the loops make to the store is bounded.
         let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        #[cfg(feature = "bench")]
+        let clock: Arc<dyn Clock> = match controlled {
+            Some(controlled) => controlled,
+            None => clock,
+        };
         for name in &args.certify {
             let provider = &resolved[name];
             match certify_one(&contract, provider, &endpoints[name], RunLimits::default()).await {
@@ -630,6 +647,8 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         }
         let engine = Engine::new(store, clock, Arc::new(UuidV7Ids), providers, policy)
             .with_model_probes(ModelProbes::new(clients.clone(), MODEL_PROBE_TIMEOUT_MS_DEFAULT));
+        #[cfg(feature = "bench")]
+        let engine = args.bench.engine(engine);
         let (trigger, shutdown) = shutdown_pair();
         tokio::spawn(async move {
             os_signal().await;

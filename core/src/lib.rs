@@ -36,6 +36,8 @@ pub mod provider;
 pub mod reconciler;
 pub mod retention;
 pub mod service;
+#[cfg(feature = "bench")]
+pub mod serve_bench;
 pub mod stamp;
 pub mod store;
 pub mod timer;

@@ -11,6 +11,8 @@
 //! - [`fuzz`]: whole generated worlds, failure signatures, the shrinker,
 //!   and the path a kept file was saved for.
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
+//! - [`real`]: real mode: a scenario against real processes, a real
+//!   PostgreSQL and real TCP, judged by the same oracle.
 //! - [`cli`]: the `idem` command line.
 
 pub mod catalog;
@@ -21,6 +23,7 @@ pub mod format;
 pub mod fuzz;
 pub mod load;
 pub mod pgbench;
+pub mod real;
 pub mod strategies;
 pub mod validate;
 

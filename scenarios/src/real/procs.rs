@@ -1,0 +1,203 @@
+//! The system under test's processes: each one an OS process the harness
+//! starts, kills with SIGKILL and starts again, with its output in a log
+//! file of the run's directory.
+//!
+//! Nothing is left behind when the harness dies, however it dies: every
+//! process is started with `--controlled` (or, for a command that knows no
+//! such flag, under the same contract), reads its stdin from a pipe the
+//! harness holds, and exits when that pipe ends, which the kernel ends
+//! when the harness is gone, even after SIGKILL. Each process also runs in
+//! a process group of its own, so that a Ctrl-C meant for the harness does
+//! not reach it before the harness can stop it in order. (The workspace
+//! forbids `unsafe`, so there is no parent-death signal to ask for.)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin, Command};
+
+use super::RealError;
+
+/// How long a process may take to say it is ready, in polls of its log.
+const READY_POLL_MS: u64 = 20;
+pub const READY_WAIT_MS_MAX: u64 = 30_000;
+
+/// How to start one process.
+#[derive(Clone, Debug)]
+pub struct ProcessSpec {
+    /// The host it is, in the trace (`api-1`).
+    pub host: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub log: PathBuf,
+    /// A line of its log that says it is ready.
+    pub ready: String,
+}
+
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    /// Held open: the process lives while it is.
+    stdin: ChildStdin,
+}
+
+/// The processes of a run, by host.
+#[derive(Debug, Default)]
+pub struct Processes {
+    specs: BTreeMap<String, ProcessSpec>,
+    running: BTreeMap<String, Running>,
+}
+
+fn spawn(spec: &ProcessSpec) -> Result<Running, RealError> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log)
+        .map_err(|e| RealError::Start(format!("{}: {e}", spec.log.display())))?;
+    let err = log
+        .try_clone()
+        .map_err(|e| RealError::Start(format!("{}: {e}", spec.log.display())))?;
+    let mut child = Command::new(&spec.program)
+        .args(&spec.args)
+        .stdin(Stdio::piped())
+        .stdout(log)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| RealError::Start(format!("{}: {e}", spec.program.display())))?;
+    let stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| RealError::Start(format!("{}: no stdin", spec.host)))?;
+    Ok(Running { child, stdin })
+}
+
+impl Processes {
+    /// Starts `spec`'s process and waits until its log says it is ready.
+    pub async fn start(&mut self, spec: ProcessSpec) -> Result<(), RealError> {
+        // A log that already says it is ready (a restart appends) must say
+        // it again: count the lines that say it.
+        let before = ready_count(&spec.log, &spec.ready);
+        let mut running = spawn(&spec)?;
+        let polls = READY_WAIT_MS_MAX / READY_POLL_MS;
+        for _ in 0..polls {
+            if ready_count(&spec.log, &spec.ready) > before {
+                self.running.insert(spec.host.clone(), running);
+                self.specs.insert(spec.host.clone(), spec);
+                return Ok(());
+            }
+            if let Ok(Some(status)) = running.child.try_wait() {
+                return Err(RealError::Start(format!(
+                    "{} exited ({status}) before it was ready; its log:\n{}",
+                    spec.host,
+                    tail(&spec.log)
+                )));
+            }
+            idem_core::timer::sleep(Duration::from_millis(READY_POLL_MS)).await;
+        }
+        let _ = running.child.start_kill();
+        Err(RealError::Start(format!(
+            "{} was not ready within {READY_WAIT_MS_MAX} ms; its log:\n{}",
+            spec.host,
+            tail(&spec.log)
+        )))
+    }
+
+    /// Whether `host` is one of these processes.
+    pub fn has(&self, host: &str) -> bool {
+        self.specs.contains_key(host)
+    }
+
+    /// SIGKILL, and reaped.
+    pub async fn kill(&mut self, host: &str) {
+        if let Some(mut running) = self.running.remove(host) {
+            let _ = running.child.start_kill();
+            let _ = running.child.wait().await;
+        }
+    }
+
+    /// Starts `host` again as it was started (without waiting for it).
+    pub fn restart(&mut self, host: &str) -> Result<(), RealError> {
+        let Some(spec) = self.specs.get(host) else {
+            return Ok(());
+        };
+        if !self.running.contains_key(host) {
+            let running = spawn(spec)?;
+            self.running.insert(host.to_owned(), running);
+        }
+        Ok(())
+    }
+
+    /// Waits until restarted `host` says it is ready again (bounded).
+    pub async fn ready_again(&self, host: &str, before: usize) -> bool {
+        let Some(spec) = self.specs.get(host) else {
+            return false;
+        };
+        for _ in 0..READY_WAIT_MS_MAX / READY_POLL_MS {
+            if ready_count(&spec.log, &spec.ready) > before {
+                return true;
+            }
+            idem_core::timer::sleep(Duration::from_millis(READY_POLL_MS)).await;
+        }
+        false
+    }
+
+    /// How many times `host`'s log has said it is ready.
+    pub fn ready_lines(&self, host: &str) -> usize {
+        self.specs
+            .get(host)
+            .map_or(0, |spec| ready_count(&spec.log, &spec.ready))
+    }
+
+    /// Sends one order line to `host` (if it is running).
+    pub async fn send(&mut self, host: &str, line: &str) {
+        if let Some(running) = self.running.get_mut(host) {
+            let mut text = line.to_owned();
+            text.push('\n');
+            let _ = running.stdin.write_all(text.as_bytes()).await;
+            let _ = running.stdin.flush().await;
+        }
+    }
+
+    /// Kills every process.
+    pub async fn stop_all(&mut self) {
+        let hosts: Vec<String> = self.running.keys().cloned().collect();
+        for host in hosts {
+            self.kill(&host).await;
+        }
+    }
+}
+
+fn ready_count(log: &Path, ready: &str) -> usize {
+    std::fs::read_to_string(log).map_or(0, |text| text.matches(ready).count())
+}
+
+/// The end of a log, for an error message.
+fn tail(log: &Path) -> String {
+    const TAIL_BYTES: usize = 4_000;
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let start = text.len().saturating_sub(TAIL_BYTES);
+    let start = (start..text.len())
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(text.len());
+    text[start..].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_is_counted_so_a_restart_must_say_it_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("a.log");
+        std::fs::write(&log, "x\n{\"message\":\"idem serving\"}\n").expect("writes");
+        assert_eq!(ready_count(&log, "idem serving"), 1);
+        assert_eq!(ready_count(&dir.path().join("none.log"), "idem serving"), 0);
+        assert!(tail(&log).ends_with("}\n"));
+    }
+}
