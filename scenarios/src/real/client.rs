@@ -325,6 +325,35 @@ fn job_id_of(body: &Value) -> Option<JobId> {
     body.get("id")?.as_str()?.parse().ok()
 }
 
+/// The request as a browser or an SDK sends it.
+fn build_request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> Result<http::Request<Full<bytes::Bytes>>, String> {
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, address.to_string())
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    let bytes = match body {
+        Some(body) => {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+            serde_json::to_vec(&body).expect("a JSON value serializes")
+        }
+        None => Vec::new(),
+    };
+    builder
+        .body(Full::new(bytes::Bytes::from(bytes)))
+        .map_err(|e| format!("request: {e}"))
+}
+
 /// One HTTP/1 exchange over a fresh connection.
 async fn http_call(
     address: SocketAddr,
@@ -341,24 +370,7 @@ async fn http_call(
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
-    let mut builder = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header(http::header::HOST, address.to_string())
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    if let Some(key) = key {
-        builder = builder.header("idempotency-key", key);
-    }
-    let bytes = match body {
-        Some(body) => {
-            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
-            serde_json::to_vec(&body).expect("a JSON value serializes")
-        }
-        None => Vec::new(),
-    };
-    let request = builder
-        .body(Full::new(bytes::Bytes::from(bytes)))
-        .map_err(|e| format!("request: {e}"))?;
+    let request = build_request(address, method, path, token, key, body)?;
     let response = sender
         .send_request(request)
         .await

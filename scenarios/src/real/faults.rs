@@ -7,7 +7,7 @@
 //! [`RealWorld`].
 
 use idem_sim::scenario::{Fault, FaultKind, Scenario, host};
-use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
+use idem_core::store::faults::{FaultRule, StoreFault};
 use idem_core::serve_bench::Order;
 
 use super::RealError;
@@ -138,6 +138,23 @@ impl RealWorld {
                 self.change_links(a, b, LinkChange::Cut { oneway: *oneway }, true);
             }
             Fault::Crash { host, .. } => self.crash(host).await?,
+            Fault::ProviderHang { .. }
+            | Fault::ProviderStall { .. }
+            | Fault::ProviderError { .. }
+            | Fault::ProviderModelChange { .. } => self.fire_provider(fault),
+            Fault::StoreLoseAck { .. }
+            | Fault::StoreFailBeforeApply { .. }
+            | Fault::StoreLatency { .. } => self.arm(fault),
+            Fault::ClockOffset { .. } | Fault::ClockDrift { .. } | Fault::ClockJump { .. } => {
+                self.fire_clock(fault).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A provider fault: the server switches behaviour now.
+    fn fire_provider(&mut self, fault: &Fault) {
+        match fault {
             Fault::ProviderHang { provider, .. } => self.providers.change(provider, |b| b.hang = true),
             Fault::ProviderStall { provider, .. } => {
                 self.providers.change(provider, |b| b.stall = true);
@@ -156,19 +173,45 @@ impl RealWorld {
                     .change_profile(provider, |b| b.served_model.clone_from(&served));
                 self.providers.change(provider, |b| b.served_model = served);
             }
-            Fault::StoreLoseAck { op, nth, count } => self.arm(*op, StoreFault::LoseAck, *nth, *count),
+            // Not a provider fault: see `fire`.
+            _ => {}
+        }
+    }
+
+    /// A store fault: a rule of the plan the store links apply.
+    fn arm(&self, fault: &Fault) {
+        let (op, fault, nth, count) = match fault {
+            Fault::StoreLoseAck { op, nth, count } => (*op, StoreFault::LoseAck, *nth, *count),
             Fault::StoreFailBeforeApply { op, nth, count } => {
-                self.arm(*op, StoreFault::FailBeforeApply, *nth, *count);
+                (*op, StoreFault::FailBeforeApply, *nth, *count)
             }
             Fault::StoreLatency {
                 op,
                 nth,
                 count,
                 latency_ms,
-            } => {
-                let latency_ms = *latency_ms;
-                self.arm(*op, StoreFault::Latency { latency_ms }, *nth, *count);
-            }
+            } => (
+                *op,
+                StoreFault::Latency {
+                    latency_ms: *latency_ms,
+                },
+                *nth,
+                *count,
+            ),
+            // Not a store fault: see `fire`.
+            _ => return,
+        };
+        self.store_plan.plan().add(FaultRule {
+            op,
+            fault,
+            first: nth,
+            count,
+        });
+    }
+
+    /// A clock fault: the host's realtime clock changes now.
+    async fn fire_clock(&mut self, fault: &Fault) {
+        match fault {
             Fault::ClockOffset {
                 host, offset_ms, ..
             } => {
@@ -188,8 +231,9 @@ impl RealWorld {
                 self.change_clock(host, |skew, now_us| skew.jump(now_us, by_us))
                     .await;
             }
+            // Not a clock fault: see `fire`.
+            _ => {}
         }
-        Ok(())
     }
 
     /// Undoes a fault whose duration ran out (see [`aftermath`]).
@@ -260,15 +304,6 @@ impl RealWorld {
                 }
             });
         }
-    }
-
-    fn arm(&self, op: StoreOp, fault: StoreFault, nth: u32, count: u32) {
-        self.store_plan.plan().add(FaultRule {
-            op,
-            fault,
-            first: nth,
-            count,
-        });
     }
 
     /// Stops `host`'s software: its links refuse new connections.

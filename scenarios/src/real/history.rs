@@ -97,6 +97,26 @@ fn detail_state(detail: &Value, key: &str) -> Result<AttemptState, String> {
         .ok_or_else(|| format!("an event's {key} is not a state: {detail}"))
 }
 
+impl EventRow {
+    fn read(change: &Change) -> Result<Self, String> {
+        Ok(Self {
+            job_id: parse(change, "job_id")?,
+            attempt_id: optional_id(change, "attempt_id")?,
+            kind: parse(change, "kind")?,
+            detail: json_column(change, "detail")?,
+        })
+    }
+
+    fn attempt(&self) -> Result<AttemptId, String> {
+        self.attempt_id
+            .ok_or_else(|| format!("a {} event without its attempt", self.kind))
+    }
+
+    fn from(&self) -> Result<AttemptState, String> {
+        detail_state(&self.detail, "from")
+    }
+}
+
 impl History {
     /// The history of idem's tables in `schema`.
     pub fn new(schema: &str) -> Self {
@@ -110,56 +130,15 @@ impl History {
     /// The store events of one committed transaction, in the order it
     /// wrote them.
     pub fn events(&self, commit: &Commit) -> Result<Vec<TraceBody>, String> {
-        let mut written = Written::default();
-        let mut rows: Vec<(usize, EventRow)> = Vec::new();
-        for (index, change) in commit.changes.iter().enumerate() {
-            match (change.table.as_str(), change.action) {
-                (t, Action::Insert) if t == self.attempts => {
-                    written.attempts.insert(parse(change, "id")?, change);
-                }
-                (t, Action::Update) if t == self.attempts => {
-                    written.moved.insert(parse(change, "id")?);
-                }
-                (t, Action::Update) if t == self.jobs => {
-                    written.jobs.insert(parse(change, "id")?, change);
-                }
-                (t, Action::Insert) if t == self.events => {
-                    let row = EventRow {
-                        job_id: parse(change, "job_id")?,
-                        attempt_id: optional_id(change, "attempt_id")?,
-                        kind: parse(change, "kind")?,
-                        detail: json_column(change, "detail")?,
-                    };
-                    match (row.kind, row.attempt_id) {
-                        (EventKind::Won, Some(attempt)) => {
-                            written.won.insert(attempt);
-                        }
-                        (EventKind::Resolved, Some(attempt)) => {
-                            written.resolved.insert(attempt);
-                        }
-                        _ => {}
-                    }
-                    rows.push((index, row));
-                }
-                _ => {}
-            }
-        }
+        let (written, rows) = self.index(commit)?;
         let mut bodies: Vec<(usize, TraceBody)> = Vec::new();
         for (index, change) in commit.changes.iter().enumerate() {
             if change.table == self.jobs && change.action == Action::Insert {
-                bodies.push((
-                    index,
-                    TraceBody::JobCreated {
-                        job_id: parse(change, "id")?,
-                        owner: parse(change, "owner_id")?,
-                        key: parse(change, "idempotency_key")?,
-                        fingerprint: parse(change, "request_fingerprint")?,
-                    },
-                ));
+                bodies.push((index, created(change)?));
             }
         }
         for (index, row) in rows {
-            if let Some(body) = self.event(&written, row)? {
+            if let Some(body) = event(&written, row)? {
                 bodies.push((index, body));
             }
         }
@@ -167,104 +146,158 @@ impl History {
         Ok(bodies.into_iter().map(|(_, body)| body).collect())
     }
 
-    /// The trace event one `job_events` row stands for, if any (a win's
-    /// `resolved` row is folded into the win).
-    fn event(&self, written: &Written<'_>, row: EventRow) -> Result<Option<TraceBody>, String> {
-        let EventRow {
-            job_id,
-            attempt_id,
-            kind,
-            detail,
-        } = row;
-        let attempt = || attempt_id.ok_or_else(|| format!("a {kind} event without its attempt"));
-        let body = match kind {
-            EventKind::AttemptStarted => {
-                let id = attempt()?;
-                let row = written
-                    .attempts
-                    .get(&id)
-                    .ok_or_else(|| format!("attempt {id} started without its row"))?;
-                TraceBody::AttemptStarted {
-                    job_id,
-                    attempt_id: id,
-                    attempt_seq: parse(row, "seq")?,
-                    provider: parse(row, "provider")?,
-                    read_version: parse(row, "read_version")?,
+    /// What `commit` wrote, and the events it inserted with their places.
+    fn index<'a>(
+        &self,
+        commit: &'a Commit,
+    ) -> Result<(Written<'a>, Vec<(usize, EventRow)>), String> {
+        let mut written = Written::default();
+        let mut rows = Vec::new();
+        for (index, change) in commit.changes.iter().enumerate() {
+            let table = change.table.as_str();
+            match change.action {
+                Action::Insert if table == self.attempts => {
+                    written.attempts.insert(parse(change, "id")?, change);
                 }
-            }
-            EventKind::AttemptTransition => TraceBody::AttemptTransition {
-                job_id,
-                attempt_id: attempt()?,
-                from: detail_state(&detail, "from")?,
-                to: detail_state(&detail, "to")?,
-                reason: detail
-                    .get("error")
-                    .and_then(|e| detail_str(e, "reason"))
-                    .map(str::to_owned),
-            },
-            EventKind::Won => {
-                let job = written
-                    .jobs
-                    .get(&job_id)
-                    .ok_or_else(|| format!("job {job_id} won without its row"))?;
-                let id = attempt()?;
-                TraceBody::CompletionWon {
-                    job_id,
-                    attempt_id: id,
-                    from: detail_state(&detail, "from")?,
-                    version: parse(job, "version")?,
-                    out_of_band: written.resolved.contains(&id),
-                    result_sha256: fingerprint(&json_column(job, "result")?),
+                Action::Update if table == self.attempts => {
+                    written.moved.insert(parse(change, "id")?);
                 }
-            }
-            EventKind::RaceLost if attempt_id.is_some_and(|a| written.moved.contains(&a)) => {
-                TraceBody::CompletionLost {
-                    job_id,
-                    attempt_id: attempt()?,
-                    from: detail_state(&detail, "from")?,
-                    winner: detail_str(&detail, "winner").and_then(|w| w.parse().ok()),
-                    discarded_sha256: detail_str(&detail, "discarded_output_sha256")
-                        .unwrap_or_default()
-                        .to_owned(),
+                Action::Update if table == self.jobs => {
+                    written.jobs.insert(parse(change, "id")?, change);
                 }
-            }
-            EventKind::Resolved if attempt_id.is_some_and(|a| written.won.contains(&a)) => {
-                return Ok(None);
-            }
-            EventKind::JobFailed if written.jobs.contains_key(&job_id) => TraceBody::JobFailed {
-                job_id,
-                version: parse(written.jobs[&job_id], "version")?,
-            },
-            EventKind::AttemptRefused => {
-                let reason = detail_str(&detail, "reason").unwrap_or_default().to_owned();
-                let in_flight = reason == ATTEMPT_IN_FLIGHT;
-                TraceBody::AttemptRefused {
-                    job_id,
-                    blocking_attempt: attempt_id.filter(|_| in_flight),
-                    blocking_state: detail_str(&detail, "blocking_state")
-                        .and_then(|s| s.parse().ok()),
-                    reason,
+                Action::Insert if table == self.events => {
+                    let row = EventRow::read(change)?;
+                    if let Some(attempt) = row.attempt_id {
+                        match row.kind {
+                            EventKind::Won => written.won.insert(attempt),
+                            EventKind::Resolved => written.resolved.insert(attempt),
+                            _ => false,
+                        };
+                    }
+                    rows.push((index, row));
                 }
+                _ => {}
             }
-            EventKind::KeyReused => TraceBody::KeyReused {
-                job_id,
-                offered_fingerprint: detail_str(&detail, "offered_fingerprint")
-                    .unwrap_or_default()
-                    .to_owned(),
-                differing_pointers: detail
-                    .get("differing_pointers")
-                    .and_then(Value::as_array)
-                    .map(|p| p.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-                    .unwrap_or_default(),
-            },
-            _ => TraceBody::NoteRecorded {
-                job_id,
-                attempt_id,
-                event: kind,
-                detail,
-            },
-        };
-        Ok(Some(body))
+        }
+        Ok((written, rows))
+    }
+}
+
+/// A new job's row.
+fn created(change: &Change) -> Result<TraceBody, String> {
+    Ok(TraceBody::JobCreated {
+        job_id: parse(change, "id")?,
+        owner: parse(change, "owner_id")?,
+        key: parse(change, "idempotency_key")?,
+        fingerprint: parse(change, "request_fingerprint")?,
+    })
+}
+
+/// The trace event one `job_events` row stands for, if any (a win's
+/// `resolved` row is folded into the win).
+fn event(written: &Written<'_>, row: EventRow) -> Result<Option<TraceBody>, String> {
+    let moved = row.attempt_id.is_some_and(|a| written.moved.contains(&a));
+    let won = row.attempt_id.is_some_and(|a| written.won.contains(&a));
+    let body = match row.kind {
+        EventKind::AttemptStarted => started(written, &row)?,
+        EventKind::AttemptTransition => TraceBody::AttemptTransition {
+            job_id: row.job_id,
+            attempt_id: row.attempt()?,
+            from: row.from()?,
+            to: detail_state(&row.detail, "to")?,
+            reason: row
+                .detail
+                .get("error")
+                .and_then(|e| detail_str(e, "reason"))
+                .map(str::to_owned),
+        },
+        EventKind::Won => completion_won(written, &row)?,
+        EventKind::RaceLost if moved => TraceBody::CompletionLost {
+            job_id: row.job_id,
+            attempt_id: row.attempt()?,
+            from: row.from()?,
+            winner: detail_str(&row.detail, "winner").and_then(|w| w.parse().ok()),
+            discarded_sha256: detail_str(&row.detail, "discarded_output_sha256")
+                .unwrap_or_default()
+                .to_owned(),
+        },
+        EventKind::Resolved if won => return Ok(None),
+        EventKind::JobFailed if written.jobs.contains_key(&row.job_id) => TraceBody::JobFailed {
+            job_id: row.job_id,
+            version: parse(written.jobs[&row.job_id], "version")?,
+        },
+        EventKind::AttemptRefused => refused(row),
+        EventKind::KeyReused => key_reused(row),
+        _ => TraceBody::NoteRecorded {
+            job_id: row.job_id,
+            attempt_id: row.attempt_id,
+            event: row.kind,
+            detail: row.detail,
+        },
+    };
+    Ok(Some(body))
+}
+
+/// An attempt's start, from its event and its row.
+fn started(written: &Written<'_>, row: &EventRow) -> Result<TraceBody, String> {
+    let id = row.attempt()?;
+    let attempt = written
+        .attempts
+        .get(&id)
+        .ok_or_else(|| format!("attempt {id} started without its row"))?;
+    Ok(TraceBody::AttemptStarted {
+        job_id: row.job_id,
+        attempt_id: id,
+        attempt_seq: parse(attempt, "seq")?,
+        provider: parse(attempt, "provider")?,
+        read_version: parse(attempt, "read_version")?,
+    })
+}
+
+/// A win, with the job's version and result after it.
+fn completion_won(written: &Written<'_>, row: &EventRow) -> Result<TraceBody, String> {
+    let job = written
+        .jobs
+        .get(&row.job_id)
+        .ok_or_else(|| format!("job {} won without its row", row.job_id))?;
+    let id = row.attempt()?;
+    Ok(TraceBody::CompletionWon {
+        job_id: row.job_id,
+        attempt_id: id,
+        from: row.from()?,
+        version: parse(job, "version")?,
+        out_of_band: written.resolved.contains(&id),
+        result_sha256: fingerprint(&json_column(job, "result")?),
+    })
+}
+
+/// A start refused; an attempt in flight is named as the blocker.
+fn refused(row: EventRow) -> TraceBody {
+    let reason = detail_str(&row.detail, "reason")
+        .unwrap_or_default()
+        .to_owned();
+    let in_flight = reason == ATTEMPT_IN_FLIGHT;
+    TraceBody::AttemptRefused {
+        job_id: row.job_id,
+        blocking_attempt: row.attempt_id.filter(|_| in_flight),
+        blocking_state: detail_str(&row.detail, "blocking_state").and_then(|s| s.parse().ok()),
+        reason,
+    }
+}
+
+/// A create refused: its key is bound to another body.
+fn key_reused(row: EventRow) -> TraceBody {
+    TraceBody::KeyReused {
+        job_id: row.job_id,
+        offered_fingerprint: detail_str(&row.detail, "offered_fingerprint")
+            .unwrap_or_default()
+            .to_owned(),
+        differing_pointers: row
+            .detail
+            .get("differing_pointers")
+            .and_then(Value::as_array)
+            .map(|p| p.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -297,6 +297,61 @@ struct Pending {
     close_after: bool,
 }
 
+/// One direction's queue: chunks in order, each with its delivery time.
+#[derive(Default)]
+struct Queue {
+    chunks: VecDeque<Pending>,
+    bytes: usize,
+    /// The latest delivery time given: later chunks never pass it.
+    last_due_us: i64,
+}
+
+impl Queue {
+    fn push(&mut self, latency_ms: u64, filtered: Filtered) {
+        let latency_us = i64::try_from(latency_ms.saturating_mul(1_000)).unwrap_or(i64::MAX);
+        let due_us = now_us().saturating_add(latency_us).max(self.last_due_us);
+        self.last_due_us = due_us;
+        self.bytes += filtered.forward.len();
+        self.chunks.push_back(Pending {
+            due_us,
+            bytes: filtered.forward,
+            close_after: filtered.close,
+        });
+    }
+
+    /// How long until the next chunk is due; `None` if none is or `held`.
+    fn wait_us(&self, held: bool) -> Option<i64> {
+        self.chunks
+            .front()
+            .filter(|_| !held)
+            .map(|p| (p.due_us - now_us()).max(0))
+    }
+}
+
+impl Conn {
+    /// Takes one chunk read from `direction`'s source: dropped while the
+    /// direction is cut, else filtered and queued with its latency. `true`:
+    /// the connection closes after it, so nothing more is read.
+    fn take(&self, shared: &Shared, direction: Direction, bytes: &[u8], queue: &mut Queue) -> bool {
+        let faults = shared.faults.borrow().clone();
+        if faults.cut(direction) {
+            self.lost.store(true, Ordering::SeqCst);
+            return false;
+        }
+        let filtered = self.filter(direction, bytes);
+        let close = filtered.close;
+        let latency_ms = shared.draw_latency_ms(&faults) + filtered.delay_ms;
+        queue.push(latency_ms, filtered);
+        close
+    }
+
+    /// After a change of the link's faults: whether this connection must go
+    /// (it lost bytes to a partition that has healed).
+    fn broken_by(&self, faults: &Faults) -> bool {
+        !faults.any_cut() && self.lost.load(Ordering::SeqCst)
+    }
+}
+
 /// One direction of one connection: read, filter, queue with a latency,
 /// deliver in order when due and not held.
 async fn pump(
@@ -308,56 +363,32 @@ async fn pump(
 ) {
     let mut faults = shared.faults.subscribe();
     let mut cut = conn.cut.subscribe();
-    let mut queue: VecDeque<Pending> = VecDeque::new();
-    let mut queued_bytes = 0usize;
-    let mut last_due_us = i64::MIN;
+    let mut queue = Queue::default();
     let mut ended = false;
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     loop {
-        let held = faults.borrow().holds > 0;
-        let wait_us = queue
-            .front()
-            .filter(|_| !held)
-            .map(|p| (p.due_us - now_us()).max(0));
-        if ended && queue.is_empty() {
+        if ended && queue.chunks.is_empty() {
             let _ = to.shutdown().await;
             return;
         }
+        let wait_us = queue.wait_us(faults.borrow().holds > 0);
         tokio::select! {
-            read = from.read(&mut buf), if !ended && queued_bytes < QUEUE_BYTES_MAX => {
-                let n = match read {
-                    Ok(0) | Err(_) => { ended = true; continue; }
-                    Ok(n) => n,
+            read = from.read(&mut buf), if !ended && queue.bytes < QUEUE_BYTES_MAX => {
+                ended = match read {
+                    Ok(0) | Err(_) => true,
+                    Ok(n) => conn.take(&shared, direction, &buf[..n], &mut queue),
                 };
-                let now = faults.borrow().clone();
-                if now.cut(direction) {
-                    conn.lost.store(true, Ordering::SeqCst);
-                    continue;
-                }
-                let filtered = conn.filter(direction, &buf[..n]);
-                let latency_us = i64::try_from(
-                    (shared.draw_latency_ms(&now) + filtered.delay_ms) * 1_000,
-                ).unwrap_or(i64::MAX);
-                let due_us = now_us().saturating_add(latency_us).max(last_due_us);
-                last_due_us = due_us;
-                queued_bytes += filtered.forward.len();
-                queue.push_back(Pending { due_us, bytes: filtered.forward, close_after: filtered.close });
-                if filtered.close {
-                    ended = true;
-                }
             }
             () = wait(wait_us) => {
-                let Some(pending) = queue.pop_front() else { continue };
-                queued_bytes -= pending.bytes.len();
+                let Some(pending) = queue.chunks.pop_front() else { continue };
+                queue.bytes -= pending.bytes.len();
                 if to.write_all(&pending.bytes).await.is_err() || pending.close_after {
                     conn.cut.send_replace(true);
                     return;
                 }
             }
             changed = faults.changed() => {
-                if changed.is_err() { return; }
-                let healed = !faults.borrow().any_cut();
-                if healed && conn.lost.load(Ordering::SeqCst) {
+                if changed.is_err() || conn.broken_by(&faults.borrow()) {
                     conn.cut.send_replace(true);
                     return;
                 }

@@ -159,20 +159,7 @@ pub fn text(record: &RealRecord) -> String {
             run.error.as_deref().unwrap_or("the run could not finish")
         ),
     };
-    for verdict in &record.invariants {
-        let said = match &verdict.verdict {
-            Verdict::Held => "held".to_owned(),
-            Verdict::Violated { count } => format!("VIOLATED ({count})"),
-            Verdict::NotJudged { reason } => format!("not judged in real mode: {reason}"),
-        };
-        let _ = writeln!(out, "  {:>2} {:<24} {said}", verdict.invariant, verdict.name);
-    }
-    for v in &run.violations {
-        let _ = writeln!(out, "  invariant {} ({}): {}", v.invariant, v.name, v.message);
-        for event in &v.evidence_events {
-            let _ = writeln!(out, "    {event}");
-        }
-    }
+    verdicts(&mut out, record);
     if run.verdict != RunVerdict::Error {
         let _ = writeln!(
             out,
@@ -196,6 +183,24 @@ pub fn text(record: &RealRecord) -> String {
         let _ = writeln!(out, "build: idem {build}");
     }
     out
+}
+
+/// Every invariant's verdict, then each violation with its evidence.
+fn verdicts(out: &mut String, record: &RealRecord) {
+    for verdict in &record.invariants {
+        let said = match &verdict.verdict {
+            Verdict::Held => "held".to_owned(),
+            Verdict::Violated { count } => format!("VIOLATED ({count})"),
+            Verdict::NotJudged { reason } => format!("not judged in real mode: {reason}"),
+        };
+        let _ = writeln!(out, "  {:>2} {:<24} {said}", verdict.invariant, verdict.name);
+    }
+    for v in &record.run.violations {
+        let _ = writeln!(out, "  invariant {} ({}): {}", v.invariant, v.name, v.message);
+        for event in &v.evidence_events {
+            let _ = writeln!(out, "    {event}");
+        }
+    }
 }
 
 /// The report's lanes: users, API replicas, workers, the reconciler, the

@@ -7,11 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use tokio::task::JoinSet;
 
 use idem_core::serve_bench::JournalLine;
 use idem_sim::run::{RunReport, Stop, Verdict as SimVerdict};
@@ -174,9 +173,9 @@ impl RealWorld {
         Ok(())
     }
 
-    /// Starts every client; the count of those still running.
-    fn start_clients(&self, scenario: &Scenario, seed: u64) -> Arc<AtomicUsize> {
-        let running = Arc::new(AtomicUsize::new(scenario.clients.len()));
+    /// Starts every client.
+    fn start_clients(&self, scenario: &Scenario, seed: u64) -> JoinSet<()> {
+        let mut clients = JoinSet::new();
         let known_jobs = KnownJobs::default();
         for spec in &scenario.clients {
             let ctx = ClientContext {
@@ -187,19 +186,27 @@ impl RealWorld {
                 known_jobs: known_jobs.clone(),
                 seed: idem_sim::net::child_seed(seed, &format!("client/{}", spec.name)),
             };
-            let running = Arc::clone(&running);
-            tokio::spawn(async move {
-                run_client(ctx).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-            });
+            clients.spawn(run_client(ctx));
         }
-        running
+        clients
     }
 
-    /// Runs the plan until the system is quiet or the deadline.
+    /// Runs the plan until the system is quiet or the deadline. The
+    /// clients still running then are stopped.
     async fn drive(&mut self, scenario: &Scenario, seed: u64) -> Result<Stop, RealError> {
+        let mut clients = self.start_clients(scenario, seed);
+        let stop = self.drive_with(scenario, &mut clients).await;
+        clients.abort_all();
+        while clients.join_next().await.is_some() {}
+        stop
+    }
+
+    async fn drive_with(
+        &mut self,
+        scenario: &Scenario,
+        clients: &mut JoinSet<()>,
+    ) -> Result<Stop, RealError> {
         let mut plan = Plan::new(scenario);
-        let clients = self.start_clients(scenario, seed);
         let mut next_check_ms = QUIESCENCE_CHECK_MS;
         loop {
             let now_ms = self.clock.elapsed_ms();
@@ -213,7 +220,8 @@ impl RealWorld {
             }
             if now_ms >= next_check_ms {
                 next_check_ms = now_ms + QUIESCENCE_CHECK_MS;
-                if clients.load(Ordering::SeqCst) == 0
+                while clients.try_join_next().is_some() {}
+                if clients.is_empty()
                     && plan.timed.is_empty()
                     && self.store.settled().await
                 {
@@ -277,7 +285,11 @@ pub async fn run_in(
     ));
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
+    // The engine first (it writes), then the providers (their ledgers are
+    // final from here), then the store's history to its end.
     world.processes.stop_all().await;
+    world.providers.stop();
+    let executions = world.providers.ledgers();
     stop_history.send_replace(true);
     let followed = following
         .await
@@ -287,45 +299,73 @@ pub async fn run_in(
     world.read_journals(dir)?;
     let trace = world.recorder.finish(world.clock);
     let dump = world.store.dump().await?;
-    let executions = world.providers.ledgers();
-    world.providers.stop();
-    let (judgement, invariants) = judge(
-        idem_sim::oracle::OracleInput {
-            trace: &trace,
-            dump: &dump,
-            executions: &executions,
-            facts: &world.facts,
-        },
-        Observed::ALL,
-    );
-    let report = RunReport {
-        scenario: scenario.name.clone(),
-        seed: options.seed,
-        design: design_of(&options.system),
-        verdict: if judgement.passed() {
-            SimVerdict::Pass
-        } else {
-            SimVerdict::Fail
-        },
-        violations: judgement.violations,
-        windows: judgement.windows,
-        trace_hash: trace.hash(),
-        trace_events: trace.events.len(),
-        steps: 0,
-        sim_ms: run_ms,
-        stop,
-    };
-    let RealWorld {
-        store, facts, hosts, ..
-    } = world;
-    store.close().await;
-    Ok(RealOutcome {
-        report,
-        invariants,
+    let observed = Observed::ALL;
+    let judged = Judged {
         trace,
         dump,
         executions,
-        facts,
-        hosts,
-    })
+        stop,
+        run_ms,
+    };
+    Ok(judged.outcome(world, scenario, options, observed).await)
+}
+
+/// What a finished run left, to judge.
+struct Judged {
+    trace: idem_sim::trace::Trace,
+    dump: idem_core::store::StoreDump,
+    executions: BTreeMap<String, Vec<idem_core::provider::server::Execution>>,
+    stop: Stop,
+    run_ms: u64,
+}
+
+impl Judged {
+    /// Judges the run and releases the world.
+    async fn outcome(
+        self,
+        world: RealWorld,
+        scenario: &Scenario,
+        options: &RealOptions,
+        observed: Observed,
+    ) -> RealOutcome {
+        let (judgement, invariants) = judge(
+            idem_sim::oracle::OracleInput {
+                trace: &self.trace,
+                dump: &self.dump,
+                executions: &self.executions,
+                facts: &world.facts,
+            },
+            observed,
+        );
+        let report = RunReport {
+            scenario: scenario.name.clone(),
+            seed: options.seed,
+            design: design_of(&options.system),
+            verdict: if judgement.passed() {
+                SimVerdict::Pass
+            } else {
+                SimVerdict::Fail
+            },
+            violations: judgement.violations,
+            windows: judgement.windows,
+            trace_hash: self.trace.hash(),
+            trace_events: self.trace.events.len(),
+            steps: 0,
+            sim_ms: self.run_ms,
+            stop: self.stop,
+        };
+        let RealWorld {
+            store, facts, hosts, ..
+        } = world;
+        store.close().await;
+        RealOutcome {
+            report,
+            invariants,
+            trace: self.trace,
+            dump: self.dump,
+            executions: self.executions,
+            facts,
+            hosts,
+        }
+    }
 }

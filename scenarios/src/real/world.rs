@@ -179,25 +179,14 @@ impl RealWorld {
             serde_json::to_vec_pretty(&service_config(scenario)).expect("a config serializes"),
         )
         .map_err(|e| RealError::Start(format!("{}: {e}", config.display())))?;
-        let store_address = self.store.address()?;
         let mut specs = Vec::new();
         let mut api_ports = BTreeMap::new();
         for (name, roles, ready) in engine_hosts(scenario) {
-            let store_link = self
-                .link(scenario, options.seed, (&name, host::STORE), store_address)
-                .await?;
-            let mut providers = Vec::new();
-            for profile in &scenario.topology.providers {
-                let upstream = self.providers.address(&profile.name).expect("started above");
-                let link = self
-                    .link(scenario, options.seed, (&name, &host::provider(&profile.name)), upstream)
-                    .await?;
-                providers.push((profile.name.clone(), profile.model.clone(), link));
-            }
             let port = free_port()?;
             if ready == API_READY {
                 api_ports.insert(name.clone(), port);
             }
+            let (store_link, providers) = self.engine_links(scenario, options.seed, &name).await?;
             let args = serve_args(scenario, options, &self.store, &Wiring {
                 host: &name,
                 roles,
@@ -215,21 +204,53 @@ impl RealWorld {
                 ready: ready.to_owned(),
             });
         }
+        self.client_links(scenario, options.seed, &api_ports).await?;
+        Ok(specs)
+    }
+
+    /// The links of engine host `name`: to the store, and to each provider
+    /// as (provider, model, the link's address).
+    async fn engine_links(
+        &mut self,
+        scenario: &Scenario,
+        seed: u64,
+        name: &str,
+    ) -> Result<(SocketAddr, Vec<(String, String, SocketAddr)>), RealError> {
+        let store_address = self.store.address()?;
+        let store_link = self
+            .link(scenario, seed, (name, host::STORE), store_address)
+            .await?;
+        let mut providers = Vec::new();
+        for profile in &scenario.topology.providers {
+            let upstream = self.providers.address(&profile.name).expect("started before");
+            let link = self
+                .link(scenario, seed, (name, &host::provider(&profile.name)), upstream)
+                .await?;
+            providers.push((profile.name.clone(), profile.model.clone(), link));
+        }
+        Ok((store_link, providers))
+    }
+
+    /// Each client's links to the API replicas listening on `api_ports`.
+    async fn client_links(
+        &mut self,
+        scenario: &Scenario,
+        seed: u64,
+        api_ports: &BTreeMap<String, u16>,
+    ) -> Result<(), RealError> {
         for client in &scenario.clients {
             let client_host = host::client(&client.name);
             let mut replicas = Vec::new();
-            for (api, port) in &api_ports {
+            for (api, port) in api_ports {
                 let upstream = SocketAddr::from(([127, 0, 0, 1], *port));
-                let link = self
-                    .link(scenario, options.seed, (&client_host, api), upstream)
-                    .await?;
+                let link = self.link(scenario, seed, (&client_host, api), upstream).await?;
                 replicas.push((api.clone(), link));
             }
             // Replica order as the simulator's: api-1, api-2, ..., api-10.
             replicas.sort_by_key(|(api, _)| api_index(api));
             self.replicas.insert(client.name.clone(), replicas);
         }
-        Ok(specs)
+        Ok(())
     }
 }
 
@@ -263,8 +284,8 @@ fn serve_args(
     store: &StoreHost,
     w: &Wiring<'_>,
 ) -> Vec<String> {
-    let design = design_of(&options.system);
-    let mut args: Vec<String> = [
+    let owned = |args: &[&str]| args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let mut args = owned(&[
         "serve",
         "--store",
         "postgres",
@@ -279,8 +300,11 @@ fn serve_args(
         "--log-format",
         "json",
         "--no-pruner",
+    ]);
+    args.extend(owned(w.roles));
+    args.extend(owned(&[
         "--design",
-        design.name(),
+        design_of(&options.system).name(),
         "--session",
         w.host,
         "--service-config",
@@ -288,16 +312,20 @@ fn serve_args(
         "--journal",
         &w.journal.display().to_string(),
         "--controlled",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    args.extend(w.roles.iter().map(|r| (*r).to_owned()));
+    ]));
+    args.extend(world_args(scenario, w.providers));
+    args
+}
+
+/// The tokens of the scenario's users, its providers (reached over the
+/// host's links) and its policy, as `idem serve` flags.
+fn world_args(scenario: &Scenario, providers: &[(String, String, SocketAddr)]) -> Vec<String> {
+    let mut args = Vec::new();
     for client in &scenario.clients {
         args.push("--token".to_owned());
         args.push(format!("{}={}", client_token(&client.name), client.owner));
     }
-    for (name, model, link) in w.providers {
+    for (name, model, link) in providers {
         args.extend([
             "--provider".to_owned(),
             format!("{name}=http://{link}"),
