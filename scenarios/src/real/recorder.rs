@@ -125,6 +125,11 @@ impl RealRecorder {
         });
     }
 
+    /// The stamp of the latest event from `source`, if any.
+    pub fn latest(&self, source: Source) -> Option<i64> {
+        self.lock().floor_us.get(&source).copied()
+    }
+
     /// How many events of `kind` have been recorded so far.
     pub fn trigger_count(&self, kind: TriggerKind) -> u32 {
         self.lock().triggers.get(&kind).copied().unwrap_or(0)

@@ -19,6 +19,7 @@ use idem_sim::trace::TraceBody;
 use idem_sim::world::client_token;
 
 use super::client::{ClientContext, KnownJobs, run_client};
+use super::clock::now_us;
 use super::faults::{Step, aftermath};
 use super::history::History;
 use super::judge::{Observed, judge};
@@ -31,6 +32,8 @@ use super::{RealError, RealOptions, RealOutcome};
 const DRIVER_TICK_MS: u64 = 5;
 /// How often the driver asks the store whether everything is settled.
 const QUIESCENCE_CHECK_MS: u64 = 100;
+/// The least time without a commit before the system counts as quiet.
+const QUIET_MS_MIN: u64 = 300;
 /// How often the store's history is read during the run.
 const HISTORY_POLL_MS: u64 = 10;
 /// Reads of the store's history after the run, until one finds nothing.
@@ -223,6 +226,7 @@ impl RealWorld {
                 while clients.try_join_next().is_some() {}
                 if clients.is_empty()
                     && plan.timed.is_empty()
+                    && self.store_quiet(scenario)
                     && self.store.settled().await
                 {
                     return Ok(Stop::Quiescent);
@@ -230,6 +234,21 @@ impl RealWorld {
             }
             idem_core::timer::sleep(Duration::from_millis(DRIVER_TICK_MS)).await;
         }
+    }
+
+    /// Whether the store has committed nothing for a while: every job may
+    /// be settled while a process still has something to write about it (a
+    /// worker re-checking a completion whose acknowledgement was lost, a
+    /// reconciler's note). The while is two of the slowest poller's
+    /// intervals, at least [`QUIET_MS_MIN`].
+    fn store_quiet(&self, scenario: &Scenario) -> bool {
+        let t = &scenario.topology;
+        let quiet_ms = (2 * t.worker.poll_interval_ms.max(t.reconciler_config.poll_interval_ms))
+            .max(QUIET_MS_MIN);
+        let quiet_us = i64::try_from(quiet_ms * 1_000).unwrap_or(i64::MAX);
+        self.recorder
+            .latest(Source::Store)
+            .is_none_or(|t_us| now_us().saturating_sub(t_us) >= quiet_us)
     }
 
     /// Each engine process's journal, into the trace (as the simulator's

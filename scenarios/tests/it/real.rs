@@ -184,26 +184,27 @@ fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
         .spawn()
         .expect("idem real starts");
     // Mid-run: the four engine processes are up.
-    let mut family = BTreeSet::new();
-    for _ in 0..600 {
-        family = descendants(harness.id());
-        let serving = family
+    let serving = || {
+        descendants(harness.id())
             .iter()
             .filter(|p| cmdline(**p).contains(" serve "))
-            .count();
-        if serving == 4 {
+            .count()
+    };
+    for _ in 0..600 {
+        if serving() == 4 {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
-    family = descendants(harness.id());
+    let family = descendants(harness.id());
     let cluster_dir = family
         .iter()
         .map(|p| cmdline(*p))
         .find_map(|c| {
             let after = c.split(" -D ").nth(1)?;
-            Some(after.split_whitespace().next()?.trim_end_matches("/data").to_owned())
+            let dir = after.split_whitespace().next()?.trim_matches('\'');
+            Some(dir.trim_end_matches("/data").to_owned())
         })
         .expect("a PostgreSQL of the run");
     assert!(Path::new(&cluster_dir).exists(), "{cluster_dir}");
@@ -327,10 +328,11 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         other => panic!("{other:?}"),
     };
     step(StoreOp::StartAttempt);
-    store
+    let moved = store
         .transition_attempt(attempt.id, None, AttemptState::Running, None, at)
         .await
         .expect("moves");
+    assert!(matches!(moved, idem_core::store::TransitionOutcome::Moved { .. }), "{moved:?}");
     step(StoreOp::TransitionAttempt);
     store
         .record_event(NewEvent {
@@ -343,7 +345,7 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         .await
         .expect("records");
     step(StoreOp::RecordEvent);
-    store
+    let completed = store
         .complete(Completion {
             job_id: job.id,
             attempt_id: attempt.id,
@@ -353,6 +355,7 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         })
         .await
         .expect("completes");
+    assert!(matches!(completed, idem_core::store::CompleteOutcome::Won(_)), "{completed:?}");
     step(StoreOp::Complete);
     store
         .attempts_in_states(&[AttemptState::Unknown], None, 8)
