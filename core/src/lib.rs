@@ -35,9 +35,9 @@ pub mod periodic;
 pub mod provider;
 pub mod reconciler;
 pub mod retention;
-pub mod service;
 #[cfg(feature = "bench")]
 pub mod serve_bench;
+pub mod service;
 pub mod stamp;
 pub mod store;
 pub mod timer;

@@ -191,11 +191,16 @@ impl ControlledClock {
     /// What the realtime face reads minus true time, now.
     fn error_us(&self) -> i64 {
         let skew = *self.skew.lock().unwrap_or_else(PoisonError::into_inner);
-        let elapsed_us =
-            i128::try_from(SystemClock.monotonic().saturating_sub(skew.since).as_micros())
-                .unwrap_or(i128::MAX);
+        let elapsed_us = i128::try_from(
+            SystemClock
+                .monotonic()
+                .saturating_sub(skew.since)
+                .as_micros(),
+        )
+        .unwrap_or(i128::MAX);
         let drifted = i128::from(skew.drift_ppm).saturating_mul(elapsed_us) / 1_000_000;
-        let drifted = i64::try_from(drifted).unwrap_or(if drifted < 0 { i64::MIN } else { i64::MAX });
+        let drifted =
+            i64::try_from(drifted).unwrap_or(if drifted < 0 { i64::MIN } else { i64::MAX });
         skew.offset_us.saturating_add(drifted)
     }
 }
@@ -248,8 +253,13 @@ struct Journaled {
 
 /// What a call needs remembered to journal its outcome.
 enum Offer {
-    Create { fingerprint: String },
-    Complete { job_id: JobId, attempt_id: AttemptId },
+    Create {
+        fingerprint: String,
+    },
+    Complete {
+        job_id: JobId,
+        attempt_id: AttemptId,
+    },
 }
 
 #[async_trait]
@@ -333,10 +343,7 @@ mod tests {
         assert_eq!(clock.error_us(), 0);
         clock.set(3_600_000_000, 0);
         let ahead = clock.now().timestamp_micros() - SystemClock.now().timestamp_micros();
-        assert!(
-            (3_599_000_000..=3_600_000_000).contains(&ahead),
-            "{ahead}"
-        );
+        assert!((3_599_000_000..=3_600_000_000).contains(&ahead), "{ahead}");
         // A clock that stands still loses what passes; never gains.
         clock.set(0, -1_000_000);
         std::thread::sleep(Duration::from_millis(20));

@@ -229,18 +229,18 @@ impl PgStore {
     /// could name it).
     async fn try_create(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
         let row = sqlx::query(self.create_job_sql())
-        .bind(new.id.0)
-        .bind(&new.owner_id.0)
-        .bind(new.idempotency_key.as_str())
-        .bind(&new.request_fingerprint)
-        // The canonical text, cast by PostgreSQL: `numeric` keeps every
-        // digit, where a serde_json Value would have rounded some.
-        .bind(new.request.text())
-        .bind(&new.provider)
-        .bind(&new.fallbacks)
-        .bind(new.at)
-        .fetch_optional(&self.pool)
-        .await;
+            .bind(new.id.0)
+            .bind(&new.owner_id.0)
+            .bind(new.idempotency_key.as_str())
+            .bind(&new.request_fingerprint)
+            // The canonical text, cast by PostgreSQL: `numeric` keeps every
+            // digit, where a serde_json Value would have rounded some.
+            .bind(new.request.text())
+            .bind(&new.provider)
+            .bind(&new.fallbacks)
+            .bind(new.at)
+            .fetch_optional(&self.pool)
+            .await;
         let row = match row {
             Ok(Some(row)) => row,
             // The key's row committed after this statement's snapshot: the
@@ -615,14 +615,14 @@ impl Store for PgStore {
         }
         // The compare-and-swap: exactly one attempt's result is ever written.
         let won = sqlx::query(self.complete_sql())
-        .bind(completion.job_id.0)
-        .bind(attempt.read_version)
-        .bind(&completion.output)
-        .bind(completion.attempt_id.0)
-        .bind(completion.at)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
+            .bind(completion.job_id.0)
+            .bind(attempt.read_version)
+            .bind(&completion.output)
+            .bind(completion.attempt_id.0)
+            .bind(completion.at)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
         let outcome = match won {
             Some(row) => {
                 let job = job_from_row(&row)?;

@@ -79,7 +79,13 @@ pub fn real(args: RealArgs) -> Result<Exit, CliError> {
     if let Err(RealError::Refused(why) | RealError::Start(why)) = &outcome {
         return Err(CliError::Usage(why.clone()));
     }
-    let record = record::record(&loaded.scenario, &loaded.target, &options, &outcome, wall_ms);
+    let record = record::record(
+        &loaded.scenario,
+        &loaded.target,
+        &options,
+        &outcome,
+        wall_ms,
+    );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&record).expect("a record serializes");
         write(path, &format!("{json}\n"))?;
@@ -87,13 +93,19 @@ pub fn real(args: RealArgs) -> Result<Exit, CliError> {
     if let (Some(path), Ok(outcome)) = (&args.report, &outcome) {
         let build = &record.run.build;
         let provenance = Provenance {
-            version: build.as_ref().map(|b| b.version.clone()).unwrap_or_default(),
+            version: build
+                .as_ref()
+                .map(|b| b.version.clone())
+                .unwrap_or_default(),
             commit: build.as_ref().map(|b| b.short_commit()).unwrap_or_default(),
             command_line: std::env::args().collect::<Vec<_>>().join(" "),
             seeds: format!("{}..{}", args.seed, args.seed + 1),
             performance: None,
         };
-        write(path, &record::page(&loaded.scenario, &record, outcome, &provenance))?;
+        write(
+            path,
+            &record::page(&loaded.scenario, &record, outcome, &provenance),
+        )?;
     }
     super::common::emit(&record::text(&record));
     Ok(if record.run.verdict == RunVerdict::Pass {

@@ -136,7 +136,12 @@ impl Client {
                 idem_core::timer::sleep(Duration::from_millis(retry_after_ms)).await;
             }
             let answer = self
-                .request("POST", "/v1/jobs".to_owned(), Some(&key), Some(body.clone()))
+                .request(
+                    "POST",
+                    "/v1/jobs".to_owned(),
+                    Some(&key),
+                    Some(body.clone()),
+                )
                 .await;
             match answer {
                 Some(answer) if (200..300).contains(&answer.status) => {
@@ -218,9 +223,12 @@ impl Client {
                 let answer = self
                     .request("GET", format!("/v1/jobs/{job}"), None, None)
                     .await;
-                let state = answer
-                    .as_ref()
-                    .and_then(|a| a.body.get("state").and_then(Value::as_str).map(str::to_owned));
+                let state = answer.as_ref().and_then(|a| {
+                    a.body
+                        .get("state")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                });
                 if matches!(state.as_deref(), Some("succeeded" | "failed")) {
                     break;
                 }

@@ -6,9 +6,9 @@
 //! heals and restarts, on the processes, links, providers and store of a
 //! [`RealWorld`].
 
-use idem_sim::scenario::{Fault, FaultKind, Scenario, host};
-use idem_core::store::faults::{FaultRule, StoreFault};
 use idem_core::serve_bench::Order;
+use idem_core::store::faults::{FaultRule, StoreFault};
+use idem_sim::scenario::{Fault, FaultKind, Scenario, host};
 
 use super::RealError;
 use super::proxy::{Direction, orientation};
@@ -49,15 +49,13 @@ pub fn treatment(kind: FaultKind) -> Treatment {
         FaultKind::StoreFailBeforeApply => Treatment::Real(
             "the store link's proxy closes the connection before the operation's first statement",
         ),
-        FaultKind::StoreLatency => Treatment::Real(
-            "the store link's proxy holds the operation's first statement back",
-        ),
-        FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => {
-            Treatment::Real(
-                "the engine process's realtime clock is set over its stdin (idem serve --controlled, \
-                 a bench-only flag); its monotonic clock is left alone",
-            )
+        FaultKind::StoreLatency => {
+            Treatment::Real("the store link's proxy holds the operation's first statement back")
         }
+        FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => Treatment::Real(
+            "the engine process's realtime clock is set over its stdin (idem serve --controlled, \
+                 a bench-only flag); its monotonic clock is left alone",
+        ),
     }
 }
 
@@ -155,7 +153,9 @@ impl RealWorld {
     /// A provider fault: the server switches behaviour now.
     fn fire_provider(&mut self, fault: &Fault) {
         match fault {
-            Fault::ProviderHang { provider, .. } => self.providers.change(provider, |b| b.hang = true),
+            Fault::ProviderHang { provider, .. } => {
+                self.providers.change(provider, |b| b.hang = true)
+            }
             Fault::ProviderStall { provider, .. } => {
                 self.providers.change(provider, |b| b.stall = true);
             }
@@ -165,7 +165,8 @@ impl RealWorld {
                 ..
             } => {
                 let rate = *error_per_mille;
-                self.providers.change(provider, |b| b.error_per_mille = rate);
+                self.providers
+                    .change(provider, |b| b.error_per_mille = rate);
             }
             Fault::ProviderModelChange { provider, model } => {
                 let served = Some(model.clone());
@@ -286,8 +287,12 @@ impl RealWorld {
                     LinkChange::Hold => step(&mut faults.holds),
                     LinkChange::Cut { oneway } => {
                         let (forward, back) = match a_to_b {
-                            Direction::ToServer => (&mut faults.cut_to_server, &mut faults.cut_to_client),
-                            Direction::ToClient => (&mut faults.cut_to_client, &mut faults.cut_to_server),
+                            Direction::ToServer => {
+                                (&mut faults.cut_to_server, &mut faults.cut_to_client)
+                            }
+                            Direction::ToClient => {
+                                (&mut faults.cut_to_client, &mut faults.cut_to_server)
+                            }
                         };
                         step(forward);
                         if !oneway {
@@ -297,7 +302,8 @@ impl RealWorld {
                     LinkChange::Latency(max) => {
                         if on {
                             faults.latency_ms_max.push(max);
-                        } else if let Some(i) = faults.latency_ms_max.iter().position(|m| *m == max) {
+                        } else if let Some(i) = faults.latency_ms_max.iter().position(|m| *m == max)
+                        {
                             faults.latency_ms_max.remove(i);
                         }
                     }
@@ -332,7 +338,9 @@ impl RealWorld {
             self.processes.restart(host)?;
             self.resend_clock(host).await;
             if !self.processes.ready_again(host, before).await {
-                return Err(RealError::Run(format!("{host} did not come back after its restart")));
+                return Err(RealError::Run(format!(
+                    "{host} did not come back after its restart"
+                )));
             }
         }
         self.open_links_to(host).await
@@ -354,7 +362,11 @@ impl RealWorld {
     }
 
     /// Changes `host`'s clock error now and tells its process.
-    async fn change_clock(&mut self, host: &str, change: impl FnOnce(&mut idem_sim::net::Skew, i64)) {
+    async fn change_clock(
+        &mut self,
+        host: &str,
+        change: impl FnOnce(&mut idem_sim::net::Skew, i64),
+    ) {
         let now_us = self.clock.elapsed_us();
         change(self.skews.entry(host.to_owned()).or_default(), now_us);
         self.resend_clock(host).await;

@@ -296,7 +296,12 @@ fn key_reused(row: EventRow) -> TraceBody {
             .detail
             .get("differing_pointers")
             .and_then(Value::as_array)
-            .map(|p| p.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|p| {
+                p.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }
@@ -362,7 +367,11 @@ mod tests {
                     ("read_version", Some("0")),
                 ],
             ),
-            event("attempt_started", Some(ATTEMPT), r#"{"seq": 2, "provider": "primary"}"#),
+            event(
+                "attempt_started",
+                Some(ATTEMPT),
+                r#"{"seq": 2, "provider": "primary"}"#,
+            ),
         ]);
         assert_eq!(
             bodies,
@@ -391,8 +400,16 @@ mod tests {
         let bodies = events(vec![
             job_row,
             attempt_row,
-            event("resolved", Some(ATTEMPT), r#"{"outcome": "succeeded", "from": "unknown"}"#),
-            event("won", Some(ATTEMPT), r#"{"from": "unknown", "read_version": 0}"#),
+            event(
+                "resolved",
+                Some(ATTEMPT),
+                r#"{"outcome": "succeeded", "from": "unknown"}"#,
+            ),
+            event(
+                "won",
+                Some(ATTEMPT),
+                r#"{"from": "unknown", "read_version": 0}"#,
+            ),
         ]);
         assert_eq!(
             bodies,
@@ -461,11 +478,7 @@ mod tests {
                 Some(ATTEMPT),
                 r#"{"from": "running", "to": "unknown", "error": {"reason": "deadline"}}"#,
             ),
-            event(
-                "ack_rechecked",
-                Some(ATTEMPT),
-                r#"{"concluded": "won"}"#,
-            ),
+            event("ack_rechecked", Some(ATTEMPT), r#"{"concluded": "won"}"#),
         ]);
         let job_id: JobId = JOB.parse().expect("id");
         let attempt_id: AttemptId = ATTEMPT.parse().expect("id");

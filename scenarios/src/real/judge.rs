@@ -151,9 +151,7 @@ mod tests {
         let verdict = InvariantVerdict {
             invariant: 12,
             name: "waits_in_true_time".into(),
-            verdict: Verdict::NotJudged {
-                reason: "r".into(),
-            },
+            verdict: Verdict::NotJudged { reason: "r".into() },
         };
         assert_eq!(
             serde_json::to_string(&verdict).expect("serializes"),

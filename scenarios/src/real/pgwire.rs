@@ -65,9 +65,14 @@ pub fn classify(sql: &str) -> Option<StoreOp> {
         StoreOp::PruneJobs
     } else if starts("set transaction isolation level repeatable read")
         || ((starts("select") || starts("with"))
-            && [" jobs", " attempts", " job_events", " provider_certificates"]
-                .iter()
-                .any(|table| sql.contains(table)))
+            && [
+                " jobs",
+                " attempts",
+                " job_events",
+                " provider_certificates",
+            ]
+            .iter()
+            .any(|table| sql.contains(table)))
     {
         StoreOp::Read
     } else {
@@ -371,7 +376,10 @@ mod tests {
 
     fn startup() -> Vec<u8> {
         let body = b"\x00\x03\x00\x00user\0postgres\0\0";
-        let mut m = u32::try_from(body.len() + 4).expect("small").to_be_bytes().to_vec();
+        let mut m = u32::try_from(body.len() + 4)
+            .expect("small")
+            .to_be_bytes()
+            .to_vec();
         m.extend_from_slice(body);
         m
     }
@@ -406,7 +414,13 @@ mod tests {
         let out = tap.from_server(&answer);
         assert!(out.forward.is_empty());
         assert!(out.close);
-        assert_eq!(recorder.finish(super::super::clock::RunClock::at(0)).events.len(), 1);
+        assert_eq!(
+            recorder
+                .finish(super::super::clock::RunClock::at(0))
+                .events
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -433,10 +447,22 @@ mod tests {
 
     #[test]
     fn statements_name_their_operations() {
-        assert_eq!(classify("SELECT state, version FROM jobs\n WHERE id = $1 FOR SHARE"), Some(StoreOp::StartAttempt));
-        assert_eq!(classify("insert into job_events (job_id) values ($1)"), Some(StoreOp::RecordEvent));
-        assert_eq!(classify("select * from jobs where owner_id = $1"), Some(StoreOp::Read));
-        assert_eq!(classify("SELECT version, checksum FROM idem._sqlx_migrations"), None);
+        assert_eq!(
+            classify("SELECT state, version FROM jobs\n WHERE id = $1 FOR SHARE"),
+            Some(StoreOp::StartAttempt)
+        );
+        assert_eq!(
+            classify("insert into job_events (job_id) values ($1)"),
+            Some(StoreOp::RecordEvent)
+        );
+        assert_eq!(
+            classify("select * from jobs where owner_id = $1"),
+            Some(StoreOp::Read)
+        );
+        assert_eq!(
+            classify("SELECT version, checksum FROM idem._sqlx_migrations"),
+            None
+        );
         assert_eq!(classify("SET search_path = idem"), None);
     }
 }

@@ -60,7 +60,18 @@ fn spawn(spec: &ProcessSpec) -> Result<Running, RealError> {
     let err = log
         .try_clone()
         .map_err(|e| RealError::Start(format!("{}: {e}", spec.log.display())))?;
-    let mut child = Command::new(&spec.program)
+    let mut command = Command::new(&spec.program);
+    // Only the flags configure the process: none of the harness's own
+    // settings leak in, and its log says when it is ready whatever the
+    // harness's filter is.
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("IDEM_") || name_text == "DATABASE_URL" {
+            command.env_remove(&name);
+        }
+    }
+    let mut child = command
+        .env("RUST_LOG", "info")
         .args(&spec.args)
         .stdin(Stdio::piped())
         .stdout(log)

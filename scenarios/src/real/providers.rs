@@ -73,11 +73,7 @@ fn serve(
 impl Providers {
     /// Starts every provider of `scenario`, seeded from the run's seed as
     /// the simulator seeds them, each execution recorded in the trace.
-    pub fn start(
-        scenario: &Scenario,
-        seed: u64,
-        recorder: &RealRecorder,
-    ) -> std::io::Result<Self> {
+    pub fn start(scenario: &Scenario, seed: u64, recorder: &RealRecorder) -> std::io::Result<Self> {
         let mut providers = Self::default();
         for profile in &scenario.topology.providers {
             let mut behaviour = profile.behaviour.clone();

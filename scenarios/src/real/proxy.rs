@@ -183,7 +183,10 @@ impl Link {
 
     /// Stops listening: a new connection is refused (the server is down).
     pub fn close(&self) {
-        let mut accepting = self.accepting.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut accepting = self
+            .accepting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(task) = accepting.take() {
             task.abort();
         }
@@ -201,7 +204,10 @@ impl Link {
         }
         let listener = TcpListener::bind(self.address()).await?;
         let task = tokio::spawn(accept(listener, Arc::clone(&self.shared)));
-        *self.accepting.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+        *self
+            .accepting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(task);
         Ok(())
     }
 }
@@ -461,10 +467,13 @@ mod tests {
     async fn round_trip(stream: &mut TcpStream, text: &[u8], within_ms: u64) -> Option<Vec<u8>> {
         stream.write_all(text).await.ok()?;
         let mut got = vec![0u8; text.len()];
-        idem_core::timer::timeout(Duration::from_millis(within_ms), stream.read_exact(&mut got))
-            .await
-            .ok()?
-            .ok()?;
+        idem_core::timer::timeout(
+            Duration::from_millis(within_ms),
+            stream.read_exact(&mut got),
+        )
+        .await
+        .ok()?
+        .ok()?;
         Some(got)
     }
 
@@ -472,7 +481,10 @@ mod tests {
     async fn a_hold_delays_and_a_partition_drops_then_breaks_the_stream() {
         let link = Link::start(spec(echo().await), None).await.expect("starts");
         let mut stream = TcpStream::connect(link.address()).await.expect("connects");
-        assert_eq!(round_trip(&mut stream, b"one", 2_000).await.as_deref(), Some(&b"one"[..]));
+        assert_eq!(
+            round_trip(&mut stream, b"one", 2_000).await.as_deref(),
+            Some(&b"one"[..])
+        );
         link.update(|f| f.holds += 1);
         assert_eq!(round_trip(&mut stream, b"two", 200).await, None);
         link.update(|f| f.holds -= 1);
@@ -504,8 +516,14 @@ mod tests {
     #[test]
     fn faults_name_links_by_host_or_wildcard() {
         let s = spec(SocketAddr::from(([127, 0, 0, 1], 1)));
-        assert_eq!(orientation(&s, "worker-1", "provider-primary"), Some(Direction::ToServer));
-        assert_eq!(orientation(&s, "provider-*", "worker-*"), Some(Direction::ToClient));
+        assert_eq!(
+            orientation(&s, "worker-1", "provider-primary"),
+            Some(Direction::ToServer)
+        );
+        assert_eq!(
+            orientation(&s, "provider-*", "worker-*"),
+            Some(Direction::ToClient)
+        );
         assert_eq!(orientation(&s, "api-1", "provider-primary"), None);
         assert!(names("api-*", "api-12"));
         assert!(!names("api-1", "api-12"));

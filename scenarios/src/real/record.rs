@@ -83,7 +83,10 @@ pub fn record(
             ),
             Vec::new(),
         ),
-        Ok(outcome) => (run_record(scenario, outcome, reproduce), outcome.invariants.clone()),
+        Ok(outcome) => (
+            run_record(scenario, outcome, reproduce),
+            outcome.invariants.clone(),
+        ),
     };
     RealRecord {
         run: RunRecord {
@@ -175,7 +178,11 @@ pub fn text(record: &RealRecord) -> String {
         let _ = writeln!(
             out,
             "windows reached: {}",
-            if reached.is_empty() { "none".to_owned() } else { reached.join(", ") }
+            if reached.is_empty() {
+                "none".to_owned()
+            } else {
+                reached.join(", ")
+            }
         );
     }
     let _ = writeln!(out, "reproduce with: {}", run.reproduce);
@@ -193,10 +200,18 @@ fn verdicts(out: &mut String, record: &RealRecord) {
             Verdict::Violated { count } => format!("VIOLATED ({count})"),
             Verdict::NotJudged { reason } => format!("not judged in real mode: {reason}"),
         };
-        let _ = writeln!(out, "  {:>2} {:<24} {said}", verdict.invariant, verdict.name);
+        let _ = writeln!(
+            out,
+            "  {:>2} {:<24} {said}",
+            verdict.invariant, verdict.name
+        );
     }
     for v in &record.run.violations {
-        let _ = writeln!(out, "  invariant {} ({}): {}", v.invariant, v.name, v.message);
+        let _ = writeln!(
+            out,
+            "  invariant {} ({}): {}",
+            v.invariant, v.name, v.message
+        );
         for event in &v.evidence_events {
             let _ = writeln!(out, "    {event}");
         }
@@ -207,7 +222,11 @@ fn verdicts(out: &mut String, record: &RealRecord) {
 /// store, providers (as `idem run --report` draws them).
 fn lanes(scenario: &Scenario) -> Vec<String> {
     let t = &scenario.topology;
-    let mut hosts: Vec<String> = scenario.clients.iter().map(|c| host::client(&c.name)).collect();
+    let mut hosts: Vec<String> = scenario
+        .clients
+        .iter()
+        .map(|c| host::client(&c.name))
+        .collect();
     hosts.extend((1..=t.api_replicas).map(host::api));
     hosts.extend((1..=t.workers).map(host::worker));
     if t.reconciler {
@@ -249,7 +268,11 @@ pub fn page(
         "Real mode: {} against a real PostgreSQL and real TCP, on the wall clock ({} ms from the first click to the {} stop). {}",
         record.system,
         record.run.sim_ms,
-        if outcome.report.stop == Stop::Quiescent { "quiescent" } else { "deadline" },
+        if outcome.report.stop == Stop::Quiescent {
+            "quiescent"
+        } else {
+            "deadline"
+        },
         if not_judged.is_empty() {
             "Every invariant was judged.".to_owned()
         } else {

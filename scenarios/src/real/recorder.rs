@@ -227,7 +227,11 @@ mod tests {
             TriggerKind::ProviderExecutionStarted,
             TriggerKind::CompletionWon,
         ] {
-            assert_eq!(real.trigger_count(kind), sim.trigger_count(kind), "{kind:?}");
+            assert_eq!(
+                real.trigger_count(kind),
+                sim.trigger_count(kind),
+                "{kind:?}"
+            );
             assert_eq!(real.trigger_count(kind), 1, "{kind:?}");
         }
     }

@@ -83,7 +83,9 @@ async fn follow_history(
             Err(e) => {
                 idem_core::timer::sleep(Duration::from_millis(HISTORY_POLL_MS)).await;
                 if reader.poll().await.is_err() {
-                    return Err(format!("the store's history could not be read to its end: {e}"));
+                    return Err(format!(
+                        "the store's history could not be read to its end: {e}"
+                    ));
                 }
             }
         }
@@ -243,8 +245,11 @@ impl RealWorld {
     /// intervals, at least [`QUIET_MS_MIN`].
     fn store_quiet(&self, scenario: &Scenario) -> bool {
         let t = &scenario.topology;
-        let quiet_ms = (2 * t.worker.poll_interval_ms.max(t.reconciler_config.poll_interval_ms))
-            .max(QUIET_MS_MIN);
+        let quiet_ms = (2 * t
+            .worker
+            .poll_interval_ms
+            .max(t.reconciler_config.poll_interval_ms))
+        .max(QUIET_MS_MIN);
         let quiet_us = i64::try_from(quiet_ms * 1_000).unwrap_or(i64::MAX);
         self.recorder
             .latest(Source::Store)
@@ -258,7 +263,11 @@ impl RealWorld {
             let Ok(text) = std::fs::read_to_string(journal_path(dir, host)) else {
                 continue;
             };
-            for line in text.lines().filter(|l| !l.trim().is_empty()).take(JOURNAL_LINES_MAX) {
+            for line in text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(JOURNAL_LINES_MAX)
+            {
                 let line: JournalLine = serde_json::from_str(line)
                     .map_err(|e| RealError::Run(format!("{host}'s journal: {e}: {line}")))?;
                 let body = match line.entry {
@@ -279,8 +288,13 @@ impl RealWorld {
                         state,
                     },
                 };
-                self.recorder
-                    .record_at(Source::Journal, line.t_us, host::STORE, Some(&line.host), body);
+                self.recorder.record_at(
+                    Source::Journal,
+                    line.t_us,
+                    host::STORE,
+                    Some(&line.host),
+                    body,
+                );
             }
         }
         Ok(())
@@ -374,7 +388,10 @@ impl Judged {
             stop: self.stop,
         };
         let RealWorld {
-            store, facts, hosts, ..
+            store,
+            facts,
+            hosts,
+            ..
         } = world;
         store.close().await;
         RealOutcome {

@@ -12,8 +12,8 @@ use std::net::SocketAddr;
 
 use idem_core::contract::Certificate;
 use idem_core::design::Design;
-use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
 use idem_core::store::mem::Constraints;
+use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
 use idem_core::store::{Store, StoreDump};
 use idem_core::testing::pg::Cluster;
 use sqlx::{Connection, PgConnection, Row};

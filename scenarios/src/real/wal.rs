@@ -80,7 +80,9 @@ pub struct Commit {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Line {
     Begin,
-    Commit { t_us: Option<i64> },
+    Commit {
+        t_us: Option<i64>,
+    },
     Change(Change),
     /// A change of a kind the history does not need (`TRUNCATE`, a message).
     Other,
@@ -285,11 +287,7 @@ impl WalReader {
                 }
                 self.last_commit_lsn = lsn;
                 let t_us = t_us.ok_or_else(|| format!("a commit without its time: {data:?}"))?;
-                return Ok(Some(Commit {
-                    lsn,
-                    t_us,
-                    changes,
-                }));
+                return Ok(Some(Commit { lsn, t_us, changes }));
             }
         }
         Ok(None)
@@ -371,6 +369,9 @@ mod tests {
     fn malformed_lines_are_errors_not_guesses() {
         assert!(parse_line("table idem.t: INSERT: id[uuid]:'unterminated").is_err());
         assert!(parse_line("table idem.t: INSERT: id").is_err());
-        assert_eq!(parse_line("table idem.t: TRUNCATE: (no-flags)"), Ok(Line::Other));
+        assert_eq!(
+            parse_line("table idem.t: TRUNCATE: (no-flags)"),
+            Ok(Line::Other)
+        );
     }
 }

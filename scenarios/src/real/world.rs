@@ -66,11 +66,21 @@ pub struct RealWorld {
 fn engine_hosts(scenario: &Scenario) -> Vec<(String, &'static [&'static str], &'static str)> {
     let t = &scenario.topology;
     let mut hosts: Vec<(String, &'static [&'static str], &'static str)> = (1..=t.api_replicas)
-        .map(|i| (host::api(i), &["--no-worker", "--no-reconciler"][..], API_READY))
+        .map(|i| {
+            (
+                host::api(i),
+                &["--no-worker", "--no-reconciler"][..],
+                API_READY,
+            )
+        })
         .collect();
-    hosts.extend(
-        (1..=t.workers).map(|i| (host::worker(i), &["--no-api", "--no-reconciler"][..], LOOPS_READY)),
-    );
+    hosts.extend((1..=t.workers).map(|i| {
+        (
+            host::worker(i),
+            &["--no-api", "--no-reconciler"][..],
+            LOOPS_READY,
+        )
+    }));
     if t.reconciler {
         hosts.push((
             host::RECONCILER.to_owned(),
@@ -158,9 +168,9 @@ impl RealWorld {
             latency_ms_max: scenario.timing.latency_ms_max,
             seed: child_seed(seed, &format!("link/{client}/{server}")),
         };
-        let link = Link::start(spec, tap)
-            .await
-            .map_err(|e| RealError::Start(format!("cannot open the link {client}-{server}: {e}")))?;
+        let link = Link::start(spec, tap).await.map_err(|e| {
+            RealError::Start(format!("cannot open the link {client}-{server}: {e}"))
+        })?;
         let address = link.address();
         self.links.push(link);
         Ok(address)
@@ -187,15 +197,20 @@ impl RealWorld {
                 api_ports.insert(name.clone(), port);
             }
             let (store_link, providers) = self.engine_links(scenario, options.seed, &name).await?;
-            let args = serve_args(scenario, options, &self.store, &Wiring {
-                host: &name,
-                roles,
-                port,
-                store_link,
-                providers: &providers,
-                config: &config,
-                journal: &journal_path(dir, &name),
-            });
+            let args = serve_args(
+                scenario,
+                options,
+                &self.store,
+                &Wiring {
+                    host: &name,
+                    roles,
+                    port,
+                    store_link,
+                    providers: &providers,
+                    config: &config,
+                    journal: &journal_path(dir, &name),
+                },
+            );
             specs.push(ProcessSpec {
                 host: name.clone(),
                 program: options.system.program().to_owned(),
@@ -204,7 +219,8 @@ impl RealWorld {
                 ready: ready.to_owned(),
             });
         }
-        self.client_links(scenario, options.seed, &api_ports).await?;
+        self.client_links(scenario, options.seed, &api_ports)
+            .await?;
         Ok(specs)
     }
 
@@ -222,9 +238,17 @@ impl RealWorld {
             .await?;
         let mut providers = Vec::new();
         for profile in &scenario.topology.providers {
-            let upstream = self.providers.address(&profile.name).expect("started before");
+            let upstream = self
+                .providers
+                .address(&profile.name)
+                .expect("started before");
             let link = self
-                .link(scenario, seed, (name, &host::provider(&profile.name)), upstream)
+                .link(
+                    scenario,
+                    seed,
+                    (name, &host::provider(&profile.name)),
+                    upstream,
+                )
                 .await?;
             providers.push((profile.name.clone(), profile.model.clone(), link));
         }
@@ -243,7 +267,9 @@ impl RealWorld {
             let mut replicas = Vec::new();
             for (api, port) in api_ports {
                 let upstream = SocketAddr::from(([127, 0, 0, 1], *port));
-                let link = self.link(scenario, seed, (&client_host, api), upstream).await?;
+                let link = self
+                    .link(scenario, seed, (&client_host, api), upstream)
+                    .await?;
                 replicas.push((api.clone(), link));
             }
             // Replica order as the simulator's: api-1, api-2, ..., api-10.

@@ -24,7 +24,14 @@ fn real(scenario: &str, seed: u64, design: &str) -> (Option<i32>, Value, String)
     let dir = tempfile::tempdir().expect("a temporary directory");
     let json = dir.path().join("run.json");
     let output = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["real", scenario, "--seed", &seed.to_string(), "--design", design])
+        .args([
+            "real",
+            scenario,
+            "--seed",
+            &seed.to_string(),
+            "--design",
+            design,
+        ])
         .arg("--json")
         .arg(&json)
         .output()
@@ -71,7 +78,9 @@ fn check(scenario: &str, seed: u64) {
         );
     }
     assert!(
-        text.contains(&format!("reproduce with: idem real {scenario} --seed {seed}")),
+        text.contains(&format!(
+            "reproduce with: idem real {scenario} --seed {seed}"
+        )),
         "{text}"
     );
 }
@@ -165,8 +174,10 @@ fn descendants(root: u32) -> BTreeSet<u32> {
 
 /// A process that is gone (or a zombie nobody reaps yet).
 fn gone(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_or(true, |s| s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |s| {
+        s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
 }
 
 fn cmdline(pid: u32) -> String {
@@ -209,7 +220,11 @@ fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
         .expect("a PostgreSQL of the run");
     assert!(Path::new(&cluster_dir).exists(), "{cluster_dir}");
     assert!(
-        family.iter().filter(|p| cmdline(**p).contains(" serve ")).count() == 4,
+        family
+            .iter()
+            .filter(|p| cmdline(**p).contains(" serve "))
+            .count()
+            == 4,
         "{family:?}"
     );
     harness.kill().expect("SIGKILL");
@@ -222,7 +237,10 @@ fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let described: Vec<String> = left.iter().map(|p| format!("{p}: {}", cmdline(*p))).collect();
+    let described: Vec<String> = left
+        .iter()
+        .map(|p| format!("{p}: {}", cmdline(*p)))
+        .collect();
     panic!(
         "left behind after 15 s: {described:?}; cluster directory there: {}",
         Path::new(&cluster_dir).exists()
@@ -232,7 +250,9 @@ fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
 /// A store reached through a store link (with `plan`'s faults) on `cluster`.
 async fn store_through_link(cluster: &Cluster, plan: &StorePlan) -> (PgStore, Link) {
     let url = format!("{}/postgres", cluster.server_url());
-    let direct = PgStore::connect(&url, SCHEMA_DEFAULT, 1).await.expect("connects");
+    let direct = PgStore::connect(&url, SCHEMA_DEFAULT, 1)
+        .await
+        .expect("connects");
     direct.migrate().await.expect("migrates");
     direct.pool().close().await;
     let link = Link::start(
@@ -249,7 +269,9 @@ async fn store_through_link(cluster: &Cluster, plan: &StorePlan) -> (PgStore, Li
     .await
     .expect("a link");
     let proxied = format!("postgres://postgres@{}/postgres", link.address());
-    let store = PgStore::connect(&proxied, SCHEMA_DEFAULT, 1).await.expect("connects");
+    let store = PgStore::connect(&proxied, SCHEMA_DEFAULT, 1)
+        .await
+        .expect("connects");
     (store, link)
 }
 
@@ -298,7 +320,13 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         });
     }
     let (store, _link) = store_through_link(&cluster, &plan).await;
-    let seen = || plan.plan().injected().iter().map(|i| i.op).collect::<Vec<_>>();
+    let seen = || {
+        plan.plan()
+            .injected()
+            .iter()
+            .map(|i| i.op)
+            .collect::<Vec<_>>()
+    };
     let mut expected = Vec::new();
     let mut step = |op: StoreOp| {
         expected.push(op);
@@ -332,7 +360,10 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         .transition_attempt(attempt.id, None, AttemptState::Running, None, at)
         .await
         .expect("moves");
-    assert!(matches!(moved, idem_core::store::TransitionOutcome::Moved { .. }), "{moved:?}");
+    assert!(
+        matches!(moved, idem_core::store::TransitionOutcome::Moved { .. }),
+        "{moved:?}"
+    );
     step(StoreOp::TransitionAttempt);
     store
         .record_event(NewEvent {
@@ -355,7 +386,10 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         })
         .await
         .expect("completes");
-    assert!(matches!(completed, idem_core::store::CompleteOutcome::Won(_)), "{completed:?}");
+    assert!(
+        matches!(completed, idem_core::store::CompleteOutcome::Won(_)),
+        "{completed:?}"
+    );
     step(StoreOp::Complete);
     store
         .attempts_in_states(&[AttemptState::Unknown], None, 8)
@@ -379,7 +413,10 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
     let new = new_job(2, "k2");
     let id = new.id;
     let lost = store.create_job(new).await;
-    assert!(matches!(lost, Err(StoreError::Indeterminate(_))), "{lost:?}");
+    assert!(
+        matches!(lost, Err(StoreError::Indeterminate(_))),
+        "{lost:?}"
+    );
     let found = store.job(id).await.expect("reads");
     assert_eq!(found.map(|j| j.id), Some(id), "the commit landed");
 }
