@@ -300,7 +300,7 @@ impl PgTap {
 }
 
 impl Tap for PgTap {
-    fn from_client(&mut self, bytes: &[u8]) -> Filtered {
+    fn client_sent(&mut self, bytes: &[u8]) -> Filtered {
         self.client_buf.extend_from_slice(bytes);
         let mut out = Filtered::default();
         loop {
@@ -310,7 +310,7 @@ impl Tap for PgTap {
                 typed_len(&self.client_buf)
             };
             let Some(len) = len else { break };
-            if len > MESSAGE_LEN_MAX_BYTES || len < 4 {
+            if !(4..=MESSAGE_LEN_MAX_BYTES).contains(&len) {
                 out.close = true;
                 return out;
             }
@@ -337,7 +337,7 @@ impl Tap for PgTap {
         out
     }
 
-    fn from_server(&mut self, bytes: &[u8]) -> Filtered {
+    fn server_sent(&mut self, bytes: &[u8]) -> Filtered {
         self.server_buf.extend_from_slice(bytes);
         let mut out = Filtered::default();
         while self.untyped_answers > 0 && !self.server_buf.is_empty() {
@@ -391,7 +391,7 @@ mod tests {
         }
         let recorder = RealRecorder::default();
         let mut tap = PgTap::new(plan, "worker-1".into(), recorder.clone());
-        assert_eq!(tap.from_client(&startup()).forward, startup());
+        assert_eq!(tap.client_sent(&startup()).forward, startup());
         (tap, recorder)
     }
 
@@ -406,12 +406,12 @@ mod tests {
             count: 1,
         }));
         for sql in ["BEGIN", LOCK_ATTEMPT, "COMMIT"] {
-            let out = tap.from_client(&query(sql));
+            let out = tap.client_sent(&query(sql));
             assert_eq!(out.forward, query(sql), "{sql}");
             assert!(!out.close);
         }
         let answer = [typed(b'C', b"COMMIT\0"), typed(b'Z', b"I")].concat();
-        let out = tap.from_server(&answer);
+        let out = tap.server_sent(&answer);
         assert!(out.forward.is_empty());
         assert!(out.close);
         assert_eq!(
@@ -437,10 +437,10 @@ mod tests {
         let execute = typed(b'E', b"\0\0\0\0\0");
         let sync = typed(b'S', b"");
         let first = [parse.clone(), bind.clone(), execute.clone(), sync.clone()].concat();
-        assert_eq!(tap.from_client(&first).forward, first);
+        assert_eq!(tap.client_sent(&first).forward, first);
         // The second create: closed before its Bind, its Parse already gone.
         let second = [parse.clone(), bind, execute, sync].concat();
-        let out = tap.from_client(&second);
+        let out = tap.client_sent(&second);
         assert!(out.close);
         assert_eq!(out.forward, parse);
     }

@@ -88,8 +88,8 @@ pub struct Filtered {
 
 /// Reads a link's protocol, one connection at a time.
 pub trait Tap: Send {
-    fn from_client(&mut self, bytes: &[u8]) -> Filtered;
-    fn from_server(&mut self, bytes: &[u8]) -> Filtered;
+    fn client_sent(&mut self, bytes: &[u8]) -> Filtered;
+    fn server_sent(&mut self, bytes: &[u8]) -> Filtered;
 }
 
 /// Makes one [`Tap`] per connection.
@@ -288,8 +288,8 @@ impl Conn {
             Some(tap) => {
                 let mut tap = tap.lock().unwrap_or_else(PoisonError::into_inner);
                 match direction {
-                    Direction::ToServer => tap.from_client(bytes),
-                    Direction::ToClient => tap.from_server(bytes),
+                    Direction::ToServer => tap.client_sent(bytes),
+                    Direction::ToClient => tap.server_sent(bytes),
                 }
             }
         }
