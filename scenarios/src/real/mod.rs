@@ -39,6 +39,7 @@
 
 mod client;
 pub mod clock;
+pub mod compare;
 pub mod faults;
 pub mod history;
 pub mod judge;
@@ -50,6 +51,7 @@ pub mod record;
 pub mod recorder;
 mod run;
 pub mod store;
+pub mod target;
 pub mod wal;
 pub mod world;
 
@@ -73,13 +75,26 @@ pub enum System {
     /// idem's own processes: `program serve ...` per engine host
     /// (`program` is the `idem` binary: it has the bench-only flags).
     Idem { program: PathBuf, design: Design },
+    /// Anyone's service, speaking the contract of `docs/TARGET.md`: one
+    /// instance of `command` (a shell command; `{port}` and `{config}` are
+    /// replaced) per API replica ([`target`]).
+    Target { command: String },
 }
 
 impl System {
-    /// The program its processes run.
-    pub fn program(&self) -> &Path {
+    /// What the outputs call it.
+    pub fn describe(&self) -> String {
         match self {
-            System::Idem { program, .. } => program,
+            System::Idem { .. } => "idem processes".to_owned(),
+            System::Target { command } => format!("black-box target `{command}`"),
+        }
+    }
+
+    /// What real mode observes of it, besides what it always sees.
+    pub fn observed(&self) -> Observed {
+        match self {
+            System::Idem { .. } => Observed::ALL,
+            System::Target { .. } => Observed::OUTSIDE,
         }
     }
 }
@@ -131,7 +146,11 @@ pub struct RealOutcome {
 /// Refuses `scenario` if a fault of it cannot be made real with `options`.
 pub fn check(scenario: &Scenario, options: &RealOptions) -> Result<(), RealError> {
     let store_can_crash = options.database == Database::Throwaway;
-    match faults::refusal(scenario, store_can_crash) {
+    let refused = match &options.system {
+        System::Idem { .. } => None,
+        System::Target { .. } => target::refusal(scenario),
+    };
+    match refused.or_else(|| faults::refusal(scenario, store_can_crash)) {
         Some(why) => Err(RealError::Refused(why)),
         None => Ok(()),
     }

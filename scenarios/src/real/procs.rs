@@ -24,6 +24,8 @@ use super::RealError;
 /// How long a process may take to say it is ready, in polls of its log.
 const READY_POLL_MS: u64 = 20;
 pub const READY_WAIT_MS_MAX: u64 = 30_000;
+/// How long one health check may take.
+const HEALTHZ_TIMEOUT_MS: u64 = 500;
 
 /// How to start one process.
 #[derive(Clone, Debug)]
@@ -33,8 +35,56 @@ pub struct ProcessSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub log: PathBuf,
-    /// A line of its log that says it is ready.
-    pub ready: String,
+    pub ready: Readiness,
+    /// Killed with its whole process group (a black-box target's shell
+    /// and everything it started), not only the process itself.
+    pub group: bool,
+}
+
+/// How the harness knows a process is ready.
+#[derive(Clone, Debug)]
+pub enum Readiness {
+    /// A line of its log says it (counted: a restart must say it again).
+    LogLine(String),
+    /// `GET /healthz` at this address answers 200 (a black-box target).
+    Healthz(std::net::SocketAddr),
+}
+
+impl Readiness {
+    /// How many times the process has said it is ready (log lines), or
+    /// 0 for a health check (which has no memory of earlier answers).
+    fn count(&self, log: &Path) -> usize {
+        match self {
+            Readiness::LogLine(line) => ready_count(log, line),
+            Readiness::Healthz(_) => 0,
+        }
+    }
+
+    /// Whether the process is ready now, having said it `before` times.
+    async fn ready(&self, log: &Path, before: usize) -> bool {
+        match self {
+            Readiness::LogLine(line) => ready_count(log, line) > before,
+            Readiness::Healthz(address) => healthz(*address).await,
+        }
+    }
+}
+
+/// Whether `GET /healthz` at `address` answers 200 within a poll.
+async fn healthz(address: std::net::SocketAddr) -> bool {
+    use tokio::io::AsyncReadExt;
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        let request = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    };
+    idem_core::timer::timeout(Duration::from_millis(HEALTHZ_TIMEOUT_MS), exchange)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 #[derive(Debug)]
@@ -42,6 +92,26 @@ struct Running {
     child: Child,
     /// Held open: the process lives while it is.
     stdin: ChildStdin,
+    group: bool,
+}
+
+impl Running {
+    /// SIGKILL to the process (or its whole group), then reaped.
+    async fn kill(mut self) {
+        if self.group
+            && let Some(pid) = self.child.id()
+        {
+            // The group's id is the leader's pid (`process_group(0)`).
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await;
+        }
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
 }
 
 /// The processes of a run, by host.
@@ -84,7 +154,11 @@ fn spawn(spec: &ProcessSpec) -> Result<Running, RealError> {
         .stdin
         .take()
         .ok_or_else(|| RealError::Start(format!("{}: no stdin", spec.host)))?;
-    Ok(Running { child, stdin })
+    Ok(Running {
+        child,
+        stdin,
+        group: spec.group,
+    })
 }
 
 impl Processes {
@@ -92,11 +166,11 @@ impl Processes {
     pub async fn start(&mut self, spec: ProcessSpec) -> Result<(), RealError> {
         // A log that already says it is ready (a restart appends) must say
         // it again: count the lines that say it.
-        let before = ready_count(&spec.log, &spec.ready);
+        let before = spec.ready.count(&spec.log);
         let mut running = spawn(&spec)?;
         let polls = READY_WAIT_MS_MAX / READY_POLL_MS;
         for _ in 0..polls {
-            if ready_count(&spec.log, &spec.ready) > before {
+            if spec.ready.ready(&spec.log, before).await {
                 self.running.insert(spec.host.clone(), running);
                 self.specs.insert(spec.host.clone(), spec);
                 return Ok(());
@@ -110,7 +184,7 @@ impl Processes {
             }
             idem_core::timer::sleep(Duration::from_millis(READY_POLL_MS)).await;
         }
-        let _ = running.child.start_kill();
+        running.kill().await;
         Err(RealError::Start(format!(
             "{} was not ready within {READY_WAIT_MS_MAX} ms; its log:\n{}",
             spec.host,
@@ -125,9 +199,8 @@ impl Processes {
 
     /// SIGKILL, and reaped.
     pub async fn kill(&mut self, host: &str) {
-        if let Some(mut running) = self.running.remove(host) {
-            let _ = running.child.start_kill();
-            let _ = running.child.wait().await;
+        if let Some(running) = self.running.remove(host) {
+            running.kill().await;
         }
     }
 
@@ -149,7 +222,7 @@ impl Processes {
             return false;
         };
         for _ in 0..READY_WAIT_MS_MAX / READY_POLL_MS {
-            if ready_count(&spec.log, &spec.ready) > before {
+            if spec.ready.ready(&spec.log, before).await {
                 return true;
             }
             idem_core::timer::sleep(Duration::from_millis(READY_POLL_MS)).await;
@@ -161,7 +234,7 @@ impl Processes {
     pub fn ready_lines(&self, host: &str) -> usize {
         self.specs
             .get(host)
-            .map_or(0, |spec| ready_count(&spec.log, &spec.ready))
+            .map_or(0, |spec| spec.ready.count(&spec.log))
     }
 
     /// Sends one order line to `host` (if it is running).

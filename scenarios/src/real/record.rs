@@ -53,9 +53,15 @@ pub fn reproduce(target: &str, options: &RealOptions) -> String {
         format!("'{}'", target.replace('\'', r"'\''"))
     };
     let mut command = format!("idem real {target} --seed {}", options.seed);
-    let System::Idem { design, .. } = &options.system;
-    if *design != idem_core::design::Design::Correct {
-        let _ = write!(command, " --design {design}");
+    match &options.system {
+        System::Idem { design, .. } => {
+            if *design != idem_core::design::Design::Correct {
+                let _ = write!(command, " --design {design}");
+            }
+        }
+        System::Target { command: target } => {
+            let _ = write!(command, " --target '{}'", target.replace('\'', r"'\''"));
+        }
     }
     command
 }
@@ -94,7 +100,7 @@ pub fn record(
             ..run
         },
         mode: "real".to_owned(),
-        system: "idem processes".to_owned(),
+        system: options.system.describe(),
         invariants,
         wall_ms,
     }
@@ -154,7 +160,21 @@ pub fn text(record: &RealRecord) -> String {
         run.scenario, run.seed, run.design, record.system
     );
     let _ = match run.verdict {
-        RunVerdict::Pass => writeln!(out, "verdict: PASS, every invariant judged held"),
+        RunVerdict::Pass => {
+            let unjudged = record
+                .invariants
+                .iter()
+                .filter(|v| matches!(v.verdict, Verdict::NotJudged { .. }))
+                .count();
+            if unjudged == 0 {
+                writeln!(out, "verdict: PASS, every invariant judged held")
+            } else {
+                writeln!(
+                    out,
+                    "verdict: PASS, every invariant judged held ({unjudged} not judged, below)"
+                )
+            }
+        }
         RunVerdict::Fail => writeln!(out, "verdict: FAIL, {} violation(s)", run.violations.len()),
         RunVerdict::Error => writeln!(
             out,

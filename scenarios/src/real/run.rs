@@ -226,16 +226,32 @@ impl RealWorld {
             if now_ms >= next_check_ms {
                 next_check_ms = now_ms + QUIESCENCE_CHECK_MS;
                 while clients.try_join_next().is_some() {}
-                if clients.is_empty()
-                    && plan.timed.is_empty()
-                    && self.store_quiet(scenario)
-                    && self.store.settled().await
-                {
+                if clients.is_empty() && plan.timed.is_empty() && self.settled(scenario).await {
                     return Ok(Stop::Quiescent);
                 }
             }
             idem_core::timer::sleep(Duration::from_millis(DRIVER_TICK_MS)).await;
         }
+    }
+
+    /// Whether the system has settled: for idem's processes, every job and
+    /// attempt terminal in the store and the store quiet; for a black-box
+    /// target (its store unread), no provider execution running and
+    /// nothing observed for [`QUIET_MS_MIN`] (its clients, which waited for
+    /// their jobs' outcomes, are done).
+    async fn settled(&self, scenario: &Scenario) -> bool {
+        if self.target {
+            let quiet_us = i64::try_from(QUIET_MS_MIN * 1_000).unwrap_or(i64::MAX);
+            let running = self.providers.ledgers().values().flatten().any(|e| {
+                e.outcome == idem_core::provider::server::ExecutionOutcome::Running
+            });
+            return !running
+                && self
+                    .recorder
+                    .latest(Source::Harness)
+                    .is_none_or(|t_us| now_us().saturating_sub(t_us) >= quiet_us);
+        }
+        self.store_quiet(scenario) && self.store.settled().await
     }
 
     /// Whether the store has committed nothing for a while: every job may
@@ -304,18 +320,20 @@ impl RealWorld {
 /// Runs `scenario` for real in a built world, and judges it.
 pub async fn run_in(
     mut world: RealWorld,
-    history: WalReader,
+    history: Option<WalReader>,
     scenario: &Scenario,
     options: &RealOptions,
     dir: &Path,
 ) -> Result<RealOutcome, RealError> {
     let (stop_history, stopped) = tokio::sync::watch::channel(false);
-    let following = tokio::spawn(follow_history(
-        history,
-        History::new(world.store.schema()),
-        world.recorder.clone(),
-        stopped,
-    ));
+    let following = history.map(|history| {
+        tokio::spawn(follow_history(
+            history,
+            History::new(world.store.schema()),
+            world.recorder.clone(),
+            stopped,
+        ))
+    });
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
     // The engine first (it writes), then the providers (their ledgers are
@@ -324,15 +342,23 @@ pub async fn run_in(
     world.providers.stop();
     let executions = world.providers.ledgers();
     stop_history.send_replace(true);
-    let followed = following
-        .await
-        .map_err(|e| RealError::Run(format!("reading the store's history: {e}")))?;
+    let followed = match following {
+        Some(following) => following
+            .await
+            .map_err(|e| RealError::Run(format!("reading the store's history: {e}")))?,
+        None => Ok(()),
+    };
     let stop = stop?;
     followed.map_err(RealError::Run)?;
     world.read_journals(dir)?;
     let trace = world.recorder.finish(world.clock);
-    let dump = world.store.dump().await?;
-    let observed = Observed::ALL;
+    let observed = options.system.observed();
+    // A black-box target's rows are its own: not read.
+    let dump = if observed.store_rows {
+        world.store.dump().await?
+    } else {
+        idem_core::store::StoreDump::default()
+    };
     let judged = Judged {
         trace,
         dump,

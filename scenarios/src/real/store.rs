@@ -103,8 +103,13 @@ async fn connect_when_up(url: &str) -> Result<PgConnection, RealError> {
 }
 
 impl StoreHost {
-    /// Starts (or reaches) the store and migrates it for `design`.
-    pub async fn open(database: &Database, design: Design) -> Result<Self, RealError> {
+    /// Starts (or reaches) the store and, with `migrate`, migrates it for
+    /// `design` (a black-box target gets the database empty).
+    pub async fn open(
+        database: &Database,
+        design: Design,
+        migrate: bool,
+    ) -> Result<Self, RealError> {
         let (cluster, url, schema) = match database {
             Database::Throwaway => {
                 let cluster = tokio::task::spawn_blocking(|| Cluster::start(CLUSTER_SETTINGS))
@@ -134,6 +139,14 @@ impl StoreHost {
             .await
             .map_err(|e| database_error("cannot connect to the database")(e.to_string()))?
             .with_constraints(Constraints::for_design(design));
+        if !migrate {
+            return Ok(Self {
+                cluster,
+                url,
+                schema,
+                store,
+            });
+        }
         store
             .migrate()
             .await

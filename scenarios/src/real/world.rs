@@ -30,11 +30,12 @@ use idem_sim::world::{OPERATOR_TOKEN, client_token};
 
 use super::clock::{RunClock, now_us};
 use super::pgwire::StorePlan;
-use super::procs::{ProcessSpec, Processes};
+use super::procs::{ProcessSpec, Processes, Readiness};
 use super::providers::Providers;
 use super::proxy::{Link, LinkSpec};
 use super::recorder::RealRecorder;
 use super::store::{StoreHost, with_address};
+use super::target::{self, TargetConfig};
 use super::wal::WalReader;
 use super::{RealError, RealOptions, System};
 
@@ -60,6 +61,8 @@ pub struct RealWorld {
     pub(super) hosts: Vec<String>,
     /// Each client's links to the replicas, in replica order.
     pub(super) replicas: BTreeMap<String, Vec<(String, SocketAddr)>>,
+    /// A black-box target runs in place of idem's processes.
+    pub(super) target: bool,
 }
 
 /// The engine's hosts of `scenario` and the role flags of each.
@@ -121,13 +124,24 @@ impl RealWorld {
         scenario: &Scenario,
         options: &RealOptions,
         dir: &Path,
-    ) -> Result<(Self, WalReader), RealError> {
+    ) -> Result<(Self, Option<WalReader>), RealError> {
         let design = design_of(&options.system);
-        let store = StoreHost::open(&options.database, design).await?;
+        let command = match &options.system {
+            System::Idem { .. } => None,
+            System::Target { command } => Some(command.clone()),
+        };
+        let store = StoreHost::open(&options.database, design, command.is_none()).await?;
         let recorder = RealRecorder::default();
         let (facts, certifications) = simulated_facts(scenario, options.seed, design)?;
-        certify(scenario, &certifications, &store, &recorder).await?;
-        let history = store.history().await?;
+        // idem's processes read certificates from, and write their history
+        // to, idem's schema; a black-box target has a schema of its own.
+        let history = match command {
+            None => {
+                certify(scenario, &certifications, &store, &recorder).await?;
+                Some(store.history().await?)
+            }
+            Some(_) => None,
+        };
         let providers = Providers::start(scenario, options.seed, &recorder)
             .map_err(|e| RealError::Start(format!("cannot start the providers: {e}")))?;
         let mut world = Self {
@@ -142,8 +156,12 @@ impl RealWorld {
             facts,
             hosts: lanes(scenario),
             replicas: BTreeMap::new(),
+            target: command.is_some(),
         };
-        let specs = world.wire(scenario, options, dir).await?;
+        let specs = match &command {
+            None => world.wire(scenario, options, dir).await?,
+            Some(command) => world.wire_target(scenario, options, dir, command).await?,
+        };
         for spec in specs {
             world.processes.start(spec).await?;
         }
@@ -159,7 +177,9 @@ impl RealWorld {
         (client, server): (&str, &str),
         upstream: SocketAddr,
     ) -> Result<SocketAddr, RealError> {
-        let tap = (server == host::STORE).then(|| self.store_plan.tap(client, &self.recorder));
+        // A target's statements are its own: no store operation to name.
+        let tap = (server == host::STORE && !self.target)
+            .then(|| self.store_plan.tap(client, &self.recorder));
         let spec = LinkSpec {
             client: client.to_owned(),
             server: server.to_owned(),
@@ -213,11 +233,44 @@ impl RealWorld {
             );
             specs.push(ProcessSpec {
                 host: name.clone(),
-                program: options.system.program().to_owned(),
+                program: program(&options.system),
                 args,
                 log: dir.join(format!("{name}.log")),
-                ready: ready.to_owned(),
+                ready: Readiness::LogLine(ready.to_owned()),
+                group: false,
             });
+        }
+        self.client_links(scenario, options.seed, &api_ports)
+            .await?;
+        Ok(specs)
+    }
+
+    /// Opens every link and returns how to start each instance of a
+    /// black-box target: one per API replica ([`super::target`]).
+    async fn wire_target(
+        &mut self,
+        scenario: &Scenario,
+        options: &RealOptions,
+        dir: &Path,
+        command: &str,
+    ) -> Result<Vec<ProcessSpec>, RealError> {
+        let mut specs = Vec::new();
+        let mut api_ports = BTreeMap::new();
+        for index in 1..=scenario.topology.api_replicas {
+            let name = host::api(index);
+            let port = free_port()?;
+            api_ports.insert(name.clone(), port);
+            let (store_link, providers) = self.engine_links(scenario, options.seed, &name).await?;
+            let database_url = with_address(self.store.url(), store_link);
+            let config = TargetConfig::new(scenario, port, database_url, &providers);
+            let path = dir.join(format!("{name}.target.json"));
+            std::fs::write(
+                &path,
+                serde_json::to_vec_pretty(&config).expect("a config serializes"),
+            )
+            .map_err(|e| RealError::Start(format!("{}: {e}", path.display())))?;
+            let log = dir.join(format!("{name}.log"));
+            specs.push(target::process(&name, command, port, &path, &log));
         }
         self.client_links(scenario, options.seed, &api_ports)
             .await?;
@@ -277,6 +330,14 @@ impl RealWorld {
             self.replicas.insert(client.name.clone(), replicas);
         }
         Ok(())
+    }
+}
+
+/// The program idem's processes run.
+fn program(system: &System) -> PathBuf {
+    match system {
+        System::Idem { program, .. } => program.clone(),
+        System::Target { .. } => PathBuf::from("sh"),
     }
 }
 
@@ -458,10 +519,13 @@ async fn certify(
     Ok(())
 }
 
-/// The design a world runs (every system has one today).
+/// The design a world runs; a black-box target is judged as the correct
+/// design would be (the facts and the store's shape are the correct
+/// design's).
 pub fn design_of(system: &System) -> Design {
     match system {
         System::Idem { design, .. } => *design,
+        System::Target { .. } => Design::Correct,
     }
 }
 
