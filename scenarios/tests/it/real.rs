@@ -21,17 +21,17 @@ use idem_scenarios::real::recorder::RealRecorder;
 
 /// Runs `idem real` and returns its exit code and its JSON record.
 fn real(scenario: &str, seed: u64, design: &str) -> (Option<i32>, Value, String) {
+    real_with(scenario, &["--seed", &seed.to_string(), "--design", design])
+}
+
+/// Runs `idem real SCENARIO ARGS --json FILE`: its exit code, the JSON
+/// written, and what it printed.
+fn real_with(scenario: &str, args: &[&str]) -> (Option<i32>, Value, String) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let json = dir.path().join("run.json");
     let output = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args([
-            "real",
-            scenario,
-            "--seed",
-            &seed.to_string(),
-            "--design",
-            design,
-        ])
+        .args(["real", scenario])
+        .args(args)
         .arg("--json")
         .arg(&json)
         .output()
@@ -135,6 +135,83 @@ fn a_scenario_real_mode_cannot_make_real_is_refused_naming_the_fault() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("fault crash of host store"), "{stderr}");
+}
+
+#[test]
+fn compare_puts_the_simulator_and_the_real_run_of_a_seed_side_by_side() {
+    let (code, json, text) = real_with("double-click", &["--seeds", "7..8", "--compare"]);
+    assert_eq!(code, Some(0), "{text}");
+    let comparison = &json["comparisons"][0];
+    assert_eq!(comparison["seed"], 7, "{json}");
+    assert_eq!(comparison["finding"], false, "{json}");
+    for world in ["sim", "real"] {
+        assert_eq!(comparison[world]["passed"], true, "{world}: {json}");
+        assert_eq!(comparison[world]["mix"]["jobs"], 1, "{world}: {json}");
+        assert_eq!(
+            comparison[world]["invariants"].as_array().map(Vec::len),
+            Some(12),
+            "{json}"
+        );
+    }
+    assert_eq!(json["summary"]["findings"], 0, "{json}");
+    assert!(text.contains("the worlds agree"), "{text}");
+    assert!(text.contains("executions per job"), "{text}");
+}
+
+/// The command that runs idem's own engine as a black-box target.
+fn idem_as_target() -> String {
+    format!(
+        "{} {} --config {{config}}",
+        env!("CARGO_BIN_EXE_idem-target-adapter"),
+        env!("CARGO_BIN_EXE_idem")
+    )
+}
+
+#[test]
+fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
+    let (code, record, text) =
+        real_with("double-click", &["--seed", "7", "--target", &idem_as_target()]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        record["system"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("black-box target")),
+        "{record}"
+    );
+    let invariants = record["invariants"].as_array().expect("every invariant");
+    assert_eq!(invariants.len(), 12, "{record}");
+    for verdict in invariants {
+        let judged = [1, 2, 9].contains(&verdict["invariant"].as_u64().unwrap_or(0));
+        if judged {
+            assert_eq!(verdict["verdict"], "held", "{verdict}");
+        } else {
+            assert_eq!(verdict["verdict"], "not_judged", "{verdict}");
+            assert!(verdict["reason"].as_str().is_some_and(|r| !r.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn a_naive_black_box_target_is_caught_for_real() {
+    let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));
+    let caught = (0..5).find(|seed| {
+        let (code, record, text) = real_with(
+            "double-click",
+            &["--seed", &seed.to_string(), "--target", &naive],
+        );
+        assert!(code == Some(0) || code == Some(1), "{text}");
+        record["violations"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v["invariant"] == 1))
+    });
+    assert!(caught.is_some(), "check-then-insert behind a black box, in 5 seeds");
+}
+
+#[test]
+fn a_target_refuses_the_faults_it_cannot_take_by_name() {
+    let (code, _, text) = real_with("lost-ack-on-commit", &["--target", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("fault store_lose_ack with --target"), "{text}");
 }
 
 /// Every process whose parent chain leads to `root`.

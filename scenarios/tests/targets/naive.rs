@@ -12,7 +12,7 @@
 //! it, in the background, with the provider's idempotency key and the
 //! job's id in the request.
 //!
-//! Run: `naive_target --config FILE` (the file idem real writes).
+//! Run: `naive-target --config FILE` (the file idem real writes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -220,7 +220,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let path = match args.as_slice() {
         [_, flag, path] if flag == "--config" => path.clone(),
-        _ => return Err("usage: naive_target --config FILE".into()),
+        _ => return Err("usage: naive-target --config FILE".into()),
     };
     let config: Config = serde_json::from_slice(&std::fs::read(&path)?)?;
     let pool = PgPool::connect(&config.database_url).await?;
