@@ -160,7 +160,9 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
         Some(target) => vec![load(target)?],
         None => crate::load::load_catalog()?,
     };
-    let seeds = args.seeds.map_or(args.seed..args.seed + 1, |s| s.start..s.end);
+    let seeds = args
+        .seeds
+        .map_or(args.seed..args.seed + 1, |s| s.start..s.end);
     let runtime = runtime()?;
     let mut comparisons = Vec::new();
     let mut refused = Vec::new();
@@ -179,8 +181,13 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
             let outcome = runtime
                 .block_on(real::run(scenario, &options))
                 .map_err(|e| CliError::Usage(format!("{} seed {seed}: {e}", scenario.name)))?;
-            let comparison =
-                compare::compare(scenario, seed, args.design, sim, compare::summarize(&outcome));
+            let comparison = compare::compare(
+                scenario,
+                seed,
+                args.design,
+                sim,
+                compare::summarize(&outcome),
+            );
             super::common::emit(&compare::text(&comparison));
             comparisons.push(comparison);
         }

@@ -308,7 +308,11 @@ pub fn text(c: &Comparison) -> String {
     }
     let rows = [
         ("http statuses", statuses(&c.sim.mix), statuses(&c.real.mix)),
-        ("jobs", c.sim.mix.jobs.to_string(), c.real.mix.jobs.to_string()),
+        (
+            "jobs",
+            c.sim.mix.jobs.to_string(),
+            c.real.mix.jobs.to_string(),
+        ),
         (
             "attempts per job (n:jobs)",
             histogram(&c.sim.mix.attempts_per_job),
@@ -333,8 +337,16 @@ pub fn text(c: &Comparison) -> String {
     for (label, sim, real) in rows {
         let _ = writeln!(out, "  {label:<28} {sim:<16} {real}");
     }
-    let _ = writeln!(out, "  windows, simulator: {}", windows_text(&c.sim.windows));
-    let _ = writeln!(out, "  windows, real:      {}", windows_text(&c.real.windows));
+    let _ = writeln!(
+        out,
+        "  windows, simulator: {}",
+        windows_text(&c.sim.windows)
+    );
+    let _ = writeln!(
+        out,
+        "  windows, real:      {}",
+        windows_text(&c.real.windows)
+    );
     out
 }
 
@@ -428,31 +440,46 @@ mod tests {
         let scenario = crate::load("double-click").expect("catalogue").scenario;
         let held = summary(true, Verdict::Held);
         let violated = summary(false, Verdict::Violated { count: 1 });
-        let c = compare(&scenario, 0, Design::Correct, held.clone(), violated.clone());
+        let c = compare(
+            &scenario,
+            0,
+            Design::Correct,
+            held.clone(),
+            violated.clone(),
+        );
         assert!(c.finding);
         assert_eq!(c.differing_invariants, [1]);
         assert!(text(&c).contains("FINDING"), "{}", text(&c));
-        let naive = compare(&scenario, 0, Design::CheckThenInsert, held.clone(), violated);
-        assert!(!naive.finding, "only the correct design's disagreement is a finding");
-        let unjudged = summary(
-            true,
-            Verdict::NotJudged {
-                reason: "r".into(),
-            },
+        let naive = compare(
+            &scenario,
+            0,
+            Design::CheckThenInsert,
+            held.clone(),
+            violated,
         );
+        assert!(
+            !naive.finding,
+            "only the correct design's disagreement is a finding"
+        );
+        let unjudged = summary(true, Verdict::NotJudged { reason: "r".into() });
         let c = compare(&scenario, 0, Design::Correct, held, unjudged);
         assert!(!c.finding);
-        assert!(c.differing_invariants.is_empty(), "not judged is no verdict");
+        assert!(
+            c.differing_invariants.is_empty(),
+            "not judged is no verdict"
+        );
     }
 
     #[test]
     fn the_mix_counts_a_simulated_double_click() {
         let scenario = crate::load("double-click").expect("catalogue").scenario;
-        let simulated =
-            idem_sim::run::simulate(&scenario, 7, Design::Correct).expect("simulates");
+        let simulated = idem_sim::run::simulate(&scenario, 7, Design::Correct).expect("simulates");
         let mix = mix(&simulated.trace, &simulated.executions);
         assert_eq!(mix.jobs, 1, "{mix:?}");
         assert_eq!(mix.executions_per_job, BTreeMap::from([(1, 1)]), "{mix:?}");
-        assert!(mix.http_statuses.keys().all(|s| (200..300).contains(s)), "{mix:?}");
+        assert!(
+            mix.http_statuses.keys().all(|s| (200..300).contains(s)),
+            "{mix:?}"
+        );
     }
 }

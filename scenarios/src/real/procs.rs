@@ -74,7 +74,8 @@ async fn healthz(address: std::net::SocketAddr) -> bool {
     use tokio::io::AsyncReadExt;
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        let request = format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut head = [0u8; 12];
         stream.read_exact(&mut head).await.ok()?;

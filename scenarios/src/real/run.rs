@@ -242,9 +242,12 @@ impl RealWorld {
     async fn settled(&self, scenario: &Scenario) -> bool {
         if self.target {
             let quiet_us = i64::try_from(QUIET_MS_MIN * 1_000).unwrap_or(i64::MAX);
-            let running = self.providers.ledgers().values().flatten().any(|e| {
-                e.outcome == idem_core::provider::server::ExecutionOutcome::Running
-            });
+            let running = self
+                .providers
+                .ledgers()
+                .values()
+                .flatten()
+                .any(|e| e.outcome == idem_core::provider::server::ExecutionOutcome::Running);
             return !running
                 && self
                     .recorder

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use idem_sim::scenario::{Fault, FaultKind, Scenario, host};
+use idem_sim::scenario::{Fault, Scenario, host};
 use idem_sim::world::client_token;
 
 use super::procs::{ProcessSpec, Readiness};
@@ -120,13 +120,11 @@ pub fn refusal(scenario: &Scenario) -> Option<String> {
                  a black-box target's statements are its own"
                     .to_owned(),
             ),
-            Fault::ClockOffset { .. } | Fault::ClockDrift { .. } | Fault::ClockJump { .. } => {
-                Some(
-                    "a black-box target's clock cannot be set from outside without root \
+            Fault::ClockOffset { .. } | Fault::ClockDrift { .. } | Fault::ClockJump { .. } => Some(
+                "a black-box target's clock cannot be set from outside without root \
                      (idem's own processes take theirs over a bench-only pipe)"
-                        .to_owned(),
-                )
-            }
+                    .to_owned(),
+            ),
             Fault::Crash { host, .. } if processless(host) => Some(format!(
                 "a black-box target runs as its API replicas only; {host} is no process of it"
             )),
@@ -142,12 +140,8 @@ pub fn refusal(scenario: &Scenario) -> Option<String> {
             }
             _ => None,
         }?;
-        Some(format!("fault {} with --target: {why}", kind_name(kind)))
+        Some(format!("fault {} with --target: {why}", kind.name()))
     })
-}
-
-fn kind_name(kind: FaultKind) -> &'static str {
-    kind.name()
 }
 
 #[cfg(test)]
@@ -156,8 +150,15 @@ mod tests {
 
     #[test]
     fn the_command_gets_its_port_and_config_and_a_watcher() {
-        let command = expand("python3 svc.py --port {port} --config {config}", 4100, Path::new("/tmp/a b/c.json"));
-        assert_eq!(command, "python3 svc.py --port 4100 --config '/tmp/a b/c.json'");
+        let command = expand(
+            "python3 svc.py --port {port} --config {config}",
+            4100,
+            Path::new("/tmp/a b/c.json"),
+        );
+        assert_eq!(
+            command,
+            "python3 svc.py --port 4100 --config '/tmp/a b/c.json'"
+        );
         let script = script(&command);
         assert!(script.contains("( python3 svc.py"), "{script}");
         assert!(script.contains("kill -KILL 0"), "{script}");
@@ -167,10 +168,17 @@ mod tests {
     fn faults_a_target_cannot_take_are_refused_by_name() {
         let double_click = crate::load("double-click").expect("catalogue").scenario;
         assert_eq!(refusal(&double_click), None);
-        let lost_ack = crate::load("lost-ack-on-commit").expect("catalogue").scenario;
+        let lost_ack = crate::load("lost-ack-on-commit")
+            .expect("catalogue")
+            .scenario;
         let why = refusal(&lost_ack).expect("refused");
-        assert!(why.starts_with("fault store_lose_ack with --target"), "{why}");
-        let crash = crate::load("worker-crash-mid-attempt").expect("catalogue").scenario;
+        assert!(
+            why.starts_with("fault store_lose_ack with --target"),
+            "{why}"
+        );
+        let crash = crate::load("worker-crash-mid-attempt")
+            .expect("catalogue")
+            .scenario;
         let why = refusal(&crash).expect("refused");
         assert!(why.contains("worker-1 is no process"), "{why}");
     }

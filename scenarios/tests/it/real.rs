@@ -169,8 +169,10 @@ fn idem_as_target() -> String {
 
 #[test]
 fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
-    let (code, record, text) =
-        real_with("double-click", &["--seed", "7", "--target", &idem_as_target()]);
+    let (code, record, text) = real_with(
+        "double-click",
+        &["--seed", "7", "--target", &idem_as_target()],
+    );
     assert_eq!(code, Some(0), "{text}");
     assert!(
         record["system"]
@@ -204,14 +206,20 @@ fn a_naive_black_box_target_is_caught_for_real() {
             .as_array()
             .is_some_and(|v| v.iter().any(|v| v["invariant"] == 1))
     });
-    assert!(caught.is_some(), "check-then-insert behind a black box, in 5 seeds");
+    assert!(
+        caught.is_some(),
+        "check-then-insert behind a black box, in 5 seeds"
+    );
 }
 
 #[test]
 fn a_target_refuses_the_faults_it_cannot_take_by_name() {
     let (code, _, text) = real_with("lost-ack-on-commit", &["--target", "true"]);
     assert_eq!(code, Some(2), "{text}");
-    assert!(text.contains("fault store_lose_ack with --target"), "{text}");
+    assert!(
+        text.contains("fault store_lose_ack with --target"),
+        "{text}"
+    );
 }
 
 /// Every process whose parent chain leads to `root`.

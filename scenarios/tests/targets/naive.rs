@@ -99,9 +99,16 @@ async fn create(State(service): State<Shared>, headers: HeaderMap, body: Json<Va
     match found {
         Ok(Some(row)) => {
             if row.get::<Value, _>("request") != body.0 {
-                return problem(StatusCode::UNPROCESSABLE_ENTITY, "key reused with another body");
+                return problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "key reused with another body",
+                );
             }
-            return (StatusCode::OK, [("idempotent-replayed", "true")], Json(job_json(&row)))
+            return (
+                StatusCode::OK,
+                [("idempotent-replayed", "true")],
+                Json(job_json(&row)),
+            )
                 .into_response();
         }
         Ok(None) => {}
@@ -174,7 +181,10 @@ async fn call_provider(
     id: uuid::Uuid,
     params: &Value,
 ) -> Option<Value> {
-    let address = base.strip_prefix("http://")?.trim_end_matches('/').to_owned();
+    let address = base
+        .strip_prefix("http://")?
+        .trim_end_matches('/')
+        .to_owned();
     let body = json!({
         "model": service.config.models.get(provider).cloned().unwrap_or_default(),
         "messages": [{"role": "user", "content": params.to_string()}],
