@@ -332,6 +332,59 @@ fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
     );
 }
 
+#[test]
+fn killing_idem_real_mid_run_leaves_no_target_process_behind() {
+    // A user who clicks only after 20 s: the run is under way, the
+    // target's instances up, when idem real is killed.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("late-click.toml");
+    std::fs::write(
+        &file,
+        "description = \"x\"\n[[clients]]\nname = \"a\"\n\
+         actions = [{ action = \"click\", key = \"k\", at_ms = 20000, params = {} }]\n",
+    )
+    .expect("writes");
+    let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("real")
+        .arg(&file)
+        .args(["--target", &naive])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("idem real starts");
+    let instances = |family: &BTreeSet<u32>| {
+        family
+            .iter()
+            .filter(|p| cmdline(**p).starts_with(env!("CARGO_BIN_EXE_naive-target")))
+            .count()
+    };
+    for _ in 0..600 {
+        if instances(&descendants(harness.id())) == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let family = descendants(harness.id());
+    assert_eq!(instances(&family), 2, "{family:?}");
+    harness.kill().expect("SIGKILL");
+    harness.wait().expect("reaped");
+    let mut left: Vec<u32> = family.iter().copied().collect();
+    for _ in 0..150 {
+        left.retain(|pid| !gone(*pid));
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let described: Vec<String> = left
+        .iter()
+        .map(|p| format!("{p}: {}", cmdline(*p)))
+        .collect();
+    panic!("left behind after 15 s: {described:?}");
+}
+
 /// A store reached through a store link (with `plan`'s faults) on `cluster`.
 async fn store_through_link(cluster: &Cluster, plan: &StorePlan) -> (PgStore, Link) {
     let url = format!("{}/postgres", cluster.server_url());
