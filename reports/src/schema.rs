@@ -2,7 +2,7 @@
 //! stamp that says which code ran it, and why summaries could not be
 //! merged.
 
-pub use idem_core::stamp::BuildStamp;
+pub use idem_model::stamp::BuildStamp;
 
 /// The version of the JSON schema; bumped on any incompatible change.
 /// Schema 2 added the build stamp (`build`) to every record that names a

@@ -6,20 +6,22 @@
 //! the completion. Errors are classified by SQLSTATE and constraint name,
 //! never by message text.
 
+mod races;
+mod rows;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{Acquire, Postgres, Row, Transaction};
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
 
 use super::shared::{
-    assert_transition_target, completion_allowed, found_key, lost_event, refusal_event,
-    transition_event, won_events,
+    assert_transition_target, completion_allowed, lost_event, transition_event, won_events,
 };
 use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
@@ -27,6 +29,12 @@ use crate::model::{
     NewEvent, OwnerId, Timestamp,
 };
 use crate::transition;
+
+use self::rows::{
+    attempt_from_row, event_from_row, fetch_decoded, insert_event, job_from_row, lock_attempt,
+    lock_job_for_dispatch, parse_state,
+};
+pub use self::rows::{classify, unique_violation};
 
 #[cfg(feature = "bench")]
 use super::mem::Constraints;
@@ -109,14 +117,6 @@ const CONTENTION_TRIES_MAX: u32 = 4;
 
 /// The advisory lock that serializes prunes: "idem" and "prune" in ASCII.
 const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
-
-/// SQLSTATE of unique_violation.
-const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
-/// The foreign key of an event's job: an event for a job that a prune
-/// removed is refused by it.
-const EVENTS_JOB_FKEY: &str = "job_events_job_id_fkey";
-/// SQLSTATEs of serialization_failure and deadlock_detected.
-const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
 
 /// The store on a PostgreSQL pool.
 #[derive(Clone, Debug)]
@@ -216,227 +216,6 @@ impl PgStore {
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool.begin().await.map_err(classify)
     }
-
-    /// One try at create-or-get, in one statement (one round trip, its own
-    /// transaction): the insert, or else the row that holds the key, read in
-    /// the statement's snapshot. The shape of pgbench's reference script
-    /// (`INSERT … ON CONFLICT DO NOTHING`, then the read) in one statement;
-    /// it writes nothing but the new job: a new job's `created` event is
-    /// synthesized from its row when the trace is read, and a replay
-    /// decides nothing (the engine counts it in its metrics). `Ok(None)`:
-    /// nothing decided, run again (the row that refused the insert was
-    /// committed after the snapshot, or was pruned before a refusal's event
-    /// could name it).
-    async fn try_create(&self, new: &NewJob) -> Result<Option<CreateOutcome>, StoreError> {
-        let row = sqlx::query(self.create_job_sql())
-            .bind(new.id.0)
-            .bind(&new.owner_id.0)
-            .bind(new.idempotency_key.as_str())
-            .bind(&new.request_fingerprint)
-            // The canonical text, cast by PostgreSQL: `numeric` keeps every
-            // digit, where a serde_json Value would have rounded some.
-            .bind(new.request.text())
-            .bind(&new.provider)
-            .bind(&new.fallbacks)
-            .bind(new.at)
-            .fetch_optional(&self.pool)
-            .await;
-        let row = match row {
-            Ok(Some(row)) => row,
-            // The key's row committed after this statement's snapshot: the
-            // insert waited for it and did nothing, the read cannot see it.
-            // A new statement (a new snapshot) will.
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                return match unique_violation(&e) {
-                    // The id is taken. By a create of the same key (the same
-                    // request sent twice with one id) whose row this
-                    // statement's arbiter check ran too early to see: the
-                    // next try finds the key and replays it, as a serial
-                    // order would. By a row of another key: running again
-                    // cannot help, unless that row is gone (pruned).
-                    Some(constraint::JOBS_PKEY) => match self.job(new.id).await? {
-                        Some(taken)
-                            if taken.owner_id != new.owner_id
-                                || taken.idempotency_key != new.idempotency_key =>
-                        {
-                            Err(StoreError::Constraint {
-                                constraint: constraint::JOBS_PKEY.to_owned(),
-                            })
-                        }
-                        Some(_) | None => Ok(None),
-                    },
-                    _ => Err(classify(e)),
-                };
-            }
-        };
-        let job = job_from_row(&row)?;
-        if row.try_get::<bool, _>("inserted").map_err(classify)? {
-            return Ok(Some(CreateOutcome::Created(job)));
-        }
-        let Some(text) = row
-            .try_get::<Option<String>, _>("request_text")
-            .map_err(classify)?
-        else {
-            // Same fingerprint: replayed. Nothing is written.
-            return Ok(Some(CreateOutcome::Existing(job)));
-        };
-        // Another body: name the differing pointers against the exact
-        // stored request, and record the refusal. The job's key, body and
-        // fingerprint never change, so the read explains the refusal; if a
-        // prune took the job since, the event's foreign key refuses it and
-        // the create runs again (the key is free).
-        let stored = crate::json::parse(text.as_bytes())
-            .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
-        let (outcome, event) = found_key(&job, &stored, new, new.at);
-        let Some(event) = event else {
-            return Ok(Some(outcome));
-        };
-        let mut conn = self.pool.acquire().await.map_err(classify)?;
-        match insert_event(&mut conn, &event).await {
-            Ok(()) => Ok(Some(outcome)),
-            Err(StoreError::Constraint { constraint }) if constraint == EVENTS_JOB_FKEY => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn try_start(&self, new: &NewAttempt) -> Result<Option<StartOutcome>, StoreError> {
-        let mut tx = self.begin().await?;
-        // FOR SHARE: a concurrent completion (which updates the job row) waits
-        // for us or we see its result, so no attempt starts on a finished job.
-        // Concurrent starts share the lock; the index settles between them.
-        let job = sqlx::query("select state, version from jobs where id = $1 for share")
-            .bind(new.job_id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?
-            .ok_or(StoreError::JobNotFound(new.job_id))?;
-        let job_state = parse_state::<JobState>(job.try_get("state").map_err(classify)?)?;
-        let read_version: i64 = job.try_get("version").map_err(classify)?;
-        if job_state.is_terminal() {
-            // Recorded under the share lock, so that a prune of the job
-            // waits for it (the event names no attempt, so its foreign-key
-            // checks lock nothing a dispatch holds).
-            let outcome = StartOutcome::Completed { state: job_state };
-            insert_event(&mut tx, &refusal_event(new, &outcome)).await?;
-            tx.commit().await.map_err(classify)?;
-            return Ok(Some(outcome));
-        }
-        // Strict: no other attempt may be running. Hedged: one may (the
-        // attempt being hedged), never two.
-        let running_allowed = i64::from(new.allow_while_running);
-        let running = sqlx::query(
-            "select id from attempts where job_id = $1 and state = 'running'
-              order by seq offset $2 limit 1",
-        )
-        .bind(new.job_id.0)
-        .bind(running_allowed)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if let Some(row) = running {
-            tx.rollback().await.map_err(classify)?;
-            return Ok(Some(StartOutcome::InFlight {
-                attempt: AttemptId(row.try_get("id").map_err(classify)?),
-                state: AttemptState::Running,
-            }));
-        }
-        // A savepoint, so that a refusal by the index leaves the transaction,
-        // and its share lock on the job, alive for the read that names the
-        // blocker: the job cannot complete in between, and the blocker is
-        // read as it is at one moment while the job is still pending.
-        let mut insert = Acquire::begin(&mut tx).await.map_err(classify)?;
-        let inserted = sqlx::query(
-            "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)
-             select $1, $2, coalesce(max(seq), 0) + 1, $3, 'starting', $4, $5
-               from attempts where job_id = $2
-             returning *",
-        )
-        .bind(new.id.0)
-        .bind(new.job_id.0)
-        .bind(&new.provider)
-        .bind(read_version)
-        .bind(new.at)
-        .fetch_one(&mut *insert)
-        .await;
-        let row = match inserted {
-            Ok(row) => {
-                insert.commit().await.map_err(classify)?;
-                row
-            }
-            Err(e) => {
-                insert.rollback().await.map_err(classify)?;
-                return match unique_violation(&e) {
-                    // Another insert took our seq; run again with a fresh max.
-                    Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
-                    // Our own earlier try landed; its acknowledgement was lost.
-                    // Read it in this transaction: the share lock on the job
-                    // still holds off its dispatch, so the attempt is read as
-                    // it is while this start is ordered.
-                    Some(constraint::ATTEMPTS_PKEY) => {
-                        let ours = sqlx::query("select * from attempts where id = $1")
-                            .bind(new.id.0)
-                            .fetch_optional(&mut *tx)
-                            .await
-                            .map_err(classify)?;
-                        tx.rollback().await.map_err(classify)?;
-                        ours.as_ref()
-                            .map(attempt_from_row)
-                            .transpose()
-                            .map(|ours| ours.map(StartOutcome::Started))
-                    }
-                    // The guard refused us. Name the blocker; if it was resolved
-                    // in the meantime, run again.
-                    Some(constraint::ATTEMPTS_ONE_OPEN) => {
-                        let blocker = blocking_attempt(&mut tx, new.job_id).await?;
-                        tx.rollback().await.map_err(classify)?;
-                        Ok(blocker
-                            .map(|(attempt, state)| StartOutcome::InFlight { attempt, state }))
-                    }
-                    _ => Err(classify(e)),
-                };
-            }
-        };
-        let attempt = attempt_from_row(&row)?;
-        insert_event(
-            &mut tx,
-            &NewEvent {
-                job_id: attempt.job_id,
-                attempt_id: Some(attempt.id),
-                at: new.at,
-                kind: EventKind::AttemptStarted,
-                detail: json!({"seq": attempt.seq, "provider": attempt.provider}),
-            },
-        )
-        .await?;
-        tx.commit().await.map_err(classify)?;
-        Ok(Some(StartOutcome::Started(attempt)))
-    }
-
-    /// Records why a start was refused because an attempt is in flight, on
-    /// its own: the refused transaction was rolled back. (Inside it, the
-    /// event's foreign-key check on the blocking attempt would wait for a
-    /// dispatch that holds that attempt and waits for this transaction's
-    /// share lock on the job: a deadlock.)
-    ///
-    /// The job existed when the start read it; if the event now finds it
-    /// gone, a prune took it in between, and the start's outcome is the one
-    /// it has after that prune: the job is not found.
-    async fn record_refusal(
-        &self,
-        new: &NewAttempt,
-        outcome: &StartOutcome,
-    ) -> Result<(), StoreError> {
-        match self.record_event(refusal_event(new, outcome)).await {
-            Err(StoreError::Constraint { constraint })
-                if constraint == "job_events_job_id_fkey"
-                    || constraint == "job_events_attempt_id_fkey" =>
-            {
-                Err(StoreError::JobNotFound(new.job_id))
-            }
-            other => other,
-        }
-    }
 }
 
 /// The product's statements: every constraint is in force.
@@ -473,13 +252,13 @@ impl PgStore {
         if !self.constraints.owner_key_unique {
             ddl.push(format!(
                 "alter table jobs drop constraint if exists {}",
-                constraint::JOBS_OWNER_KEY
+                super::constraint::JOBS_OWNER_KEY
             ));
         }
         if !self.constraints.one_open_attempt {
             ddl.push(format!(
                 "drop index if exists {}",
-                constraint::ATTEMPTS_ONE_OPEN
+                super::constraint::ATTEMPTS_ONE_OPEN
             ));
         }
         for statement in ddl {
@@ -1056,199 +835,4 @@ impl Store for PgStore {
         tx.commit().await.map_err(classify)?;
         Ok(ids.into_iter().map(JobId).collect())
     }
-}
-
-/// Runs `query` and decodes every row it returns: each read of many rows
-/// classifies errors and decodes the same way.
-async fn fetch_decoded<T>(
-    query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
-    executor: impl sqlx::PgExecutor<'_>,
-    decode: fn(&PgRow) -> Result<T, StoreError>,
-) -> Result<Vec<T>, StoreError> {
-    let rows = query.fetch_all(executor).await.map_err(classify)?;
-    rows.iter().map(decode).collect()
-}
-
-/// The starting or unknown attempt that holds the job's slot in
-/// `attempts_one_open`, if any.
-async fn blocking_attempt(
-    conn: &mut sqlx::PgConnection,
-    job_id: JobId,
-) -> Result<Option<(AttemptId, AttemptState)>, StoreError> {
-    let row = sqlx::query(
-        "select id, state from attempts
-          where job_id = $1 and state in ('starting', 'unknown') order by seq limit 1",
-    )
-    .bind(job_id.0)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(classify)?;
-    row.map(|row| {
-        Ok((
-            AttemptId(row.try_get("id").map_err(classify)?),
-            parse_state(row.try_get("state").map_err(classify)?)?,
-        ))
-    })
-    .transpose()
-}
-
-/// Locks an attempt's row and returns its job and its state as of the lock.
-async fn lock_attempt(
-    conn: &mut sqlx::PgConnection,
-    attempt_id: AttemptId,
-) -> Result<Option<(JobId, AttemptState)>, StoreError> {
-    let row = sqlx::query("select job_id, state from attempts where id = $1 for update")
-        .bind(attempt_id.0)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(classify)?;
-    row.map(|row| {
-        Ok((
-            JobId(row.try_get("job_id").map_err(classify)?),
-            parse_state(row.try_get("state").map_err(classify)?)?,
-        ))
-    })
-    .transpose()
-}
-
-/// Locks the job of an attempt against starts before the attempt becomes
-/// running.
-///
-/// A start refuses a non-hedge attempt while another is running, but no
-/// index says so: it reads the running attempts under `FOR SHARE` of the job.
-/// Without a conflicting lock here, a start could read the attempt as
-/// starting, then wait on `attempts_one_open` for this transaction and find
-/// the slot free once the attempt was running, and so start a second attempt
-/// beside a running one, which neither serial order allows. `FOR NO KEY
-/// UPDATE` conflicts with the start's `FOR SHARE` (and not with the
-/// `FOR KEY SHARE` of foreign-key checks).
-///
-/// Lock order: the attempt first (see [`lock_attempt`]), then the job, as in
-/// `complete`.
-async fn lock_job_for_dispatch(
-    conn: &mut sqlx::PgConnection,
-    job_id: JobId,
-) -> Result<(), StoreError> {
-    sqlx::query("select 1 from jobs where id = $1 for no key update")
-        .bind(job_id.0)
-        .execute(&mut *conn)
-        .await
-        .map_err(classify)?;
-    Ok(())
-}
-
-async fn insert_event(conn: &mut sqlx::PgConnection, event: &NewEvent) -> Result<(), StoreError> {
-    sqlx::query(
-        "insert into job_events (job_id, attempt_id, at, kind, detail) values ($1, $2, $3, $4, $5)",
-    )
-    .bind(event.job_id.0)
-    .bind(event.attempt_id.map(|a| a.0))
-    .bind(event.at)
-    .bind(event.kind.as_str())
-    .bind(&event.detail)
-    .execute(conn)
-    .await
-    .map_err(classify)?;
-    Ok(())
-}
-
-/// The constraint a unique violation names, if `e` is one (SQLSTATE 23505).
-pub fn unique_violation(e: &sqlx::Error) -> Option<&str> {
-    match e {
-        sqlx::Error::Database(db) if db.code().as_deref() == Some(SQLSTATE_UNIQUE_VIOLATION) => {
-            db.constraint()
-        }
-        _ => None,
-    }
-}
-
-/// Maps a sqlx error onto the store's error enum: by SQLSTATE for database
-/// errors, and by whether the statement may have reached the server for
-/// transport errors.
-pub fn classify(e: sqlx::Error) -> StoreError {
-    match e {
-        sqlx::Error::Database(db) => {
-            let sqlstate = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            if let Some(name) = db.constraint() {
-                return StoreError::Constraint {
-                    constraint: name.to_owned(),
-                };
-            }
-            if SQLSTATE_RETRYABLE.contains(&sqlstate.as_str()) {
-                return StoreError::Contended { tries: 1 };
-            }
-            StoreError::Database {
-                sqlstate,
-                message: db.message().to_owned(),
-            }
-        }
-        // Never reached the server: nothing was applied.
-        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::BeginFailed => {
-            StoreError::Unavailable(e.to_string())
-        }
-        // The connection broke mid-conversation: a commit may have landed.
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
-            StoreError::Indeterminate(e.to_string())
-        }
-        other => StoreError::Corrupt(other.to_string()),
-    }
-}
-
-fn parse_state<S: std::str::FromStr<Err = crate::model::UnknownState>>(
-    text: String,
-) -> Result<S, StoreError> {
-    text.parse()
-        .map_err(|e: crate::model::UnknownState| StoreError::Corrupt(e.to_string()))
-}
-
-fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
-    let key: String = row.try_get("idempotency_key").map_err(classify)?;
-    Ok(Job {
-        id: JobId(row.try_get("id").map_err(classify)?),
-        owner_id: OwnerId(row.try_get("owner_id").map_err(classify)?),
-        idempotency_key: IdempotencyKey::parse(&key)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-        request_fingerprint: row.try_get("request_fingerprint").map_err(classify)?,
-        request: row.try_get("request").map_err(classify)?,
-        provider: row.try_get("provider").map_err(classify)?,
-        fallbacks: row.try_get("fallbacks").map_err(classify)?,
-        state: parse_state(row.try_get("state").map_err(classify)?)?,
-        version: row.try_get("version").map_err(classify)?,
-        completed_by: row
-            .try_get::<Option<uuid::Uuid>, _>("completed_by")
-            .map_err(classify)?
-            .map(AttemptId),
-        result: row.try_get("result").map_err(classify)?,
-        created_at: row.try_get("created_at").map_err(classify)?,
-        updated_at: row.try_get("updated_at").map_err(classify)?,
-    })
-}
-
-fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
-    Ok(Attempt {
-        id: AttemptId(row.try_get("id").map_err(classify)?),
-        job_id: JobId(row.try_get("job_id").map_err(classify)?),
-        seq: row.try_get("seq").map_err(classify)?,
-        provider: row.try_get("provider").map_err(classify)?,
-        state: parse_state(row.try_get("state").map_err(classify)?)?,
-        read_version: row.try_get("read_version").map_err(classify)?,
-        started_at: row.try_get("started_at").map_err(classify)?,
-        ended_at: row.try_get("ended_at").map_err(classify)?,
-        output: row.try_get("output").map_err(classify)?,
-        error: row.try_get("error").map_err(classify)?,
-    })
-}
-
-fn event_from_row(row: &PgRow) -> Result<Event, StoreError> {
-    Ok(Event {
-        seq: row.try_get("seq").map_err(classify)?,
-        job_id: JobId(row.try_get("job_id").map_err(classify)?),
-        attempt_id: row
-            .try_get::<Option<uuid::Uuid>, _>("attempt_id")
-            .map_err(classify)?
-            .map(AttemptId),
-        at: row.try_get("at").map_err(classify)?,
-        kind: parse_state(row.try_get("kind").map_err(classify)?)?,
-        detail: row.try_get("detail").map_err(classify)?,
-    })
 }

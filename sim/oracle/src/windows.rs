@@ -4,12 +4,55 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use idem_core::model::{EventKind, JobId};
-use idem_core::store::faults::{StoreFault, StoreOp};
+use serde::{Deserialize, Serialize};
+
+use idem_model::model::{EventKind, JobId};
+use idem_model::store_fault::{StoreFault, StoreOp};
 
 use super::index::{ATTEMPT_IN_FLIGHT_REASON, RunIndex};
-use crate::scenario::Window;
 use crate::trace::TraceBody;
+
+/// The race windows of docs/MODEL.md: the rare interleavings the bench exists
+/// to reach. A suite reports how often each was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    /// A create found the job another create had made (replay).
+    DuplicateCreate,
+    /// A create reused a key with another body and was refused.
+    Mismatch,
+    /// A new attempt was refused because another was in flight.
+    BlockedAttempt,
+    /// A completion lost the compare-and-swap.
+    CasLoser,
+    /// A provider finished an execution after its attempt had gone unknown.
+    LateResultAfterUnknown,
+    /// A create's acknowledgement was lost and the retry replayed the job.
+    LostCreateAckReplayed,
+    /// A completion's acknowledgement was lost and the engine re-checked.
+    LostCompletionAckRechecked,
+    /// A hedge attempt started on a fallback.
+    HedgeFired,
+    /// The reconciler resolved an attempt out of band.
+    ReconcilerResolution,
+    /// A failover or hedge to an uncertified provider was refused.
+    FailoverRefused,
+}
+
+impl Window {
+    pub const ALL: &'static [Window] = &[
+        Window::DuplicateCreate,
+        Window::Mismatch,
+        Window::BlockedAttempt,
+        Window::CasLoser,
+        Window::LateResultAfterUnknown,
+        Window::LostCreateAckReplayed,
+        Window::LostCompletionAckRechecked,
+        Window::HedgeFired,
+        Window::ReconcilerResolution,
+        Window::FailoverRefused,
+    ];
+}
 
 pub(super) fn count(run: &RunIndex<'_>) -> BTreeMap<Window, u32> {
     let mut counts: BTreeMap<Window, u32> = Window::ALL.iter().map(|w| (*w, 0)).collect();

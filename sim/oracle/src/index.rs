@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use idem_core::model::{Attempt, AttemptId, AttemptState, Job, JobId};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{Attempt, AttemptId, AttemptState, Job, JobId};
 
 use super::OracleInput;
 use super::replay::Replay;
@@ -90,7 +90,7 @@ impl<'a> Exchange<'a> {
 
 /// A `job_created` event of the trace.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Created<'a> {
+pub(super) struct JobCreation<'a> {
     pub(super) seq: u64,
     pub(super) job: JobId,
     pub(super) owner: &'a str,
@@ -142,7 +142,7 @@ pub(super) struct RunIndex<'a> {
     /// The dump's attempts by job, by seq.
     pub(super) attempts_by_job: BTreeMap<JobId, Vec<&'a Attempt>>,
     /// `job_created` events by job (one each, unless something is wrong).
-    pub(super) created: BTreeMap<JobId, Vec<Created<'a>>>,
+    pub(super) created: BTreeMap<JobId, Vec<JobCreation<'a>>>,
     /// Ordered by (provider, ledger seq).
     pub(super) executions: Vec<ExecutionRecord<'a>>,
     executions_by_key: BTreeMap<&'a str, Vec<usize>>,
@@ -164,7 +164,7 @@ impl<'a> RunIndex<'a> {
                 .or_default()
                 .push(attempt);
         }
-        let mut created: BTreeMap<JobId, Vec<Created<'a>>> = BTreeMap::new();
+        let mut created: BTreeMap<JobId, Vec<JobCreation<'a>>> = BTreeMap::new();
         for event in &input.trace.events {
             if let TraceBody::JobCreated {
                 job_id,
@@ -173,7 +173,7 @@ impl<'a> RunIndex<'a> {
                 fingerprint,
             } = &event.body
             {
-                created.entry(*job_id).or_default().push(Created {
+                created.entry(*job_id).or_default().push(JobCreation {
                     seq: event.seq,
                     job: *job_id,
                     owner,

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::model::{AttemptId, AttemptState, JobId};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{AttemptId, AttemptState, JobId};
 
 use crate::trace::{Trace, TraceBody};
 

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use idem_core::engine::Policy;
-use idem_core::model::{AttemptId, AttemptState, EventKind, JobState};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{AttemptId, AttemptState, EventKind, JobState};
+use idem_model::policy::Policy;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text};

@@ -66,12 +66,12 @@ pub struct Providers {
 }
 
 impl Providers {
-    /// No providers yet, under `contract`'s prompt and schema versions.
-    pub fn for_contract(contract: &crate::certify::Contract) -> Self {
+    /// No providers yet, under a contract's prompt and schema versions.
+    pub fn for_versions(prompt_version: &str, schema_version: &str) -> Self {
         Self {
             specs: BTreeMap::new(),
-            prompt_version: contract.prompt_version.clone(),
-            schema_version: contract.schema_version.clone(),
+            prompt_version: prompt_version.to_owned(),
+            schema_version: schema_version.to_owned(),
         }
     }
 

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use idem_core::engine::Policy;
-use idem_core::model::{AttemptId, AttemptState, JobId};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{AttemptId, AttemptState, JobId};
+use idem_model::policy::Policy;
 use serde_json::Value;
 
 use super::Invariant;

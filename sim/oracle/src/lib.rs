@@ -1,4 +1,4 @@
-//! The invariant checker: the eleven invariants of docs/MODEL.md, and a
+//! idem-oracle, the invariant checker: the eleven invariants of docs/MODEL.md, and a
 //! twelfth for clocks, over a run's trace,
 //! the store's final state and the providers' ledgers. It is kept apart
 //! from the engine on purpose: it shares no code with the decisions it
@@ -6,11 +6,14 @@
 //!
 //! Each check restates the rule it enforces instead of importing it from
 //! idem-core (the legal attempt moves, the guard, the compare-and-swap), so
-//! that a broken state machine in the engine cannot vouch for itself. The
-//! only engine code used is [`idem_core::fingerprint::fingerprint`], a pure
-//! function of a JSON value.
+//! that a broken state machine in the engine cannot vouch for itself. It
+//! depends on idem-model (the vocabulary) and never on idem-core; the one
+//! function it calls there is [`idem_model::fingerprint::fingerprint`], a
+//! pure function of a JSON value. CI checks the arrow with `cargo tree`.
 //!
 //! Code map:
+//! - [`trace`]: what a run recorded, the evidence (the simulator's recorder
+//!   writes it).
 //! - [`index`]: the trace, dump and ledgers indexed once.
 //! - [`replay`]: the attempt states replayed in trace order.
 //! - [`intents`]: 1 one job per intent, 2 mismatch rejected, 8 owner
@@ -20,7 +23,7 @@
 //! - [`effects`]: 9 side effects (billed work, and executions at once),
 //!   10 liveness.
 //! - [`waits`]: 12 waits in true time (clock faults).
-//! - [`windows`]: the race-window counts.
+//! - `windows`: the race windows ([`Window`]) and their counts.
 //! - [`findings`]: the bounded list of violations being collected.
 //!
 //! Determinism: only ordered collections, no clocks; the same input gives
@@ -33,6 +36,7 @@ mod findings;
 mod index;
 mod intents;
 mod replay;
+pub mod trace;
 mod waits;
 mod windows;
 
@@ -40,13 +44,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use idem_core::engine::Policy;
-use idem_core::provider::server::Execution;
-use idem_core::reconciler::ReconcilerConfig;
-use idem_core::store::StoreDump;
+use idem_model::dump::StoreDump;
+use idem_model::ledger::Execution;
+use idem_model::loops::ReconcilerConfig;
+use idem_model::policy::Policy;
 
-use crate::scenario::Window;
 use crate::trace::Trace;
+pub use windows::Window;
 
 /// The invariants, numbered as in docs/MODEL.md; the twelfth says that
 /// rules comparing timestamps stay safe when clocks are wrong.

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use idem_core::model::{AttemptId, AttemptState, EventKind};
+use idem_model::model::{AttemptId, AttemptState, EventKind};
 
 use super::Invariant;
 use super::findings::Findings;

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use idem_core::fingerprint::fingerprint;
-use idem_core::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, JobState};
+use idem_model::fingerprint::fingerprint;
+use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, JobState};
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};

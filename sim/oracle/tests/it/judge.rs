@@ -10,20 +10,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use idem_core::clock::micros_to_timestamp;
-use idem_core::engine::Policy;
-use idem_core::fingerprint::fingerprint;
-use idem_core::model::{
+use idem_model::dump::StoreDump;
+use idem_model::fingerprint::fingerprint;
+use idem_model::ledger::{Execution, ExecutionOutcome};
+use idem_model::loops::ReconcilerConfig;
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
-    OwnerId,
+    OwnerId, Timestamp,
 };
-use idem_core::provider::server::{Execution, ExecutionOutcome};
-use idem_core::reconciler::ReconcilerConfig;
-use idem_core::store::StoreDump;
-use idem_core::store::faults::{StoreFault, StoreOp};
-use idem_sim::oracle::{Invariant, Judgement, OracleInput, WorldFacts, judge};
-use idem_sim::scenario::Window;
-use idem_sim::trace::{Trace, TraceBody, TraceEvent};
+use idem_model::policy::Policy;
+use idem_model::store_fault::{StoreFault, StoreOp};
+use idem_oracle::trace::{Trace, TraceBody, TraceEvent};
+use idem_oracle::{Invariant, Judgement, OracleInput, Window, WorldFacts, judge};
 
 use AttemptState::{Cancelled, Failed, Lost, Running, Starting, Succeeded, Unknown};
 
@@ -31,6 +29,11 @@ const ALICE: &str = "alice";
 const BOB: &str = "bob";
 const PRIMARY: &str = "primary";
 const FALLBACK: &str = "fallback";
+
+/// `micros` after the Unix epoch.
+fn micros_to_timestamp(micros: i64) -> Timestamp {
+    chrono::DateTime::from_timestamp_micros(micros).expect("a test time is in range")
+}
 
 fn owner_of(client: &str) -> String {
     format!("owner-{client}")

@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use idem_core::model::JobId;
+use idem_model::model::JobId;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};
-use super::index::{Created, RunIndex};
+use super::index::{JobCreation, RunIndex};
 use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
@@ -66,7 +66,7 @@ fn create_requests<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, &'a st
 /// earlier request of its owner with the same body.
 fn intent_key<'a>(
     requests: &BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>>,
-    created: &Created<'a>,
+    created: &JobCreation<'a>,
 ) -> &'a str {
     let Some(sent) = requests.get(created.owner) else {
         return created.key;
