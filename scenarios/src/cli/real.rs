@@ -166,6 +166,7 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
     let runtime = runtime()?;
     let mut comparisons = Vec::new();
     let mut refused = Vec::new();
+    let mut errors = Vec::new();
     for loaded in &scenarios {
         let scenario = &loaded.scenario;
         for seed in seeds.clone() {
@@ -178,9 +179,15 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
                 break;
             }
             let sim = compare::simulate(scenario, seed, args.design).map_err(CliError::Usage)?;
-            let outcome = runtime
-                .block_on(real::run(scenario, &options))
-                .map_err(|e| CliError::Usage(format!("{} seed {seed}: {e}", scenario.name)))?;
+            // A run that could not finish is said, and the rest go on.
+            let outcome = match runtime.block_on(real::run(scenario, &options)) {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    super::common::emit(&format!("{} seed {seed}: ERROR {e}\n", scenario.name));
+                    errors.push(format!("{} seed {seed}: {e}", scenario.name));
+                    continue;
+                }
+            };
             let comparison = compare::compare(
                 scenario,
                 seed,
@@ -192,7 +199,7 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
             comparisons.push(comparison);
         }
     }
-    let summary = compare::Summary::of(&comparisons, refused);
+    let summary = compare::Summary::of(&comparisons, refused, errors);
     super::common::emit(&summary.text());
     if let Some(path) = &args.json {
         let json = serde_json::json!({"comparisons": comparisons, "summary": summary});
@@ -200,9 +207,11 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
         write(path, &format!("{text}\n"))?;
     }
     let violated = comparisons.iter().any(|c| !c.sim.passed || !c.real.passed);
-    Ok(if summary.findings > 0 || violated {
-        Exit::Violation
-    } else {
-        Exit::Pass
-    })
+    Ok(
+        if summary.findings > 0 || violated || !summary.errors.is_empty() {
+            Exit::Violation
+        } else {
+            Exit::Pass
+        },
+    )
 }

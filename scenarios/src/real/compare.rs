@@ -359,6 +359,8 @@ pub struct Summary {
     pub findings: u32,
     /// Scenarios real mode refused, with the reason.
     pub refused: Vec<String>,
+    /// Real runs that could not finish, with the error.
+    pub errors: Vec<String>,
 }
 
 /// One scenario's tally.
@@ -373,9 +375,10 @@ pub struct ScenarioTally {
 }
 
 impl Summary {
-    pub fn of(comparisons: &[Comparison], refused: Vec<String>) -> Self {
+    pub fn of(comparisons: &[Comparison], refused: Vec<String>, errors: Vec<String>) -> Self {
         let mut summary = Summary {
             refused,
+            errors,
             ..Summary::default()
         };
         for c in comparisons {
@@ -406,6 +409,9 @@ impl Summary {
         }
         for why in &self.refused {
             let _ = writeln!(out, "  refused: {why}");
+        }
+        for error in &self.errors {
+            let _ = writeln!(out, "  could not finish: {error}");
         }
         let _ = writeln!(
             out,
