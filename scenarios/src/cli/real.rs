@@ -9,10 +9,10 @@ use idem_core::design::Design;
 use idem_reports::RunVerdict;
 use idem_reports::html::Provenance;
 
-use super::sweep::Seeds;
 use super::{CliError, Exit};
 use crate::load::load;
 use crate::real::{self, Database, RealError, RealOptions, System, compare, record};
+use crate::runner::Seeds;
 
 #[derive(Debug, Args)]
 pub struct RealArgs {
@@ -65,7 +65,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(CliError::Io)
+        .map_err(|e| CliError::Usage(format!("cannot start a runtime: {e}")))
 }
 
 fn write(path: &std::path::Path, text: &str) -> Result<(), CliError> {
