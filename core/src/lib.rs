@@ -34,6 +34,8 @@ pub mod provider;
 pub mod reconciler;
 pub mod redact;
 pub mod retention;
+#[cfg(feature = "bench")]
+pub mod serve_bench;
 pub mod service;
 pub mod store;
 pub mod timer;

@@ -200,6 +200,10 @@ pub struct ServeArgs {
     log_format: LogFormat,
     #[command(flatten)]
     ops: OpsArgs,
+    /// The bench's flags (`idem serve` only; idem-server has none).
+    #[cfg(feature = "bench")]
+    #[command(flatten)]
+    bench: crate::serve_bench::BenchServeArgs,
 }
 
 /// The bearer tokens of `--token` and `--operator-token`.
@@ -288,9 +292,11 @@ async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, CliError> {
             let url = args.database_url.as_deref().ok_or_else(|| {
                 CliError::Usage("--store postgres needs --database-url (or DATABASE_URL)".into())
             })?;
-            Arc::new(
-                connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX).await?,
-            )
+            let store =
+                connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX).await?;
+            #[cfg(feature = "bench")]
+            let store = store.with_constraints(args.bench.constraints());
+            Arc::new(store)
         }
     })
 }
@@ -305,12 +311,24 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             hedge_after_ms: args.hedge_after_ms,
         },
     };
-    let config = service_config(&args);
+    #[cfg_attr(not(feature = "bench"), expect(unused_mut))]
+    let mut config = service_config(&args);
+    #[cfg(feature = "bench")]
+    args.bench.configure(&mut config).map_err(CliError::Usage)?;
     runtime()?.block_on(async move {
+        #[cfg(feature = "bench")]
+        let controlled = args.bench.control();
         let unbounded = open_store(&args).await?;
+        #[cfg(feature = "bench")]
+        let unbounded = args.bench.journaled(unbounded).map_err(CliError::Usage)?;
         // Every call the API and the loops make to the store is bounded.
         let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        #[cfg(feature = "bench")]
+        let clock: Arc<dyn Clock> = match controlled {
+            Some(controlled) => controlled,
+            None => clock,
+        };
         for name in &args.certified {
             assert_certified(&clients, name, store.as_ref(), clock.as_ref()).await?;
         }
@@ -327,6 +345,8 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             MODEL_PROBE_TIMEOUT_MS_DEFAULT,
         ))
         .with_pending_certifications(pending.clone());
+        #[cfg(feature = "bench")]
+        let engine = args.bench.engine(engine);
         let certifying = Arc::new(Certifying {
             clients,
             engine: engine.clone(),

@@ -9,6 +9,7 @@ mod fuzz;
 mod liveness;
 mod mutants;
 mod pgbench;
+mod real;
 mod report;
 mod shape;
 mod shards;

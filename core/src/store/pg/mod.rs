@@ -8,6 +8,7 @@
 
 mod races;
 mod rows;
+mod statements;
 
 use std::time::Duration;
 
@@ -35,6 +36,9 @@ use self::rows::{
     lock_job_for_dispatch, parse_state,
 };
 pub use self::rows::{classify, unique_violation};
+
+#[cfg(feature = "bench")]
+use super::mem::Constraints;
 
 /// Migrations embedded at build time from `core/migrations`. Run them
 /// through [`migrator`], which places them in idem's schema.
@@ -120,6 +124,10 @@ const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
 pub struct PgStore {
     pool: PgPool,
     schema: String,
+    /// What the schema enforces: everything, except under a naive design
+    /// of the bench, whose schema lacks a constraint.
+    #[cfg(feature = "bench")]
+    constraints: Constraints,
 }
 
 impl PgStore {
@@ -129,6 +137,8 @@ impl PgStore {
         Self {
             pool,
             schema: schema.to_owned(),
+            #[cfg(feature = "bench")]
+            constraints: Constraints::default(),
         }
     }
 
@@ -264,21 +274,15 @@ impl Store for PgStore {
             });
         }
         // The compare-and-swap: exactly one attempt's result is ever written.
-        let won = sqlx::query(
-            "update jobs
-                set result = $3, completed_by = $4, version = version + 1,
-                    state = 'succeeded', updated_at = $5
-              where id = $1 and version = $2 and completed_by is null
-              returning *",
-        )
-        .bind(completion.job_id.0)
-        .bind(attempt.read_version)
-        .bind(&completion.output)
-        .bind(completion.attempt_id.0)
-        .bind(completion.at)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
+        let won = sqlx::query(self.complete_sql())
+            .bind(completion.job_id.0)
+            .bind(attempt.read_version)
+            .bind(&completion.output)
+            .bind(completion.attempt_id.0)
+            .bind(completion.at)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
         let outcome = match won {
             Some(row) => {
                 let job = job_from_row(&row)?;
