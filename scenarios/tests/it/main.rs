@@ -10,5 +10,6 @@ mod liveness;
 mod mutants;
 mod pgbench;
 mod report;
+mod scheduler;
 mod shards;
 mod validation;
