@@ -139,7 +139,9 @@ mod imp {
             let due: Vec<Waker> = with_driver(self.generation, |d| {
                 d.now = d.now.max(now);
                 let later = d.armed.split_off(&(d.now, u64::MAX));
-                std::mem::replace(&mut d.armed, later).into_values().collect()
+                std::mem::replace(&mut d.armed, later)
+                    .into_values()
+                    .collect()
             })
             .unwrap_or_default();
             let fired = due.len();
@@ -368,7 +370,10 @@ mod tests {
         let mut long = Box::pin(sleep(ms(50)));
         let mut short = Box::pin(sleep(ms(10)));
         // Sub-millisecond deadlines round up, as tokio's wheel rounds them.
-        let mut odd = Box::pin(timeout(Duration::from_micros(10_500), std::future::pending::<()>()));
+        let mut odd = Box::pin(timeout(
+            Duration::from_micros(10_500),
+            std::future::pending::<()>(),
+        ));
         assert!(poll_once(long.as_mut()).is_pending());
         assert!(poll_once(short.as_mut()).is_pending());
         assert!(poll_once(odd.as_mut()).is_pending());
@@ -376,7 +381,10 @@ mod tests {
         assert_eq!(driven.armed(), 3);
         assert_eq!(driven.advance_to(ms(110)), 1, "only the short one is due");
         assert_eq!(poll_once(short.as_mut()), Poll::Ready(()));
-        assert!(poll_once(odd.as_mut()).is_pending(), "due at 111, not 110.5");
+        assert!(
+            poll_once(odd.as_mut()).is_pending(),
+            "due at 111, not 110.5"
+        );
         assert_eq!(driven.advance_to(ms(111)), 1);
         assert_eq!(poll_once(odd.as_mut()), Poll::Ready(Err(Elapsed)));
         // A timeout whose future finishes first is its future's.
@@ -385,7 +393,10 @@ mod tests {
         // Time never goes back; a timer already due is ready at once.
         driven.advance_to(ms(3));
         assert_eq!(driven.now(), ms(111));
-        assert_eq!(poll_once(Box::pin(sleep(Duration::ZERO)).as_mut()), Poll::Ready(()));
+        assert_eq!(
+            poll_once(Box::pin(sleep(Duration::ZERO)).as_mut()),
+            Poll::Ready(())
+        );
         drop(never_polled);
         assert_eq!(driven.earliest(), Some(ms(150)));
         drop(long);

@@ -348,10 +348,9 @@ async fn http_call(
     let stream = turmoil::net::TcpStream::connect(authority.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
     let mut builder = http::Request::builder()
         .method(method)

@@ -57,7 +57,10 @@ impl Plan {
 
     /// When the next planned step is due.
     pub fn next_due(&self) -> Option<Duration> {
-        self.timed.keys().next().map(|ms| Duration::from_millis(*ms))
+        self.timed
+            .keys()
+            .next()
+            .map(|ms| Duration::from_millis(*ms))
     }
 
     /// The steps due by `now_ms`, in plan order (a step they plan for

@@ -264,7 +264,10 @@ fn certify_providers(
         );
         if passed {
             let model = certification.model_identity.clone();
-            certified.insert(profile.name.clone(), model.unwrap_or_else(|| profile.model.clone()));
+            certified.insert(
+                profile.name.clone(),
+                model.unwrap_or_else(|| profile.model.clone()),
+            );
         }
     }
     certified

@@ -299,8 +299,12 @@ impl Links {
             sim.partition_oneway(from, to);
         }
         let gone = |k: &MessageKey| ways.contains(&(k.0.ip(), k.1.ip()));
-        let dropped: Vec<(Duration, MessageKey)> =
-            self.queue.iter().filter(|(_, k)| gone(k)).copied().collect();
+        let dropped: Vec<(Duration, MessageKey)> = self
+            .queue
+            .iter()
+            .filter(|(_, k)| gone(k))
+            .copied()
+            .collect();
         for (at, key) in dropped {
             self.queue.remove(&(at, key));
             self.due.remove(&key);

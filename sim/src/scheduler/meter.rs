@@ -86,7 +86,8 @@ impl Meter {
         match seen {
             Seen::Opened => {
                 if !self.index.contains_key(&(src, dst)) {
-                    self.index.insert((src, dst), self.traffic.connections.len());
+                    self.index
+                        .insert((src, dst), self.traffic.connections.len());
                     self.traffic.connections.push(Connection {
                         at_ms: u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
                         from: sim.reverse_lookup(src.ip()).unwrap_or_default(),

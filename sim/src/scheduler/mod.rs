@@ -174,11 +174,13 @@ impl Scheduler {
         match &self.mode {
             Mode::EveryStep { .. } => Some(sim.elapsed()),
             Mode::Events { .. } if self.steps == 0 => Some(Duration::ZERO),
-            Mode::Events { timers, links, now } => [timers.earliest(), links.next_due(), driver_due]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|at| at.max(*now)),
+            Mode::Events { timers, links, now } => {
+                [timers.earliest(), links.next_due(), driver_due]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .map(|at| at.max(*now))
+            }
         }
     }
 

@@ -214,9 +214,8 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
     let (mut connections, mut segments, mut hosts, mut not_passed) = (0u64, 0u64, 0u64, 0u64);
     let mut kinds = idem_sim::scheduler::StepCounts::default();
     for seed in 0..seeds {
-        let (metered, took) = timed(|| {
-            run_metered(scenario, seed, Design::Correct).map_err(|e| e.to_string())
-        });
+        let (metered, took) =
+            timed(|| run_metered(scenario, seed, Design::Correct).map_err(|e| e.to_string()));
         let (outcome, traffic): (Result<RunOutcome, String>, Traffic) = match metered {
             Ok((outcome, traffic)) => (Ok(outcome), traffic),
             Err(e) => (Err(e), Traffic::default()),
