@@ -520,7 +520,7 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
             )));
         }
     }
-    let mut providers = Providers::for_contract(&contract);
+    let mut providers = Providers::for_versions(&contract.prompt_version, &contract.schema_version);
     let mut clients = ProviderSet::new();
     let mut endpoints: BTreeMap<String, Arc<dyn ChatEndpoint>> = BTreeMap::new();
     for (name, provider) in &resolved {
@@ -771,7 +771,7 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, CliError> {
         provider.request_timeout_ms = Some(ms);
     }
     let (_, endpoint) = provider.client(Arc::clone(&contract))?;
-    let mut providers = Providers::for_contract(&contract);
+    let mut providers = Providers::for_versions(&contract.prompt_version, &contract.schema_version);
     providers.specs.insert(
         name.clone(),
         ProviderSpec {

@@ -9,7 +9,9 @@
 //! holds the atomic operations and their PostgreSQL implementation;
 //! [`engine`] composes them.
 //!
-//! I/O-free modules: `model`, `transition`, `json`, `fingerprint`, `contract`.
+//! The vocabulary (`model`, `transition`, `json`, `fingerprint`,
+//! `contract`, `stamp`) lives in idem-model and is re-exported here under
+//! its old paths.
 //!
 //! The product and the bench: what exists only to be judged (the naive
 //! designs in `design`, the fault-injecting store wrapper in
@@ -23,24 +25,36 @@ pub mod certify;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod contract;
 #[cfg(feature = "bench")]
 pub mod design;
 pub mod engine;
-pub mod fingerprint;
-pub mod json;
 pub mod metrics;
-pub mod model;
 pub mod periodic;
 pub mod provider;
 pub mod reconciler;
 pub mod retention;
 pub mod service;
-pub mod stamp;
 pub mod store;
 pub mod timer;
-pub mod transition;
 pub mod worker;
 
 #[cfg(feature = "test-support")]
 pub mod testing;
+
+pub use idem_model::{build_stamp, contract, fingerprint, json, model, stamp, transition};
+
+#[cfg(test)]
+mod tests {
+    /// The stamp macro reads the build script's environment where it is
+    /// expanded: here, idem-core's `build.rs`.
+    #[test]
+    fn this_build_is_stamped() {
+        let stamp = crate::build_stamp!();
+        assert_eq!(stamp.version, env!("CARGO_PKG_VERSION"));
+        // The workspace is built from a git checkout in development and CI.
+        if let Some(commit) = &stamp.commit {
+            assert_eq!(commit.len(), 40, "{commit}");
+            assert!(commit.chars().all(|c| c.is_ascii_hexdigit()), "{commit}");
+        }
+    }
+}

@@ -34,48 +34,21 @@ use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
 use crate::store::PageAfter;
 
-/// The default bound on one status lookup or cancel, in milliseconds.
-pub const PROVIDER_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// The reconciler's configuration is vocabulary (the oracle reads its
+/// waits); it lives in idem-model.
+pub use idem_model::loops::{PROVIDER_CALL_TIMEOUT_MS_DEFAULT, ReconcilerConfig};
 
-/// Tunables; every wait and batch is bounded by one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ReconcilerConfig {
-    pub poll_interval_ms: u64,
-    /// A starting attempt older than this is presumed orphaned.
-    pub starting_stale_ms: u64,
-    /// A running attempt older than this is presumed orphaned (longer than
-    /// the worker's deadline, or the worker would have acted).
-    pub running_stale_ms: u64,
-    /// How long an attempt may stay unresolved before the reconciler
-    /// cancels it (where the provider supports cancel).
-    pub unknown_max_ms: u64,
-    /// Attempts looked at per state per pass.
-    pub attempts_per_pass_max: u32,
-    /// How long one status lookup or cancel at a provider may take. Past
-    /// it the provider counts as unreachable for this pass: an answer lost
-    /// on the way back (a partition, a NAT dropping the flow) must not hold
-    /// the pass, and with it every other attempt, for ever.
-    pub provider_call_timeout_ms: u64,
-}
-
-impl Default for ReconcilerConfig {
-    fn default() -> Self {
-        Self {
-            poll_interval_ms: 500,
-            starting_stale_ms: 5_000,
-            running_stale_ms: 30_000,
-            unknown_max_ms: 60_000,
-            attempts_per_pass_max: 32,
-            provider_call_timeout_ms: PROVIDER_CALL_TIMEOUT_MS_DEFAULT,
-        }
-    }
+/// Whether a resolution came past `unknown_max_ms` (its note says so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lateness {
+    InTime,
+    Overdue,
 }
 
 /// What the reconciler did with one attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Action {
+pub enum AttemptAction {
     /// Presumed orphaned: starting or running -> unknown.
     MarkedUnknown,
     ResolvedSucceeded,
@@ -96,7 +69,7 @@ pub enum Action {
 /// One pass's actions, in order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PassReport {
-    pub actions: Vec<(AttemptId, Action)>,
+    pub actions: Vec<(AttemptId, AttemptAction)>,
     pub errors: Vec<String>,
 }
 
@@ -105,7 +78,7 @@ impl PassReport {
     pub fn blocked(&self) -> Vec<AttemptId> {
         self.actions
             .iter()
-            .filter(|(_, a)| *a == Action::Blocked)
+            .filter(|(_, a)| *a == AttemptAction::Blocked)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -286,9 +259,9 @@ impl Reconciler {
                     if moved.state == AttemptState::Unknown {
                         unknowns.push(moved);
                     }
-                    Action::MarkedUnknown
+                    AttemptAction::MarkedUnknown
                 }
-                Err(EngineError::IllegalTransition { .. }) => Action::Moved,
+                Err(EngineError::IllegalTransition { .. }) => AttemptAction::Moved,
                 Err(e) => {
                     report.errors.push(e.to_string());
                     continue;
@@ -321,7 +294,11 @@ impl Reconciler {
     }
 
     /// Ask the provider about one unknown attempt and act on the answer.
-    async fn reconcile(&self, attempt: &Attempt, overdue: bool) -> Result<Action, EngineError> {
+    async fn reconcile(
+        &self,
+        attempt: &Attempt,
+        overdue: bool,
+    ) -> Result<AttemptAction, EngineError> {
         let Some(provider) = self.providers.get(&attempt.provider) else {
             return self.blocked(attempt, "no client for the provider").await;
         };
@@ -345,7 +322,7 @@ impl Reconciler {
                     )
                     .await;
             }
-            Ok(RemoteStatus::Running) => return Ok(Action::StillRunning),
+            Ok(RemoteStatus::Running) => return Ok(AttemptAction::StillRunning),
             Err(ProviderError::Unsupported(_)) if overdue => {
                 return self
                     .cancel(
@@ -355,7 +332,7 @@ impl Reconciler {
                     )
                     .await;
             }
-            Err(ProviderError::Unsupported(_)) => return Ok(Action::StillRunning),
+            Err(ProviderError::Unsupported(_)) => return Ok(AttemptAction::StillRunning),
             // Past unknown_max_ms with no readable answer: still asked on
             // every pass, but an operator is told now. Before, an answer
             // that broke the output contract (a provider whose stored
@@ -363,9 +340,9 @@ impl Reconciler {
             // blocked for ever, unreported (found by `idem fuzz`,
             // invariant 10).
             Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
-            Err(_) => return Ok(Action::Unreachable),
+            Err(_) => return Ok(AttemptAction::Unreachable),
         };
-        self.resolve(attempt, resolution, false).await
+        self.resolve(attempt, resolution, Lateness::InTime).await
     }
 
     /// Cancels at the provider, then resolves the attempt as cancelled.
@@ -374,14 +351,18 @@ impl Reconciler {
         attempt: &Attempt,
         provider: &dyn crate::provider::Provider,
         why: Cancel,
-    ) -> Result<Action, EngineError> {
+    ) -> Result<AttemptAction, EngineError> {
         match self.bounded("cancel", provider.cancel(attempt.id)).await {
             Ok(true) => {
-                let overdue = matches!(why, Cancel::Overdue { .. });
-                self.resolve(attempt, Resolution::Cancelled, overdue).await
+                let lateness = match why {
+                    Cancel::Overdue { .. } => Lateness::Overdue,
+                    _ => Lateness::InTime,
+                };
+                self.resolve(attempt, Resolution::Cancelled, lateness)
+                    .await
             }
             // It finished meanwhile; the next pass reads its status.
-            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(Action::StillRunning),
+            Ok(false) if why != (Cancel::Overdue { can_ask: false }) => Ok(AttemptAction::StillRunning),
             // It finished, and the provider cannot say with what result:
             // no pass will ever learn more, so an operator must look (found
             // by `idem fuzz`: such a job stayed blocked, unreported, for
@@ -401,7 +382,7 @@ impl Reconciler {
                 };
                 self.blocked(attempt, reason).await
             }
-            Err(_) => Ok(Action::Unreachable),
+            Err(_) => Ok(AttemptAction::Unreachable),
         }
     }
 
@@ -430,8 +411,8 @@ impl Reconciler {
         &self,
         attempt: &Attempt,
         resolution: Resolution,
-        overdue: bool,
-    ) -> Result<Action, EngineError> {
+        lateness: Lateness,
+    ) -> Result<AttemptAction, EngineError> {
         let outcome = match &resolution {
             Resolution::Succeeded { .. } => "succeeded",
             Resolution::Failed { .. } => "failed",
@@ -443,22 +424,23 @@ impl Reconciler {
             .await
         {
             Ok(resolved) => {
-                let detail = if overdue {
-                    json!({"resolved": outcome, "overdue": true})
-                } else {
-                    json!({"resolved": outcome})
+                let detail = match lateness {
+                    Lateness::Overdue => json!({"resolved": outcome, "overdue": true}),
+                    Lateness::InTime => json!({"resolved": outcome}),
                 };
                 // Best effort: the resolution is in the trace as its own
                 // event; the note adds who decided it.
                 let _recorded = self.note(attempt, detail).await;
                 Ok(match resolved {
-                    Resolved::Won(_) => Action::ResolvedSucceeded,
-                    Resolved::Lost { .. } => Action::ResolvedLost,
-                    Resolved::Ended(a) if a.state == AttemptState::Cancelled => Action::Cancelled,
-                    Resolved::Ended(_) => Action::ResolvedFailed,
+                    Resolved::Won(_) => AttemptAction::ResolvedSucceeded,
+                    Resolved::Lost { .. } => AttemptAction::ResolvedLost,
+                    Resolved::Ended(a) if a.state == AttemptState::Cancelled => {
+                        AttemptAction::Cancelled
+                    }
+                    Resolved::Ended(_) => AttemptAction::ResolvedFailed,
                 })
             }
-            Err(EngineError::NotResolvable { .. }) => Ok(Action::Moved),
+            Err(EngineError::NotResolvable { .. }) => Ok(AttemptAction::Moved),
             Err(e) => Err(e),
         }
     }
@@ -468,7 +450,7 @@ impl Reconciler {
     /// so it is marked as made only once the store has it: a note the store
     /// failed is made again on the next pass (found by `idem fuzz`: one
     /// failed write hid a blocked job for good, invariant 10).
-    async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<Action, EngineError> {
+    async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<AttemptAction, EngineError> {
         let reported = self
             .reported
             .lock()
@@ -486,7 +468,7 @@ impl Reconciler {
                     .insert(attempt.id);
             }
         }
-        Ok(Action::Blocked)
+        Ok(AttemptAction::Blocked)
     }
 
     /// Whether the note was recorded.

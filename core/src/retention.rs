@@ -26,36 +26,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use serde::{Deserialize, Serialize};
 
 use crate::engine::Engine;
 use crate::model::Timestamp;
 
-/// Tunables; every pass is bounded by them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    /// How long a terminal job (and so its key) is kept after its last
-    /// update.
-    pub retention_ms: u64,
-    /// Jobs pruned per batch (one transaction).
-    pub prune_batch_max: u32,
-    /// Batches per pass; a pass stops early at a batch that was not full.
-    pub prune_batches_per_pass_max: u32,
-    /// Pause between passes.
-    pub poll_interval_ms: u64,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        Self {
-            retention_ms: 24 * 60 * 60 * 1000,
-            prune_batch_max: 500,
-            prune_batches_per_pass_max: 10,
-            poll_interval_ms: 60_000,
-        }
-    }
-}
+/// Retention's configuration is vocabulary; it lives in idem-model.
+pub use idem_model::loops::RetentionConfig;
 
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

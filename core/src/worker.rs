@@ -27,48 +27,26 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::engine::{Engine, EngineError, Policy, Trigger, Verdict};
+use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
 
+/// The worker's configuration is vocabulary; it lives in idem-model.
+pub use idem_model::loops::WorkerConfig;
+
+/// Whether an attempt may get a hedge while it runs silent (under the
+/// hedged policy). A hedge gets none of its own, and neither does an
+/// attempt the backup button started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hedging {
+    Allowed,
+    Never,
+}
+
 /// Runs attempts started elsewhere (the backup button) to their end.
 pub trait AttemptRunner: Send + Sync + fmt::Debug {
     fn launch(&self, job: Job, attempt: Attempt);
-}
-
-/// Tunables of the worker loop; every loop and wait is bounded by one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WorkerConfig {
-    /// Pause between polls for work.
-    pub poll_interval_ms: u64,
-    /// How long opening a connection to a provider may take. Past it the
-    /// attempt fails: nothing was dispatched.
-    pub connect_timeout_ms: u64,
-    /// How long a provider call may take before the attempt becomes unknown.
-    pub attempt_deadline_ms: u64,
-    /// Attempts per job, retries and failovers included, before giving up.
-    pub attempts_max: u32,
-    /// Jobs picked up per poll.
-    pub jobs_per_tick_max: u32,
-    /// Attempts this worker runs at once: those its polls start and those
-    /// the backup button hands it. A poll starts no more than the free
-    /// slots allow.
-    pub attempts_concurrent_max: u32,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        Self {
-            poll_interval_ms: 200,
-            connect_timeout_ms: 2_000,
-            attempt_deadline_ms: 10_000,
-            attempts_max: 3,
-            jobs_per_tick_max: 16,
-            attempts_concurrent_max: 32,
-        }
-    }
 }
 
 /// How one attempt ended, as far as this worker saw it.
@@ -286,7 +264,7 @@ impl Worker {
         let attempts = self.engine().store().attempts(job.id).await?;
         let spent = u32::try_from(attempts.len()).unwrap_or(u32::MAX);
         if spent >= self.config().attempts_max {
-            let reason = json!({"reason": "attempts_exhausted", "attempts": spent});
+            let reason = FailureReason::AttemptsExhausted { attempts: spent };
             return Ok(match self.engine().give_up(&job, reason).await? {
                 FailJobOutcome::Failed(_) => AttemptEnd::GaveUp,
                 FailJobOutcome::Stale { state, version } => {
@@ -300,7 +278,7 @@ impl Worker {
             .start_attempt(&job, Some(&provider), Trigger::Worker)
             .await
         {
-            Ok(attempt) => self.execute(job, attempt, true).await,
+            Ok(attempt) => self.execute(job, attempt, Hedging::Allowed).await,
             Err(EngineError::AttemptInFlight { .. } | EngineError::JobCompleted { .. }) => {
                 Ok(AttemptEnd::Skipped)
             }
@@ -347,18 +325,19 @@ impl Worker {
     }
 
     /// Runs a started attempt to its end. With the hedged policy and
-    /// `may_hedge`, a silent attempt gets one hedge on a certified fallback.
+    /// [`Hedging::Allowed`], a silent attempt gets one hedge on a certified
+    /// fallback.
     pub fn execute(
         &self,
         job: Job,
         attempt: Attempt,
-        may_hedge: bool,
+        hedging: Hedging,
     ) -> Pin<Box<dyn Future<Output = Result<AttemptEnd, EngineError>> + Send + '_>> {
         Box::pin(async move {
             let engine = self.engine();
             let Some(provider) = self.inner.providers.get(&attempt.provider) else {
                 engine
-                    .fail_attempt(attempt.id, json!({"reason": "no_client_for_provider"}))
+                    .fail_attempt(attempt.id, FailureReason::NoClientForProvider)
                     .await?;
                 return Ok(AttemptEnd::Failed);
             };
@@ -375,7 +354,9 @@ impl Worker {
                     engine
                         .fail_attempt(
                             attempt.id,
-                            json!({"reason": "unreachable", "detail": e.to_string()}),
+                            FailureReason::Unreachable {
+                                detail: e.to_string(),
+                            },
                         )
                         .await?;
                     return Ok(AttemptEnd::Failed);
@@ -397,7 +378,9 @@ impl Worker {
             let deadline =
                 crate::timer::sleep(Duration::from_millis(self.config().attempt_deadline_ms));
             let hedge_after_ms = match engine.policy() {
-                Policy::Hedged { hedge_after_ms } if may_hedge => Some(hedge_after_ms),
+                Policy::Hedged { hedge_after_ms } if hedging == Hedging::Allowed => {
+                    Some(hedge_after_ms)
+                }
                 _ => None,
             };
             let hedge_timer =
@@ -415,7 +398,7 @@ impl Worker {
                         if let Some(hedge) = self.start_hedge(&job).await {
                             let worker = self.clone();
                             let job = job.clone();
-                            hedges.spawn(async move { worker.execute(job, hedge, false).await });
+                            hedges.spawn(async move { worker.execute(job, hedge, Hedging::Never).await });
                         }
                     }
                 }
@@ -475,15 +458,17 @@ impl Worker {
         match outcome {
             CallOutcome::Answered(Ok(output)) => {
                 Ok(match engine.complete(attempt, output).await? {
-                    Verdict::Won(_) => AttemptEnd::Won,
-                    Verdict::Lost { .. } => AttemptEnd::Lost,
-                    Verdict::Discarded { .. } => AttemptEnd::Discarded,
+                    Completed::Won(_) => AttemptEnd::Won,
+                    Completed::Lost { .. } => AttemptEnd::Lost,
+                    Completed::Discarded { .. } => AttemptEnd::Discarded,
                 })
             }
             CallOutcome::Answered(Err(
                 e @ (ProviderError::Rejected { .. } | ProviderError::Invalid(_)),
             )) => {
-                let error = json!({"reason": "provider_error", "detail": e.to_string()});
+                let error = FailureReason::ProviderError {
+                    detail: e.to_string(),
+                };
                 match engine.fail_attempt(attempt.id, error).await {
                     Ok(_) => Ok(AttemptEnd::Failed),
                     // Resolved out of band meanwhile: its resolution stands.
@@ -512,7 +497,7 @@ impl AttemptRunner for Worker {
             let Ok(_slot) = worker.inner.slots.clone().acquire_owned().await else {
                 return;
             };
-            if let Err(e) = worker.execute(job, attempt, false).await {
+            if let Err(e) = worker.execute(job, attempt, Hedging::Never).await {
                 tracing::warn!(error = %e, "backup attempt failed to run");
             }
         });
@@ -562,7 +547,12 @@ mod tests {
             .await
             .expect("start");
         engine
-            .fail_attempt(attempt.id, json!({"error": "refused"}))
+            .fail_attempt(
+                attempt.id,
+                FailureReason::ProviderError {
+                    detail: "refused".to_owned(),
+                },
+            )
             .await
             .expect("fail");
         // The snapshot both workers read; the first gives up.

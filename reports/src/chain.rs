@@ -74,72 +74,75 @@ impl Chain {
 pub fn chains(trace: &RunTrace, jobs: &[String]) -> Vec<Chain> {
     jobs.iter()
         .enumerate()
-        .map(|(index, job)| {
-            let mut steps = Vec::new();
-            let mut current: Option<String> = None;
-            for event in trace.events.iter().filter(|e| e.job_id() == Some(job)) {
-                let kind = match &event.body {
-                    Body::JobCreated { .. } => Some((None, StepKind::Created)),
-                    Body::CompletionWon {
-                        attempt_id,
-                        version,
-                        out_of_band,
-                        result_sha256,
-                        ..
-                    } => {
-                        let overwrote = current.replace(result_sha256.clone());
-                        Some((
-                            Some(attempt_id.clone()),
-                            StepKind::Won {
-                                version: *version,
-                                result_sha256: result_sha256.clone(),
-                                out_of_band: *out_of_band,
-                                overwrote,
-                            },
-                        ))
-                    }
-                    Body::CompletionLost {
-                        attempt_id,
-                        winner,
-                        discarded_sha256,
-                        ..
-                    } => Some((
-                        Some(attempt_id.clone()),
-                        StepKind::Lost {
-                            winner: winner.clone(),
-                            discarded_sha256: discarded_sha256.clone(),
-                        },
-                    )),
-                    Body::CompletionRefused {
-                        attempt_id, state, ..
-                    } => Some((
-                        Some(attempt_id.clone()),
-                        StepKind::Refused {
-                            state: state.clone(),
-                        },
-                    )),
-                    Body::JobFailed { version, .. } => {
-                        Some((None, StepKind::Failed { version: *version }))
-                    }
-                    _ => None,
-                };
-                if let Some((attempt_id, kind)) = kind {
-                    steps.push(Step {
-                        seq: event.seq,
-                        t_ms: event.t_ms,
-                        attempt_id,
-                        caller: event.caller.clone(),
-                        kind,
-                    });
-                }
-            }
-            Chain {
-                job_id: job.clone(),
-                number: index + 1,
-                steps,
-            }
-        })
+        .map(|(index, job)| chain(trace, index + 1, job))
         .collect()
+}
+
+/// The chain of `job`, the `number`-th created.
+fn chain(trace: &RunTrace, number: usize, job: &str) -> Chain {
+    let mut steps = Vec::new();
+    // The result written last, which a later win would overwrite.
+    let mut current: Option<String> = None;
+    for event in trace.events.iter().filter(|e| e.job_id() == Some(job)) {
+        if let Some((attempt_id, kind)) = step_kind(&event.body, &mut current) {
+            steps.push(Step {
+                seq: event.seq,
+                t_ms: event.t_ms,
+                attempt_id,
+                caller: event.caller.clone(),
+                kind,
+            });
+        }
+    }
+    Chain {
+        job_id: job.to_owned(),
+        number,
+        steps,
+    }
+}
+
+/// What `body` did to its job, and the attempt that did it, if anything.
+fn step_kind(body: &Body, current: &mut Option<String>) -> Option<(Option<String>, StepKind)> {
+    Some(match body {
+        Body::JobCreated { .. } => (None, StepKind::Created),
+        Body::CompletionWon {
+            attempt_id,
+            version,
+            out_of_band,
+            result_sha256,
+            ..
+        } => (
+            Some(attempt_id.clone()),
+            StepKind::Won {
+                version: *version,
+                result_sha256: result_sha256.clone(),
+                out_of_band: *out_of_band,
+                overwrote: current.replace(result_sha256.clone()),
+            },
+        ),
+        Body::CompletionLost {
+            attempt_id,
+            winner,
+            discarded_sha256,
+            ..
+        } => (
+            Some(attempt_id.clone()),
+            StepKind::Lost {
+                winner: winner.clone(),
+                discarded_sha256: discarded_sha256.clone(),
+            },
+        ),
+        Body::CompletionRefused {
+            attempt_id, state, ..
+        } => (
+            Some(attempt_id.clone()),
+            StepKind::Refused {
+                state: state.clone(),
+            },
+        ),
+        Body::JobFailed { version, .. } => (None, StepKind::Failed { version: *version }),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

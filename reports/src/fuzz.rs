@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::run::RunVerdict;
+use crate::schema::{BuildStamp, MergeError};
 use crate::sweep::{SeedRange, Shard, SweepCoverage, SweepVerdict, WindowTally};
-use crate::{BuildStamp, MergeError};
 
 /// What a fuzz summary says it is, so that `idem merge` can tell it from a
 /// sweep summary.
@@ -157,104 +157,16 @@ impl FuzzSummary {
     pub fn new(header: FuzzHeader, mut runs: Vec<FuzzRun>, failures: Vec<FuzzFailure>) -> Self {
         runs.sort_by_key(|r| r.seed);
         runs.dedup_by_key(|r| r.seed);
-        let mut totals = FuzzTotals::default();
-        let mut kinds: BTreeMap<String, FaultKindTally> = header
-            .fault_kinds
-            .iter()
-            .map(|k| {
-                (
-                    k.clone(),
-                    FaultKindTally {
-                        kind: k.clone(),
-                        ..FaultKindTally::default()
-                    },
-                )
-            })
-            .collect();
-        let mut windows: BTreeMap<String, WindowTally> = BTreeMap::new();
-        let mut by_signature: BTreeMap<&str, (u64, Vec<u64>)> = BTreeMap::new();
+        let mut tally = Tally::new(&header.fault_kinds);
         for run in &runs {
-            totals.runs += 1;
-            match run.verdict {
-                RunVerdict::Pass => totals.passed += 1,
-                RunVerdict::Fail => totals.failed += 1,
-                RunVerdict::Error => totals.errors += 1,
-            }
-            for kind in &run.generated {
-                kinds
-                    .entry(kind.clone())
-                    .or_insert_with(|| FaultKindTally {
-                        kind: kind.clone(),
-                        ..FaultKindTally::default()
-                    })
-                    .generated += 1;
-            }
-            for kind in &run.exercised {
-                kinds
-                    .entry(kind.clone())
-                    .or_insert_with(|| FaultKindTally {
-                        kind: kind.clone(),
-                        ..FaultKindTally::default()
-                    })
-                    .exercised += 1;
-            }
-            for (window, count) in run.windows.iter().filter(|(_, c)| **c > 0) {
-                let tally = windows
-                    .entry(window.clone())
-                    .or_insert_with(|| WindowTally {
-                        window: window.clone(),
-                        ..WindowTally::default()
-                    });
-                // One run, one seed.
-                tally.seeds += 1;
-                tally.runs += 1;
-                tally.total += u64::from(*count);
-            }
-            if let Some(signature) = &run.signature {
-                let entry = by_signature.entry(signature).or_default();
-                entry.0 += 1;
-                if entry.1.len() < SEEDS_PER_FAILURE_MAX {
-                    entry.1.push(run.seed);
-                }
-            }
+            tally.add(run);
         }
-        let mut failures: Vec<FuzzFailure> = failures
-            .into_iter()
-            .filter_map(|mut f| {
-                let (count, seeds) = by_signature.get(f.signature.as_str())?;
-                f.runs = *count;
-                f.seeds.clone_from(seeds);
-                Some(f)
-            })
-            .collect();
-        failures.sort_by(|a, b| (a.first_seed, &a.signature).cmp(&(b.first_seed, &b.signature)));
-        failures.dedup_by(|a, b| a.signature == b.signature);
+        let failures = tally.failures(failures);
+        let mut totals = tally.totals;
         totals.signatures = failures.len() as u64;
-        let mut ordered: Vec<FaultKindTally> = header
-            .fault_kinds
-            .iter()
-            .filter_map(|k| kinds.remove(k))
-            .collect();
-        ordered.extend(kinds.into_values());
-        let mut window_list: Vec<WindowTally> = header
-            .windows
-            .iter()
-            .map(|w| {
-                windows.remove(w).unwrap_or_else(|| WindowTally {
-                    window: w.clone(),
-                    ..WindowTally::default()
-                })
-            })
-            .collect();
-        window_list.extend(windows.into_values());
-        let never_reached = window_list
-            .iter()
-            .filter(|t| t.runs == 0)
-            .map(|t| t.window.clone())
-            .collect();
         let passed = totals.failed == 0 && totals.errors == 0;
         Self {
-            schema: crate::SCHEMA_VERSION,
+            schema: crate::schema::SCHEMA_VERSION,
             kind: FUZZ_KIND.to_owned(),
             design: header.design,
             seeds: header.seeds,
@@ -266,12 +178,8 @@ impl FuzzSummary {
                 SweepVerdict::Fail
             },
             totals,
-            fault_kinds: ordered,
-            coverage: SweepCoverage {
-                gated: false,
-                windows: window_list,
-                never_reached,
-            },
+            fault_kinds: in_order(tally.kinds, &header.fault_kinds, |_| None),
+            coverage: coverage(tally.windows, &header.windows),
             failures,
             runs,
             build: header.build,
@@ -348,6 +256,43 @@ impl FuzzSummary {
             "fuzz: design {}, seeds {}..{}{budget}{shard}, build {}",
             self.design, self.seeds.start, self.seeds.end, self.build
         );
+        self.fault_kinds_text(&mut out);
+        let reached: Vec<String> = self
+            .coverage
+            .windows
+            .iter()
+            .map(|w| format!("{} {}", w.window, w.runs))
+            .collect();
+        let _ = writeln!(
+            out,
+            "race windows (runs reaching each): {}",
+            reached.join(", ")
+        );
+        if !self.failures.is_empty() {
+            let _ = writeln!(out, "failures by signature:");
+            for f in &self.failures {
+                failure_text(&mut out, f);
+            }
+        }
+        let t = &self.totals;
+        let _ = writeln!(
+            out,
+            "{}: {} runs, {} passed, {} failed, {} errors, {} signature(s)",
+            if self.passed() { "PASS" } else { "FAIL" },
+            t.runs,
+            t.passed,
+            t.failed,
+            t.errors,
+            t.signatures
+        );
+        out
+    }
+}
+
+impl FuzzSummary {
+    /// The fault kinds: how many runs held each, and how many it took
+    /// effect in.
+    fn fault_kinds_text(&self, out: &mut String) {
         let exercised = self.fault_kinds.iter().filter(|k| k.exercised > 0).count();
         let _ = writeln!(
             out,
@@ -367,51 +312,153 @@ impl FuzzSummary {
                 k.kind, k.generated, k.exercised
             );
         }
-        let reached: Vec<String> = self
-            .coverage
-            .windows
-            .iter()
-            .map(|w| format!("{} {}", w.window, w.runs))
-            .collect();
+    }
+}
+
+/// One failure signature: how often, its message, its minimal world and
+/// how to run it again.
+fn failure_text(out: &mut String, f: &FuzzFailure) {
+    let _ = writeln!(
+        out,
+        "  {}: {} run(s), first seed {}",
+        f.signature, f.runs, f.first_seed
+    );
+    let _ = writeln!(out, "    {}", f.message);
+    if let Some(m) = &f.minimal {
         let _ = writeln!(
             out,
-            "race windows (runs reaching each): {}",
-            reached.join(", ")
+            "    shrunk to {} user(s), {} action(s), {} fault(s) in {} runs",
+            m.users, m.actions, m.faults, m.shrink_runs
         );
-        if !self.failures.is_empty() {
-            let _ = writeln!(out, "failures by signature:");
-            for f in &self.failures {
-                let _ = writeln!(
-                    out,
-                    "  {}: {} run(s), first seed {}",
-                    f.signature, f.runs, f.first_seed
-                );
-                let _ = writeln!(out, "    {}", f.message);
-                if let Some(m) = &f.minimal {
-                    let _ = writeln!(
-                        out,
-                        "    shrunk to {} user(s), {} action(s), {} fault(s) in {} runs",
-                        m.users, m.actions, m.faults, m.shrink_runs
-                    );
-                }
-                if let Some(file) = &f.corpus_file {
-                    let _ = writeln!(out, "    written to {file}");
-                }
-                let _ = writeln!(out, "    reproduce with: {}", f.reproduce);
+    }
+    if let Some(file) = &f.corpus_file {
+        let _ = writeln!(out, "    written to {file}");
+    }
+    let _ = writeln!(out, "    reproduce with: {}", f.reproduce);
+}
+
+/// The aggregates of the runs seen so far.
+struct Tally<'a> {
+    totals: FuzzTotals,
+    kinds: BTreeMap<String, FaultKindTally>,
+    windows: BTreeMap<String, WindowTally>,
+    /// Per signature: runs showing it, and their lowest seeds.
+    by_signature: BTreeMap<&'a str, (u64, Vec<u64>)>,
+}
+
+impl<'a> Tally<'a> {
+    fn new(fault_kinds: &[String]) -> Self {
+        let mut kinds = BTreeMap::new();
+        for kind in fault_kinds {
+            kind_tally(&mut kinds, kind);
+        }
+        Self {
+            totals: FuzzTotals::default(),
+            kinds,
+            windows: BTreeMap::new(),
+            by_signature: BTreeMap::new(),
+        }
+    }
+
+    fn add(&mut self, run: &'a FuzzRun) {
+        self.totals.runs += 1;
+        match run.verdict {
+            RunVerdict::Pass => self.totals.passed += 1,
+            RunVerdict::Fail => self.totals.failed += 1,
+            RunVerdict::Error => self.totals.errors += 1,
+        }
+        for kind in &run.generated {
+            kind_tally(&mut self.kinds, kind).generated += 1;
+        }
+        for kind in &run.exercised {
+            kind_tally(&mut self.kinds, kind).exercised += 1;
+        }
+        for (window, count) in run.windows.iter().filter(|(_, c)| **c > 0) {
+            let tally = self
+                .windows
+                .entry(window.clone())
+                .or_insert_with(|| WindowTally {
+                    window: window.clone(),
+                    ..WindowTally::default()
+                });
+            // One run, one seed.
+            tally.seeds += 1;
+            tally.runs += 1;
+            tally.total += u64::from(*count);
+        }
+        if let Some(signature) = &run.signature {
+            let entry = self.by_signature.entry(signature).or_default();
+            entry.0 += 1;
+            if entry.1.len() < SEEDS_PER_FAILURE_MAX {
+                entry.1.push(run.seed);
             }
         }
-        let t = &self.totals;
-        let _ = writeln!(
-            out,
-            "{}: {} runs, {} passed, {} failed, {} errors, {} signature(s)",
-            if self.passed() { "PASS" } else { "FAIL" },
-            t.runs,
-            t.passed,
-            t.failed,
-            t.errors,
-            t.signatures
-        );
-        out
+    }
+
+    /// `failures` with their runs and seeds, one per signature some run
+    /// showed, by first seed.
+    fn failures(&self, failures: Vec<FuzzFailure>) -> Vec<FuzzFailure> {
+        let mut failures: Vec<FuzzFailure> = failures
+            .into_iter()
+            .filter_map(|mut f| {
+                let (count, seeds) = self.by_signature.get(f.signature.as_str())?;
+                f.runs = *count;
+                f.seeds.clone_from(seeds);
+                Some(f)
+            })
+            .collect();
+        failures.sort_by(|a, b| (a.first_seed, &a.signature).cmp(&(b.first_seed, &b.signature)));
+        failures.dedup_by(|a, b| a.signature == b.signature);
+        failures
+    }
+}
+
+/// The tally of `kind`, made at zero if it has none yet.
+fn kind_tally<'a>(
+    kinds: &'a mut BTreeMap<String, FaultKindTally>,
+    kind: &str,
+) -> &'a mut FaultKindTally {
+    kinds
+        .entry(kind.to_owned())
+        .or_insert_with(|| FaultKindTally {
+            kind: kind.to_owned(),
+            ..FaultKindTally::default()
+        })
+}
+
+/// The values of `map` in `order`, then the others by key; a name in
+/// `order` the map lacks is `missing(name)`, or left out if `None`.
+fn in_order<T>(
+    mut map: BTreeMap<String, T>,
+    order: &[String],
+    missing: impl Fn(&str) -> Option<T>,
+) -> Vec<T> {
+    let mut ordered: Vec<T> = order
+        .iter()
+        .filter_map(|name| map.remove(name).or_else(|| missing(name)))
+        .collect();
+    ordered.extend(map.into_values());
+    ordered
+}
+
+/// Race windows over every run, in the brief's order (reported, not
+/// gated: a fuzz run has no window it exists to reach).
+fn coverage(windows: BTreeMap<String, WindowTally>, order: &[String]) -> SweepCoverage {
+    let windows = in_order(windows, order, |w| {
+        Some(WindowTally {
+            window: w.to_owned(),
+            ..WindowTally::default()
+        })
+    });
+    let never_reached = windows
+        .iter()
+        .filter(|t| t.runs == 0)
+        .map(|t| t.window.clone())
+        .collect();
+    SweepCoverage {
+        gated: false,
+        windows,
+        never_reached,
     }
 }
 

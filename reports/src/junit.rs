@@ -9,9 +9,9 @@
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::mutants::Role;
-use crate::run::RunVerdict;
+use crate::run::{RunRecord, RunVerdict};
 use crate::suite::SuiteReport;
-use crate::sweep::SweepSummary;
+use crate::sweep::{ScenarioCoverage, SweepSummary};
 
 /// Why JUnit could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -80,83 +80,102 @@ pub fn render_suite(suite: &SuiteReport, correct: &SweepSummary) -> Result<Strin
 
 fn add_sweep(report: &mut Report, summary: &SweepSummary) {
     for scenario in &summary.scenarios {
-        let mut suite = TestSuite::new(scenario.name.as_str());
-        add_build(&mut suite, summary);
-        // The runs that passed, as one case: a summary keeps no record per
-        // run. Each run that did not pass is a case of its own.
-        if scenario.passed > 0 {
-            let mut case = TestCase::new(
-                format!("{} passing seeds", scenario.passed),
-                TestCaseStatus::success(),
-            );
-            case.set_classname(scenario.name.as_str());
-            suite.add_test_case(case);
-        }
-        for failure in summary
-            .failures
-            .iter()
-            .filter(|f| f.scenario == scenario.name)
-        {
-            let kind = if failure.verdict == RunVerdict::Error {
-                NonSuccessKind::Error
-            } else {
-                NonSuccessKind::Failure
-            };
-            let mut status = TestCaseStatus::non_success(kind);
-            let first = failure
-                .violations
-                .first()
-                .map(|v| format!("invariant {} ({}): {}", v.invariant, v.name, v.message))
-                .or_else(|| failure.error.clone())
-                .unwrap_or_default();
-            status.set_message(first);
-            status.set_description(format!(
-                "{}reproduce with: {}\n",
-                failure.failure_text(),
-                failure.reproduce
-            ));
-            let mut case = TestCase::new(format!("seed {}", failure.seed), status);
-            case.set_classname(scenario.name.as_str());
-            suite.add_test_case(case);
-        }
-        if !scenario.expect_windows.is_empty() && scenario.runs > 0 {
-            let status = if scenario.missing_windows.is_empty() {
-                TestCaseStatus::success()
-            } else {
-                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                status.set_message(format!(
-                    "expected windows never reached over {} seeds: {}",
-                    scenario.runs,
-                    scenario.missing_windows.join(", ")
-                ));
-                status
-            };
-            let mut case = TestCase::new(WINDOWS_CASE, status);
-            case.set_classname(scenario.name.as_str());
-            suite.add_test_case(case);
-        }
-        report.add_test_suite(suite);
+        report.add_test_suite(scenario_suite(summary, scenario));
     }
     if summary.coverage.gated {
-        let mut suite = TestSuite::new(COVERAGE_SUITE);
-        add_build(&mut suite, summary);
-        for tally in &summary.coverage.windows {
-            let status = if tally.runs > 0 {
-                TestCaseStatus::success()
-            } else {
-                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                status.set_message(format!(
-                    "race window {} was never reached by any scenario under any seed of the sweep",
-                    tally.window
-                ));
-                status
-            };
-            let mut case = TestCase::new(tally.window.as_str(), status);
-            case.set_classname(COVERAGE_SUITE);
-            suite.add_test_case(case);
-        }
-        report.add_test_suite(suite);
+        report.add_test_suite(coverage_suite(summary));
     }
+}
+
+/// One scenario: its passing seeds as one case (a summary keeps no record
+/// per run), each run that did not pass as a case of its own, and its
+/// expected windows.
+fn scenario_suite(summary: &SweepSummary, scenario: &ScenarioCoverage) -> TestSuite {
+    let mut suite = TestSuite::new(scenario.name.as_str());
+    add_build(&mut suite, summary);
+    if scenario.passed > 0 {
+        let mut case = TestCase::new(
+            format!("{} passing seeds", scenario.passed),
+            TestCaseStatus::success(),
+        );
+        case.set_classname(scenario.name.as_str());
+        suite.add_test_case(case);
+    }
+    for failure in summary
+        .failures
+        .iter()
+        .filter(|f| f.scenario == scenario.name)
+    {
+        let mut case = TestCase::new(format!("seed {}", failure.seed), failure_status(failure));
+        case.set_classname(scenario.name.as_str());
+        suite.add_test_case(case);
+    }
+    if !scenario.expect_windows.is_empty() && scenario.runs > 0 {
+        let status = if scenario.missing_windows.is_empty() {
+            TestCaseStatus::success()
+        } else {
+            failure(format!(
+                "expected windows never reached over {} seeds: {}",
+                scenario.runs,
+                scenario.missing_windows.join(", ")
+            ))
+        };
+        let mut case = TestCase::new(WINDOWS_CASE, status);
+        case.set_classname(scenario.name.as_str());
+        suite.add_test_case(case);
+    }
+    suite
+}
+
+/// A failed case with `message`.
+fn failure(message: String) -> TestCaseStatus {
+    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+    status.set_message(message);
+    status
+}
+
+/// A run that did not pass: its first violation (or why it could not
+/// finish), all of them, and the command that runs it again.
+fn failure_status(failure: &RunRecord) -> TestCaseStatus {
+    let kind = if failure.verdict == RunVerdict::Error {
+        NonSuccessKind::Error
+    } else {
+        NonSuccessKind::Failure
+    };
+    let mut status = TestCaseStatus::non_success(kind);
+    let first = failure
+        .violations
+        .first()
+        .map(|v| format!("invariant {} ({}): {}", v.invariant, v.name, v.message))
+        .or_else(|| failure.error.clone())
+        .unwrap_or_default();
+    status.set_message(first);
+    status.set_description(format!(
+        "{}reproduce with: {}\n",
+        failure.failure_text(),
+        failure.reproduce
+    ));
+    status
+}
+
+/// A case per race window, failed when no run of the sweep reached it.
+fn coverage_suite(summary: &SweepSummary) -> TestSuite {
+    let mut suite = TestSuite::new(COVERAGE_SUITE);
+    add_build(&mut suite, summary);
+    for tally in &summary.coverage.windows {
+        let status = if tally.runs > 0 {
+            TestCaseStatus::success()
+        } else {
+            failure(format!(
+                "race window {} was never reached by any scenario under any seed of the sweep",
+                tally.window
+            ))
+        };
+        let mut case = TestCase::new(tally.window.as_str(), status);
+        case.set_classname(COVERAGE_SUITE);
+        suite.add_test_case(case);
+    }
+    suite
 }
 
 /// The build and the seeds as suite properties: a seed reproduces a run
@@ -180,7 +199,7 @@ mod tests {
     #[test]
     fn failures_name_the_violation_and_the_repro() {
         let failing = RunRecord {
-            schema: crate::SCHEMA_VERSION,
+            schema: crate::schema::SCHEMA_VERSION,
             scenario: "double-click".to_owned(),
             seed: 7,
             design: "check-then-insert".to_owned(),
@@ -212,7 +231,7 @@ mod tests {
                 expect_windows: vec!["duplicate_create".to_owned()],
             }],
             vec![failing],
-            crate::BuildStamp::from_build(
+            crate::schema::BuildStamp::from_build(
                 "0.1.0",
                 Some("0123456789abcdef0123456789abcdef01234567"),
                 Some("false"),

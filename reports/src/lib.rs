@@ -27,29 +27,16 @@ pub mod mutants;
 pub mod page;
 pub mod plots;
 pub mod run;
+pub mod schema;
 pub mod stats;
 pub mod suite;
 pub mod sweep;
+mod template;
 pub mod timeline;
 pub mod trace;
 
 pub use fuzz::FuzzSummary;
-pub use idem_core::stamp::BuildStamp;
 pub use mutants::{DesignRuns, MutantsReport, Role};
 pub use run::{RunRecord, RunVerdict, ViolationRecord};
+pub use schema::{BuildStamp, MergeError, SCHEMA_VERSION};
 pub use sweep::{ScenarioCoverage, SweepCoverage, SweepSummary};
-
-/// Why summaries could not be merged into one.
-#[derive(Debug, thiserror::Error)]
-pub enum MergeError {
-    #[error("nothing to merge")]
-    Empty,
-    /// They are not the shards of one run.
-    #[error("{0}")]
-    Mismatch(String),
-}
-
-/// The version of the JSON schema; bumped on any incompatible change.
-/// Schema 2 added the build stamp (`build`) to every record that names a
-/// seed.
-pub const SCHEMA_VERSION: u32 = 2;

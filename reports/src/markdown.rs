@@ -1,12 +1,15 @@
 //! `summary.md`: the suite for a pull-request comment. Tables, the repro
 //! commands, and a Mermaid sequence diagram of one failure's evidence
-//! (GitHub renders Mermaid in comments).
+//! (GitHub renders Mermaid in comments). `templates/summary.md` writes it.
 
 use std::fmt::Write as _;
 
-use crate::html::Provenance;
-use crate::mutants::Role;
-use crate::suite::{SuiteReport, SuiteVerdict};
+use serde::Serialize;
+
+use crate::html::{Provenance, ProvenanceView};
+use crate::mutants::{DesignResult, Role};
+use crate::suite::{Cell, SuiteReport};
+use crate::template;
 use crate::trace::{Body, RunTrace};
 
 /// One failing run whose evidence the summary draws.
@@ -27,132 +30,101 @@ pub fn render(
     illustrated: Option<&Illustrated<'_>>,
     provenance: &Provenance,
 ) -> String {
-    let mut out = String::new();
-    let mutants: Vec<_> = suite
+    let mutants = suite
         .mutants
         .designs
         .iter()
-        .filter(|d| d.role == Role::Mutant)
-        .collect();
-    let caught = mutants.iter().filter(|d| d.ok()).count();
-    let _ = writeln!(
-        out,
-        "## idem design review: {}\n",
-        if suite.verdict == SuiteVerdict::Pass {
-            "PASS"
-        } else {
-            "FAIL"
-        }
-    );
-    let _ = writeln!(
-        out,
-        "{} scenarios × seeds {}..{} × {} designs ({} runs). The correct design {}; **{caught} of {} naive designs caught**.\n",
-        suite.scenarios.len(),
-        suite.seeds.start,
-        suite.seeds.end,
-        suite.designs.len(),
-        suite.totals.runs,
-        if suite.correct_failures.is_empty() {
-            "passed every run".to_owned()
-        } else {
-            format!("**failed {} runs**", suite.correct_failures.len())
-        },
-        mutants.len()
-    );
-    out.push_str("| design | result | seeds to detect | caught by | first failure |\n|---|---|---:|---|---|\n");
-    for d in &suite.mutants.designs {
-        let result = match (d.role, d.ok()) {
-            (Role::Correct, true) => "passed",
-            (Role::Correct, false) => "**FAILED**",
-            (Role::Mutant, true) => "caught",
-            (Role::Mutant, false) => "**NOT CAUGHT**",
-        };
-        let (by, first) = d.first_failure.as_ref().map_or_else(
-            || (String::new(), "-".to_owned()),
-            |f| {
-                (
-                    f.invariants
-                        .iter()
-                        .map(|i| format!("{} `{}`", i.invariant, i.name))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    format!("{} seed {}", f.scenario, f.seed),
-                )
-            },
-        );
-        let seeds = if d.role == Role::Mutant {
-            d.seeds_tried.to_string()
-        } else {
-            "-".to_owned()
-        };
-        let _ = writeln!(
-            out,
-            "| `{}` | {result} | {seeds} | {by} | {first} |",
-            d.design
-        );
-    }
-    out.push_str("\n### Scenarios × designs (runs passed)\n\n| scenario |");
-    for d in &suite.designs {
-        let _ = write!(out, " {} |", d.name);
-    }
-    out.push_str("\n|---|");
-    for _ in &suite.designs {
-        out.push_str("---:|");
-    }
-    out.push('\n');
-    for s in &suite.scenarios {
-        let _ = write!(out, "| {} |", s.name);
-        for d in &suite.designs {
-            let cell = suite.cell(&s.name, &d.name);
-            let text = cell.map_or_else(String::new, |c| {
-                let mark = if c.failed + c.errors > 0 { " ✗" } else { "" };
-                format!("{}/{}{mark}", c.passed, c.runs)
-            });
-            let _ = write!(out, " {text} |");
-        }
-        out.push('\n');
-    }
-    let never = &suite.coverage.never_reached;
-    let _ = writeln!(
-        out,
-        "\nRace windows reached by the correct design: {} of {}{}.",
-        suite.coverage.windows.len() - never.len(),
-        suite.coverage.windows.len(),
-        if never.is_empty() {
-            String::new()
-        } else {
-            format!(" (never: {})", never.join(", "))
-        }
-    );
-    let repros: Vec<(&str, &str)> = suite
-        .mutants
-        .designs
+        .filter(|d| d.role == Role::Mutant);
+    let view = SummaryView {
+        s: suite,
+        caught: mutants.clone().filter(|d| d.ok()).count(),
+        mutants: mutants.count(),
+        designs: suite
+            .mutants
+            .designs
+            .iter()
+            .map(|d| DesignRow { d, ok: d.ok() })
+            .collect(),
+        matrix: matrix(suite),
+        repros: suite
+            .mutants
+            .designs
+            .iter()
+            .filter_map(|d| {
+                Some(Repro {
+                    design: &d.design,
+                    command: &d.first_failure.as_ref()?.reproduce,
+                })
+            })
+            .collect(),
+        illustrated: illustrated.map(|i| IllustratedView {
+            scenario: i.scenario,
+            design: i.design,
+            seed: i.seed,
+            message: i.message,
+        }),
+        mermaid: illustrated.map(|i| mermaid(i.trace, i.evidence)),
+        p: provenance.markdown_view(),
+    };
+    template::render("summary.md", view)
+}
+
+/// Everything `summary.md` prints.
+#[derive(Serialize)]
+struct SummaryView<'a> {
+    s: &'a SuiteReport,
+    caught: usize,
+    mutants: usize,
+    designs: Vec<DesignRow<'a>>,
+    matrix: Vec<MatrixRow<'a>>,
+    repros: Vec<Repro<'a>>,
+    illustrated: Option<IllustratedView<'a>>,
+    mermaid: Option<String>,
+    p: ProvenanceView<'a>,
+}
+
+#[derive(Serialize)]
+struct DesignRow<'a> {
+    #[serde(flatten)]
+    d: &'a DesignResult,
+    ok: bool,
+}
+
+/// A scenario's cells, in design order.
+#[derive(Serialize)]
+struct MatrixRow<'a> {
+    scenario: &'a str,
+    cells: Vec<Option<&'a Cell>>,
+}
+
+fn matrix(suite: &SuiteReport) -> Vec<MatrixRow<'_>> {
+    suite
+        .scenarios
         .iter()
-        .filter_map(|d| {
-            Some((
-                d.design.as_str(),
-                d.first_failure.as_ref()?.reproduce.as_str(),
-            ))
+        .map(|s| MatrixRow {
+            scenario: &s.name,
+            cells: suite
+                .designs
+                .iter()
+                .map(|d| suite.cell(&s.name, &d.name))
+                .collect(),
         })
-        .collect();
-    if !repros.is_empty() {
-        out.push_str("\n### Reproduce\n\n```sh\n");
-        for (design, command) in repros {
-            let _ = writeln!(out, "{command}   # {design}");
-        }
-        out.push_str("```\n");
-    }
-    if let Some(i) = illustrated {
-        let _ = writeln!(
-            out,
-            "\n### Evidence: {} seed {} under `{}`\n\n{}\n",
-            i.scenario, i.seed, i.design, i.message
-        );
-        out.push_str(&mermaid(i.trace, i.evidence));
-    }
-    out.push('\n');
-    out.push_str(&provenance.to_markdown());
-    out
+        .collect()
+}
+
+/// The command that shows a design's first failure again.
+#[derive(Serialize)]
+struct Repro<'a> {
+    design: &'a str,
+    command: &'a str,
+}
+
+#[derive(Serialize)]
+struct IllustratedView<'a> {
+    scenario: &'a str,
+    design: &'a str,
+    seed: u64,
+    message: &'a str,
 }
 
 /// A Mermaid sequence diagram of the evidence events: each a message from

@@ -114,7 +114,7 @@ pub enum MatrixVerdict {
 /// The whole matrix.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MutantsReport {
-    /// [`crate::SCHEMA_VERSION`].
+    /// [`crate::schema::SCHEMA_VERSION`].
     pub schema: u32,
     /// The seeds of the matrix (end excluded); a mutant's search stops
     /// early when caught.
@@ -127,7 +127,7 @@ pub struct MutantsReport {
     /// In the order given: the correct design first, then the mutants.
     pub designs: Vec<DesignResult>,
     /// The build that ran the matrix: its seeds reproduce on this code.
-    pub build: crate::BuildStamp,
+    pub build: crate::schema::BuildStamp,
 }
 
 impl MutantsReport {
@@ -137,7 +137,7 @@ impl MutantsReport {
         seeds: SeedRange,
         scenarios: Vec<String>,
         designs: Vec<DesignRuns>,
-        build: crate::BuildStamp,
+        build: crate::schema::BuildStamp,
     ) -> Self {
         let seeds_count = seeds.end.saturating_sub(seeds.start);
         let matrix_runs = seeds_count.saturating_mul(scenarios.len() as u64);
@@ -149,7 +149,7 @@ impl MutantsReport {
             MatrixVerdict::Fail
         };
         Self {
-            schema: crate::SCHEMA_VERSION,
+            schema: crate::schema::SCHEMA_VERSION,
             seeds,
             scenarios,
             verdict,
@@ -180,40 +180,7 @@ impl MutantsReport {
             self.seeds.end,
             self.build
         );
-        let rows: Vec<[String; 5]> = self
-            .designs
-            .iter()
-            .map(|d| {
-                let result = match (d.role, d.ok()) {
-                    (Role::Correct, true) => "passed",
-                    (Role::Correct, false) => "FAILED",
-                    (Role::Mutant, true) => "caught",
-                    (Role::Mutant, false) => "NOT CAUGHT",
-                };
-                let first = d.first_failure.as_ref().map_or_else(
-                    || "-".to_owned(),
-                    |f| {
-                        let what = if f.invariants.is_empty() {
-                            "the simulation failed".to_owned()
-                        } else {
-                            f.invariants
-                                .iter()
-                                .map(|i| format!("invariant {} ({})", i.invariant, i.name))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        };
-                        format!("{} seed {}: {what}", f.scenario, f.seed)
-                    },
-                );
-                [
-                    d.design.clone(),
-                    result.to_owned(),
-                    d.seeds_tried.to_string(),
-                    d.runs_tried.to_string(),
-                    first,
-                ]
-            })
-            .collect();
+        let rows: Vec<[String; 5]> = self.designs.iter().map(text_row).collect();
         let head = ["design", "result", "seeds", "runs", "first failure"];
         let width = |column: usize| {
             rows.iter()
@@ -237,6 +204,13 @@ impl MutantsReport {
                 line([&r[0], &r[1], &r[2], &r[3], &r[4]]).trim_end()
             );
         }
+        self.repro_text(&mut out, w0);
+        self.verdict_text(&mut out);
+        out
+    }
+
+    /// The command that shows each design's first failure again.
+    fn repro_text(&self, out: &mut String, width: usize) {
         let failures: Vec<(&str, &FirstFailure)> = self
             .designs
             .iter()
@@ -245,9 +219,14 @@ impl MutantsReport {
         if !failures.is_empty() {
             let _ = writeln!(out, "reproduce with:");
             for (design, f) in failures {
-                let _ = writeln!(out, "  {design:w0$}  {}", f.reproduce);
+                let _ = writeln!(out, "  {design:width$}  {}", f.reproduce);
             }
         }
+    }
+
+    /// The last line: the verdict, the correct design's runs, the mutants
+    /// caught.
+    fn verdict_text(&self, out: &mut String) {
         let mutants = self.designs.iter().filter(|d| d.role == Role::Mutant);
         let (caught, total) = mutants.fold((0, 0), |(c, t), d| (c + u64::from(d.ok()), t + 1));
         let correct: Vec<String> = self
@@ -275,8 +254,40 @@ impl MutantsReport {
             correct.join(", "),
             if correct.is_empty() { "" } else { "; " },
         );
-        out
     }
+}
+
+/// A design's row of the text table: design, result, seeds, runs, first
+/// failure.
+fn text_row(d: &DesignResult) -> [String; 5] {
+    let result = match (d.role, d.ok()) {
+        (Role::Correct, true) => "passed",
+        (Role::Correct, false) => "FAILED",
+        (Role::Mutant, true) => "caught",
+        (Role::Mutant, false) => "NOT CAUGHT",
+    };
+    let first = d.first_failure.as_ref().map_or_else(
+        || "-".to_owned(),
+        |f| {
+            let what = if f.invariants.is_empty() {
+                "the simulation failed".to_owned()
+            } else {
+                f.invariants
+                    .iter()
+                    .map(|i| format!("invariant {} ({})", i.invariant, i.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!("{} seed {}: {what}", f.scenario, f.seed)
+        },
+    );
+    [
+        d.design.clone(),
+        result.to_owned(),
+        d.seeds_tried.to_string(),
+        d.runs_tried.to_string(),
+        first,
+    ]
 }
 
 /// One design's row from its runs in search order.

@@ -8,10 +8,11 @@
 //! namespace attribute (a URL, though never fetched) is dropped, since
 //! inline SVG in HTML does not need it.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::mutants::Role;
-use crate::suite::SuiteReport;
+use crate::suite::{ProviderLatency, SuiteReport};
 
 const WIDTH_PX: u32 = 560;
 const BAR_H_PX: u32 = 26;
@@ -50,6 +51,20 @@ pub struct Bar {
     pub label: String,
 }
 
+/// A chart with real numbers on both axes, drawn into an SVG string.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The label of the category whose band's centre is at `position`, for an
+/// axis with a tick at every half band ([`String::new`] between).
+fn band_label(labels: &[String], position: f64) -> String {
+    let nearest = position.round();
+    if (position - nearest).abs() < 0.01 && nearest >= 0.0 {
+        labels.get(nearest as usize).cloned().unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 /// A horizontal bar chart: one row per category, one bar per series in
 /// each row.
 fn hbars(
@@ -81,51 +96,50 @@ fn hbars(
             .build_cartesian_2d(0.0..max * 1.9, 0.0..n)
             .map_err(boxed)
             .map_err(error(name))?;
-        let labels = categories.to_vec();
         chart
             .configure_mesh()
             .disable_y_mesh()
             .y_labels(categories.len().max(1) * 2 + 1)
-            .y_label_formatter(&|y| {
-                let index = n - y - 0.5;
-                let nearest = index.round();
-                if (index - nearest).abs() < 0.01 && nearest >= 0.0 {
-                    labels.get(nearest as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
+            .y_label_formatter(&|y| band_label(categories, n - y - 0.5))
             .x_desc(x_desc)
             .label_style(("sans-serif", 11))
             .draw()
             .map_err(boxed)
             .map_err(error(name))?;
         for (index, row) in rows.iter().enumerate() {
-            let top = n - index as f64 - 0.1;
-            let band = 0.8 / row.len().max(1) as f64;
-            for (k, bar) in row.iter().enumerate() {
-                let y1 = top - k as f64 * band;
-                let y0 = y1 - band * 0.9;
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(0.0, y0), (bar.value, y1)],
-                        bar.colour.filled(),
-                    )))
-                    .map_err(boxed)
-                    .map_err(error(name))?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        bar.label.clone(),
-                        (bar.value + max * 0.02, (y0 + y1) / 2.0 + band * 0.2),
-                        ("sans-serif", 11).into_font(),
-                    )))
-                    .map_err(boxed)
-                    .map_err(error(name))?;
-            }
+            draw_row(&mut chart, n - index as f64 - 0.1, row, max).map_err(error(name))?;
         }
         root.present().map_err(boxed).map_err(error(name))?;
     }
     Ok(inline(svg))
+}
+
+/// One category's bars, from `top` down, each with its label after it.
+fn draw_row(
+    chart: &mut Chart<'_, '_>,
+    top: f64,
+    row: &[Bar],
+    max: f64,
+) -> Result<(), Box<dyn std::fmt::Debug>> {
+    let band = 0.8 / row.len().max(1) as f64;
+    for (k, bar) in row.iter().enumerate() {
+        let y1 = top - k as f64 * band;
+        let y0 = y1 - band * 0.9;
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(0.0, y0), (bar.value, y1)],
+                bar.colour.filled(),
+            )))
+            .map_err(boxed)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                bar.label.clone(),
+                (bar.value + max * 0.02, (y0 + y1) / 2.0 + band * 0.2),
+                ("sans-serif", 11).into_font(),
+            )))
+            .map_err(boxed)?;
+    }
+    Ok(())
 }
 
 const BLUE: RGBColor = RGBColor(59, 130, 246);
@@ -259,6 +273,11 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
         .max()
         .unwrap_or(1)
         .max(1) as f64;
+    let labels: Vec<String> = suite
+        .latency
+        .iter()
+        .map(|l| format!("{} ({} attempts)", l.provider, l.attempts))
+        .collect();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH_PX, 300)).into_drawing_area();
@@ -274,24 +293,11 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
             .build_cartesian_2d(0.0..n as f64, 0.0..max * 1.1)
             .map_err(boxed)
             .map_err(error(name))?;
-        let labels: Vec<String> = suite
-            .latency
-            .iter()
-            .map(|l| format!("{} ({} attempts)", l.provider, l.attempts))
-            .collect();
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(n * 2 + 1)
-            .x_label_formatter(&|x| {
-                let index = x - 0.5;
-                let nearest = index.round();
-                if (index - nearest).abs() < 0.01 && nearest >= 0.0 {
-                    labels.get(nearest as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
+            .x_label_formatter(&|x| band_label(&labels, x - 0.5))
             .y_desc("ms, start to terminal state")
             .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style(("sans-serif", 11))
@@ -299,62 +305,69 @@ pub fn latency(suite: &SuiteReport) -> Result<String, PlotError> {
             .map_err(boxed)
             .map_err(error(name))?;
         for (index, l) in suite.latency.iter().enumerate() {
-            let centre = index as f64 + 0.5;
-            let (left, right) = (centre - 0.2, centre + 0.2);
-            let style = BLUE.stroke_width(2);
-            chart
-                .draw_series([
-                    Rectangle::new(
-                        [(left, l.p25_ms as f64), (right, l.p75_ms as f64)],
-                        BLUE.mix(0.3).filled(),
-                    ),
-                    Rectangle::new([(left, l.p25_ms as f64), (right, l.p75_ms as f64)], style),
-                ])
-                .map_err(boxed)
-                .map_err(error(name))?;
-            chart
-                .draw_series([
-                    PathElement::new(
-                        vec![(left, l.median_ms as f64), (right, l.median_ms as f64)],
-                        RED_.stroke_width(2),
-                    ),
-                    PathElement::new(
-                        vec![(centre, l.min_ms as f64), (centre, l.p25_ms as f64)],
-                        BLUE.stroke_width(1),
-                    ),
-                    PathElement::new(
-                        vec![(centre, l.p75_ms as f64), (centre, l.max_ms as f64)],
-                        BLUE.stroke_width(1),
-                    ),
-                    PathElement::new(
-                        vec![
-                            (centre - 0.1, l.min_ms as f64),
-                            (centre + 0.1, l.min_ms as f64),
-                        ],
-                        BLUE.stroke_width(1),
-                    ),
-                    PathElement::new(
-                        vec![
-                            (centre - 0.1, l.max_ms as f64),
-                            (centre + 0.1, l.max_ms as f64),
-                        ],
-                        BLUE.stroke_width(1),
-                    ),
-                ])
-                .map_err(boxed)
-                .map_err(error(name))?;
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!("median {} ms", l.median_ms),
-                    (right + 0.02, l.median_ms as f64),
-                    ("sans-serif", 10).into_font(),
-                )))
-                .map_err(boxed)
-                .map_err(error(name))?;
+            draw_box(&mut chart, index as f64 + 0.5, l).map_err(error(name))?;
         }
         root.present().map_err(boxed).map_err(error(name))?;
     }
     Ok(inline(svg))
+}
+
+/// One provider's box plot, centred on `centre`, with its median written
+/// beside it.
+fn draw_box(
+    chart: &mut Chart<'_, '_>,
+    centre: f64,
+    l: &ProviderLatency,
+) -> Result<(), Box<dyn std::fmt::Debug>> {
+    let (left, right) = (centre - 0.2, centre + 0.2);
+    let ms = |v: u64| v as f64;
+    let quartiles = [(left, ms(l.p25_ms)), (right, ms(l.p75_ms))];
+    chart
+        .draw_series([
+            Rectangle::new(quartiles, BLUE.mix(0.3).filled()),
+            Rectangle::new(quartiles, BLUE.stroke_width(2)),
+        ])
+        .map_err(boxed)?;
+    let line = |points: Vec<(f64, f64)>, colour: RGBColor, width| {
+        PathElement::new(points, colour.stroke_width(width))
+    };
+    chart
+        .draw_series([
+            line(
+                vec![(left, ms(l.median_ms)), (right, ms(l.median_ms))],
+                RED_,
+                2,
+            ),
+            line(
+                vec![(centre, ms(l.min_ms)), (centre, ms(l.p25_ms))],
+                BLUE,
+                1,
+            ),
+            line(
+                vec![(centre, ms(l.p75_ms)), (centre, ms(l.max_ms))],
+                BLUE,
+                1,
+            ),
+            line(
+                vec![(centre - 0.1, ms(l.min_ms)), (centre + 0.1, ms(l.min_ms))],
+                BLUE,
+                1,
+            ),
+            line(
+                vec![(centre - 0.1, ms(l.max_ms)), (centre + 0.1, ms(l.max_ms))],
+                BLUE,
+                1,
+            ),
+        ])
+        .map_err(boxed)?;
+    chart
+        .draw_series(std::iter::once(Text::new(
+            format!("median {} ms", l.median_ms),
+            (right + 0.02, ms(l.median_ms)),
+            ("sans-serif", 10).into_font(),
+        )))
+        .map_err(boxed)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ pub struct ViolationRecord {
 /// One run of one scenario under one seed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    /// [`crate::SCHEMA_VERSION`].
+    /// [`crate::schema::SCHEMA_VERSION`].
     pub schema: u32,
     pub scenario: String,
     pub seed: u64,
@@ -77,7 +77,7 @@ pub struct RunRecord {
     /// code. Set on a record that stands alone (`idem run`); the records
     /// inside a sweep or a matrix leave it to the summary's `build`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build: Option<crate::BuildStamp>,
+    pub build: Option<crate::schema::BuildStamp>,
 }
 
 impl RunRecord {
@@ -91,7 +91,7 @@ impl RunRecord {
         reproduce: String,
     ) -> Self {
         Self {
-            schema: crate::SCHEMA_VERSION,
+            schema: crate::schema::SCHEMA_VERSION,
             scenario: scenario.to_owned(),
             seed,
             design: design.to_owned(),

@@ -127,7 +127,7 @@ pub struct SuiteTotals {
 /// The whole suite.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SuiteReport {
-    /// [`crate::SCHEMA_VERSION`].
+    /// [`crate::schema::SCHEMA_VERSION`].
     pub schema: u32,
     pub seeds: SeedRange,
     /// In name order: the order each seed runs them.
@@ -150,7 +150,7 @@ pub struct SuiteReport {
     /// Every run of the correct design that did not pass.
     pub correct_failures: Vec<RunRecord>,
     /// The build that ran the suite: its seeds reproduce on this code.
-    pub build: crate::BuildStamp,
+    pub build: crate::schema::BuildStamp,
 }
 
 /// What [`SuiteReport::new`] needs.
@@ -166,7 +166,7 @@ pub struct SuiteInput {
     /// Every run, in any order.
     pub runs: Vec<SuiteRun>,
     /// The build that ran them.
-    pub build: crate::BuildStamp,
+    pub build: crate::schema::BuildStamp,
 }
 
 /// The file a run's page is written to, relative to the index.
@@ -186,6 +186,7 @@ pub fn page_file(scenario: &str, design: &str, seed: u64) -> String {
 }
 
 impl SuiteReport {
+    /// Decides the suite from every run (in any order).
     pub fn new(input: SuiteInput) -> Self {
         let SuiteInput {
             seeds,
@@ -196,57 +197,8 @@ impl SuiteReport {
             mut runs,
             build,
         } = input;
-        let order: BTreeMap<&str, usize> = scenarios
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.name.as_str(), i))
-            .collect();
-        let design_order: BTreeMap<&str, usize> = designs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (d.name.as_str(), i))
-            .collect();
-        // Design, then seed, then scenario: each design's runs in its
-        // seed-major search order.
-        let key = |r: &RunRecord| {
-            (
-                design_order
-                    .get(r.design.as_str())
-                    .copied()
-                    .unwrap_or(usize::MAX),
-                r.seed,
-                order
-                    .get(r.scenario.as_str())
-                    .copied()
-                    .unwrap_or(usize::MAX),
-            )
-        };
-        runs.sort_by_key(|r| key(&r.record));
-        let totals = runs
-            .iter()
-            .fold(SuiteTotals::default(), |t, r| SuiteTotals {
-                runs: t.runs + 1,
-                steps: t.steps + r.record.steps,
-                sim_ms: t.sim_ms + r.record.sim_ms,
-                trace_events: t.trace_events + r.record.trace_events,
-            });
-        let mutants = MutantsReport::new(
-            seeds,
-            scenarios.iter().map(|s| s.name.clone()).collect(),
-            designs
-                .iter()
-                .map(|d| DesignRuns {
-                    design: d.name.clone(),
-                    role: d.role,
-                    runs: runs
-                        .iter()
-                        .filter(|r| r.record.design == d.name)
-                        .map(|r| r.record.clone())
-                        .collect(),
-                })
-                .collect(),
-            build.clone(),
-        );
+        sort_in_search_order(&mut runs, &scenarios, &designs);
+        let mutants = mutants(seeds, &scenarios, &designs, &runs, &build);
         let correct: Vec<&SuiteRun> = runs
             .iter()
             .filter(|r| {
@@ -255,95 +207,31 @@ impl SuiteReport {
                     .any(|d| d.role == Role::Correct && d.name == r.record.design)
             })
             .collect();
-        let coverage = SweepSummary::new(
-            "correct",
-            seeds,
-            Shard { index: 0, count: 1 },
-            &scenarios
-                .iter()
-                .map(|s| SweptScenario {
-                    name: s.name.clone(),
-                    expect_windows: s.expect_windows.clone(),
-                })
-                .collect::<Vec<_>>(),
-            correct.iter().map(|r| r.record.clone()).collect(),
-            build.clone(),
-        )
-        .gate_windows(&windows, gate_windows)
-        .coverage;
-        let mut pages = Vec::new();
         let correct_failures: Vec<RunRecord> = correct
             .iter()
             .filter(|r| !r.record.verdict.passed())
             .map(|r| r.record.clone())
             .collect();
-        for failure in correct_failures.iter().take(CORRECT_FAILURE_PAGES_MAX) {
-            pages.push(page(failure, PageReason::CorrectFailure));
-        }
-        let mut cells = Vec::new();
-        for scenario in &scenarios {
-            for design in &designs {
-                let mine: Vec<&SuiteRun> = runs
-                    .iter()
-                    .filter(|r| {
-                        r.record.scenario == scenario.name && r.record.design == design.name
-                    })
-                    .collect();
-                let count =
-                    |v: RunVerdict| mine.iter().filter(|r| r.record.verdict == v).count() as u64;
-                let first = mine.iter().find(|r| !r.record.verdict.passed());
-                if let Some(first) = first
-                    && design.role == Role::Mutant
-                {
-                    pages.push(page(&first.record, PageReason::FirstFailure));
-                }
-                cells.push(Cell {
-                    scenario: scenario.name.clone(),
-                    design: design.name.clone(),
-                    runs: mine.len() as u64,
-                    passed: count(RunVerdict::Pass),
-                    failed: count(RunVerdict::Fail),
-                    errors: count(RunVerdict::Error),
-                    first_failing_seed: first.map(|r| r.record.seed),
-                    page: first.map(|r| page_file(&scenario.name, &design.name, r.record.seed)),
-                });
-            }
-            // The passing example: the run reaching the most expected
-            // windows, the lowest seed among equals.
-            let example = correct
-                .iter()
-                .filter(|r| r.record.scenario == scenario.name && r.record.verdict.passed())
-                .max_by_key(|r| {
-                    (
-                        r.record.expected_reached().collect::<BTreeSet<_>>().len(),
-                        std::cmp::Reverse(r.record.seed),
-                    )
-                });
-            if let Some(example) = example {
-                pages.push(page(&example.record, PageReason::PassingExample));
-            }
-        }
-        let latency = latency(&correct);
-        let waste = waste(&runs, &scenarios, &designs);
-        let verdict = if mutants.passed() {
-            SuiteVerdict::Pass
-        } else {
-            SuiteVerdict::Fail
-        };
+        let (cells, pages) =
+            cells_and_pages(&scenarios, &designs, &runs, &correct, &correct_failures);
         Self {
-            schema: crate::SCHEMA_VERSION,
+            schema: crate::schema::SCHEMA_VERSION,
             seeds,
-            scenarios,
-            designs,
-            verdict,
-            totals,
+            verdict: if mutants.passed() {
+                SuiteVerdict::Pass
+            } else {
+                SuiteVerdict::Fail
+            },
+            totals: SuiteTotals::of(&runs),
             cells,
             mutants,
-            coverage,
-            latency,
-            waste,
+            coverage: coverage(seeds, &scenarios, &correct, &build, &windows, gate_windows),
+            latency: latency(&correct),
+            waste: waste(&runs, &scenarios, &designs),
             pages,
             correct_failures,
+            scenarios,
+            designs,
             build,
         }
     }
@@ -380,6 +268,177 @@ impl SuiteReport {
             .find(|s| s.name == scenario)
             .map(|s| s.policy.as_str())
     }
+}
+
+/// Design, then seed, then scenario: each design's runs in its
+/// seed-major search order.
+fn sort_in_search_order(
+    runs: &mut [SuiteRun],
+    scenarios: &[SuiteScenario],
+    designs: &[SuiteDesign],
+) {
+    let order: BTreeMap<&str, usize> = scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let design_order: BTreeMap<&str, usize> = designs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.name.as_str(), i))
+        .collect();
+    runs.sort_by_key(|r| {
+        (
+            design_order
+                .get(r.record.design.as_str())
+                .copied()
+                .unwrap_or(usize::MAX),
+            r.record.seed,
+            order
+                .get(r.record.scenario.as_str())
+                .copied()
+                .unwrap_or(usize::MAX),
+        )
+    });
+}
+
+impl SuiteTotals {
+    fn of(runs: &[SuiteRun]) -> Self {
+        runs.iter().fold(Self::default(), |t, r| Self {
+            runs: t.runs + 1,
+            steps: t.steps + r.record.steps,
+            sim_ms: t.sim_ms + r.record.sim_ms,
+            trace_events: t.trace_events + r.record.trace_events,
+        })
+    }
+}
+
+/// The mutants matrix over these runs (in search order).
+fn mutants(
+    seeds: SeedRange,
+    scenarios: &[SuiteScenario],
+    designs: &[SuiteDesign],
+    runs: &[SuiteRun],
+    build: &crate::schema::BuildStamp,
+) -> MutantsReport {
+    MutantsReport::new(
+        seeds,
+        scenarios.iter().map(|s| s.name.clone()).collect(),
+        designs
+            .iter()
+            .map(|d| DesignRuns {
+                design: d.name.clone(),
+                role: d.role,
+                runs: runs
+                    .iter()
+                    .filter(|r| r.record.design == d.name)
+                    .map(|r| r.record.clone())
+                    .collect(),
+            })
+            .collect(),
+        build.clone(),
+    )
+}
+
+/// Race windows over the correct design's runs, as a sweep counts them.
+fn coverage(
+    seeds: SeedRange,
+    scenarios: &[SuiteScenario],
+    correct: &[&SuiteRun],
+    build: &crate::schema::BuildStamp,
+    windows: &[String],
+    gate_windows: bool,
+) -> SweepCoverage {
+    let swept: Vec<SweptScenario> = scenarios
+        .iter()
+        .map(|s| SweptScenario {
+            name: s.name.clone(),
+            expect_windows: s.expect_windows.clone(),
+        })
+        .collect();
+    SweepSummary::new(
+        "correct",
+        seeds,
+        Shard { index: 0, count: 1 },
+        &swept,
+        correct.iter().map(|r| r.record.clone()).collect(),
+        build.clone(),
+    )
+    .gate_windows(windows, gate_windows)
+    .coverage
+}
+
+/// The matrix's cells, and the runs that get a page: every failure of the
+/// correct design (up to [`CORRECT_FAILURE_PAGES_MAX`]), then per
+/// scenario each naive design's first failure and a passing example.
+fn cells_and_pages(
+    scenarios: &[SuiteScenario],
+    designs: &[SuiteDesign],
+    runs: &[SuiteRun],
+    correct: &[&SuiteRun],
+    correct_failures: &[RunRecord],
+) -> (Vec<Cell>, Vec<PageRef>) {
+    let mut pages: Vec<PageRef> = correct_failures
+        .iter()
+        .take(CORRECT_FAILURE_PAGES_MAX)
+        .map(|failure| page(failure, PageReason::CorrectFailure))
+        .collect();
+    let mut cells = Vec::new();
+    for scenario in scenarios {
+        for design in designs {
+            let (cell, first) = cell(scenario, design, runs);
+            if let Some(first) = first
+                && design.role == Role::Mutant
+            {
+                pages.push(page(&first.record, PageReason::FirstFailure));
+            }
+            cells.push(cell);
+        }
+        if let Some(example) = passing_example(scenario, correct) {
+            pages.push(page(&example.record, PageReason::PassingExample));
+        }
+    }
+    (cells, pages)
+}
+
+/// The cell of (`scenario`, `design`), and its first failing run.
+fn cell<'a>(
+    scenario: &SuiteScenario,
+    design: &SuiteDesign,
+    runs: &'a [SuiteRun],
+) -> (Cell, Option<&'a SuiteRun>) {
+    let mine: Vec<&SuiteRun> = runs
+        .iter()
+        .filter(|r| r.record.scenario == scenario.name && r.record.design == design.name)
+        .collect();
+    let count = |v: RunVerdict| mine.iter().filter(|r| r.record.verdict == v).count() as u64;
+    let first = mine.iter().copied().find(|r| !r.record.verdict.passed());
+    let cell = Cell {
+        scenario: scenario.name.clone(),
+        design: design.name.clone(),
+        runs: mine.len() as u64,
+        passed: count(RunVerdict::Pass),
+        failed: count(RunVerdict::Fail),
+        errors: count(RunVerdict::Error),
+        first_failing_seed: first.map(|r| r.record.seed),
+        page: first.map(|r| page_file(&scenario.name, &design.name, r.record.seed)),
+    };
+    (cell, first)
+}
+
+/// The passing example of a scenario: the correct design's run reaching
+/// the most expected windows, the lowest seed among equals.
+fn passing_example<'a>(scenario: &SuiteScenario, correct: &[&'a SuiteRun]) -> Option<&'a SuiteRun> {
+    correct
+        .iter()
+        .copied()
+        .filter(|r| r.record.scenario == scenario.name && r.record.verdict.passed())
+        .max_by_key(|r| {
+            (
+                r.record.expected_reached().collect::<BTreeSet<_>>().len(),
+                std::cmp::Reverse(r.record.seed),
+            )
+        })
 }
 
 fn page(record: &RunRecord, reason: PageReason) -> PageRef {
@@ -465,7 +524,7 @@ pub(crate) mod tests {
     pub(crate) fn run(scenario: &str, design: &str, seed: u64, fail: bool) -> SuiteRun {
         SuiteRun {
             record: RunRecord {
-                schema: crate::SCHEMA_VERSION,
+                schema: crate::schema::SCHEMA_VERSION,
                 scenario: scenario.to_owned(),
                 seed,
                 design: design.to_owned(),
@@ -543,7 +602,7 @@ pub(crate) mod tests {
             windows: vec!["cas_loser".to_owned(), "hedge_fired".to_owned()],
             gate_windows: true,
             runs,
-            build: crate::BuildStamp::from_build(
+            build: crate::schema::BuildStamp::from_build(
                 "0.1.0",
                 Some("0123456789abcdef0123456789abcdef01234567"),
                 Some("false"),

@@ -33,8 +33,8 @@ use turmoil::net::TcpStream;
 
 use idem_core::fingerprint::fingerprint;
 use idem_core::model::{AttemptId, AttemptState, JobId};
-use idem_core::store::call::{CallStore, StoreCall, StoreReply, apply};
-use idem_core::store::faults::{FaultPlan, StoreFault};
+use idem_core::store::call::{CallStore, StoreCall, StoreReply};
+use idem_core::store::faults::{FaultPlan, Injected, apply_with_faults};
 use idem_core::store::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, StartOutcome, Store, StoreError,
     TransitionOutcome,
@@ -454,9 +454,7 @@ impl Served {
         let Ok(Some(request)) = read_frame::<_, StoreCall>(stream).await else {
             return false;
         };
-        let injected_before = plan.injected().len();
-        let fault = plan.next(request.op());
-        for injected in plan.injected().into_iter().skip(injected_before) {
+        let record_injection = |injected: &Injected| {
             recorder.record_call(
                 host,
                 caller,
@@ -466,24 +464,17 @@ impl Served {
                     fault: injected.fault,
                 },
             );
-        }
-        let result = match fault {
-            Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
-                "the store refused the operation (injected)".to_owned(),
-            )),
-            Some(StoreFault::Latency { latency_ms }) => {
-                idem_core::timer::sleep(Duration::from_millis(latency_ms)).await;
-                apply(store.as_ref(), request.clone()).await
-            }
-            Some(StoreFault::LoseAck) | None => apply(store.as_ref(), request.clone()).await,
         };
-        for body in observer.describe(&request, &result) {
+        let faulted =
+            apply_with_faults(store.as_ref(), plan, request.clone(), record_injection).await;
+        for body in observer.describe(&request, &faulted.result) {
             recorder.record_call(host, caller, body);
         }
-        if fault == Some(StoreFault::LoseAck) {
+        if faulted.ack_lost() {
             // Applied, and the answer never leaves: drop the connection.
             return false;
         }
+        let result = faulted.result;
         write_frame(stream, &result).await.is_ok()
     }
 }

@@ -17,6 +17,9 @@ use idem_core::reconciler::ReconcilerConfig;
 use idem_core::store::faults::StoreOp;
 use idem_core::worker::WorkerConfig;
 
+/// The race windows are the oracle's vocabulary.
+pub use idem_oracle::Window;
+
 pub const CLIENTS_MAX: usize = 64;
 pub const ACTIONS_PER_CLIENT_MAX: usize = 64;
 pub const FAULTS_MAX: usize = 64;
@@ -400,48 +403,6 @@ impl FaultKind {
             FaultKind::ClockJump => &["host", "jump_ms"],
         }
     }
-}
-
-/// The race windows of docs/MODEL.md: the rare interleavings the bench exists
-/// to reach. A suite reports how often each was reached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Window {
-    /// A create found the job another create had made (replay).
-    DuplicateCreate,
-    /// A create reused a key with another body and was refused.
-    Mismatch,
-    /// A new attempt was refused because another was in flight.
-    BlockedAttempt,
-    /// A completion lost the compare-and-swap.
-    CasLoser,
-    /// A provider finished an execution after its attempt had gone unknown.
-    LateResultAfterUnknown,
-    /// A create's acknowledgement was lost and the retry replayed the job.
-    LostCreateAckReplayed,
-    /// A completion's acknowledgement was lost and the engine re-checked.
-    LostCompletionAckRechecked,
-    /// A hedge attempt started on a fallback.
-    HedgeFired,
-    /// The reconciler resolved an attempt out of band.
-    ReconcilerResolution,
-    /// A failover or hedge to an uncertified provider was refused.
-    FailoverRefused,
-}
-
-impl Window {
-    pub const ALL: &'static [Window] = &[
-        Window::DuplicateCreate,
-        Window::Mismatch,
-        Window::BlockedAttempt,
-        Window::CasLoser,
-        Window::LateResultAfterUnknown,
-        Window::LostCreateAckReplayed,
-        Window::LostCompletionAckRechecked,
-        Window::HedgeFired,
-        Window::ReconcilerResolution,
-        Window::FailoverRefused,
-    ];
 }
 
 impl Default for Topology {

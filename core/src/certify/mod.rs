@@ -25,7 +25,7 @@ pub mod run;
 pub mod spec;
 pub mod tokenizer;
 
-pub use report::{Certification, Check};
-pub use run::{CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunLimits, Target, certify};
+pub use report::{Certification, Check, Target};
+pub use run::{CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunLimits, certify};
 pub use spec::{Contract, ContractError};
 pub use tokenizer::{Encoding, SpecialTokens, TokenizerProfile};

@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::run::Target;
+use super::tokenizer::TokenizerProfile;
 
 /// Failures listed under the table; past it, one line says how many more.
 pub const FAILURE_LINES_MAX: usize = 40;
@@ -77,7 +77,7 @@ impl fmt::Display for Check {
 /// One cell of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Cell {
+pub enum CheckOutcome {
     /// Held for every sample it ran on.
     Pass,
     /// Failed for at least one sample.
@@ -86,12 +86,12 @@ pub enum Cell {
     NotRun,
 }
 
-impl Cell {
+impl CheckOutcome {
     fn mark(self) -> &'static str {
         match self {
-            Cell::Pass => "ok",
-            Cell::Fail => "FAIL",
-            Cell::NotRun => "-",
+            CheckOutcome::Pass => "ok",
+            CheckOutcome::Fail => "FAIL",
+            CheckOutcome::NotRun => "-",
         }
     }
 }
@@ -100,7 +100,7 @@ impl Cell {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputRow {
     pub input: String,
-    pub cells: BTreeMap<Check, Cell>,
+    pub cells: BTreeMap<Check, CheckOutcome>,
     /// The rendered prompt's cost in the provider's tokens.
     pub prompt_tokens: Option<usize>,
 }
@@ -116,14 +116,17 @@ impl InputRow {
 
     /// One sample's outcome of `check`: a failure sticks.
     pub(super) fn record(&mut self, check: Check, passed: bool) {
-        let cell = self.cells.entry(check).or_insert(Cell::Pass);
+        let cell = self.cells.entry(check).or_insert(CheckOutcome::Pass);
         if !passed {
-            *cell = Cell::Fail;
+            *cell = CheckOutcome::Fail;
         }
     }
 
-    pub fn cell(&self, check: Check) -> Cell {
-        self.cells.get(&check).copied().unwrap_or(Cell::NotRun)
+    pub fn cell(&self, check: Check) -> CheckOutcome {
+        self.cells
+            .get(&check)
+            .copied()
+            .unwrap_or(CheckOutcome::NotRun)
     }
 }
 
@@ -152,6 +155,15 @@ impl Failure {
     }
 }
 
+/// What is being certified: a provider, the model asked for, and the
+/// provider's tokenizer profile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub provider: String,
+    pub model: String,
+    pub tokenizer: TokenizerProfile,
+}
+
 /// A finished certification run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Certification {
@@ -177,14 +189,15 @@ impl Certification {
     /// could run did.
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+            && self.rows.iter().all(|row| {
+                Check::ALL
+                    .iter()
+                    .all(|c| row.cell(*c) != CheckOutcome::Fail)
+            })
             && self
                 .rows
                 .iter()
-                .all(|row| Check::ALL.iter().all(|c| row.cell(*c) != Cell::Fail))
-            && self
-                .rows
-                .iter()
-                .any(|row| row.cell(Check::RoundTrip) == Cell::Pass)
+                .any(|row| row.cell(Check::RoundTrip) == CheckOutcome::Pass)
     }
 
     /// The checks that failed somewhere, in table order.
@@ -200,9 +213,9 @@ impl Certification {
             for check in Check::ALL {
                 let entry = tally.entry(*check).or_default();
                 match row.cell(*check) {
-                    Cell::Pass => entry.0 += 1,
-                    Cell::Fail => entry.1 += 1,
-                    Cell::NotRun => {}
+                    CheckOutcome::Pass => entry.0 += 1,
+                    CheckOutcome::Fail => entry.1 += 1,
+                    CheckOutcome::NotRun => {}
                 }
             }
         }

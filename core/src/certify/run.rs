@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use super::report::{Cell, Certification, Check, Failure, InputRow};
+use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
 use super::spec::{Contract, RenderedPrompt};
-use super::tokenizer::{self, TokenizerProfile};
+use super::tokenizer;
 use crate::clock::IdSource;
 use crate::provider::ProviderError;
 
@@ -56,15 +56,6 @@ pub trait ChatEndpoint: Send + Sync + fmt::Debug {
     async fn model_identity(&self, model: &str) -> Result<Option<String>, ProviderError>;
     /// One chat completion under the idempotency key `key`.
     async fn chat(&self, request: &ChatRequest, key: &str) -> Result<ChatAnswer, ProviderError>;
-}
-
-/// What is being certified: a provider, the model asked for, and the
-/// provider's tokenizer profile.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Target {
-    pub provider: String,
-    pub model: String,
-    pub tokenizer: TokenizerProfile,
 }
 
 /// Bounds of a run.
@@ -194,7 +185,7 @@ pub async fn certify(
                         failures.push(Failure::new(check, &input.name, None, detail));
                     }
                 }
-                let fits = row.cell(Check::ContextWindow) == Cell::Pass;
+                let fits = row.cell(Check::ContextWindow) == CheckOutcome::Pass;
                 prompts.push(fits.then_some(prompt));
             }
             // The contract compiled, so every corpus input rendered once;

@@ -59,7 +59,7 @@ struct Source {
 
 /// One thing wrong with a contract's files.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
+pub struct ContractProblem {
     pub path: String,
     /// From 1.
     pub line: usize,
@@ -68,7 +68,7 @@ pub struct Problem {
     pub message: String,
 }
 
-impl fmt::Display for Problem {
+impl fmt::Display for ContractProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -88,10 +88,10 @@ pub enum ContractError {
         source: std::io::Error,
     },
     #[error("{}", display_problems(.0))]
-    Invalid(Vec<Problem>),
+    Invalid(Vec<ContractProblem>),
 }
 
-fn display_problems(problems: &[Problem]) -> String {
+fn display_problems(problems: &[ContractProblem]) -> String {
     problems
         .iter()
         .map(ToString::to_string)
@@ -252,7 +252,7 @@ fn read_source(path: &Path) -> Result<Source, ContractError> {
         source,
     })?;
     if text.len() > FILE_LEN_MAX_BYTES {
-        return Err(ContractError::Invalid(vec![Problem {
+        return Err(ContractError::Invalid(vec![ContractProblem {
             path: display,
             line: 1,
             col: 1,
@@ -314,7 +314,7 @@ struct InputFile {
 /// everything; problems are collected.
 enum Compile {
     Read(ContractError),
-    Problems(Vec<Problem>),
+    Problems(Vec<ContractProblem>),
 }
 
 impl fmt::Display for Compile {
@@ -328,14 +328,14 @@ impl fmt::Display for Compile {
 
 /// Collects problems, each against the file it is in.
 #[derive(Default)]
-struct Problems(Vec<(usize, Problem)>);
+struct Problems(Vec<(usize, ContractProblem)>);
 
 impl Problems {
     fn at(&mut self, source: &Source, span: Range<usize>, message: impl Into<String>) {
         let (line, col) = line_col(&source.text, span.start);
         self.0.push((
             span.start,
-            Problem {
+            ContractProblem {
                 path: source.path.clone(),
                 line,
                 col,
@@ -347,7 +347,7 @@ impl Problems {
     fn at_line_col(&mut self, source: &Source, line: usize, col: usize, message: String) {
         self.0.push((
             offset_of(&source.text, line, col),
-            Problem {
+            ContractProblem {
                 path: source.path.clone(),
                 line,
                 col,
@@ -361,7 +361,7 @@ impl Problems {
     }
 
     /// In file order (files in the order they were read), bounded.
-    fn into_vec(mut self) -> Vec<Problem> {
+    fn into_vec(mut self) -> Vec<ContractProblem> {
         // Stable: problems of different files keep the order they were found.
         let mut by_file: Vec<String> = Vec::new();
         for (_, p) in &self.0 {
@@ -376,7 +376,7 @@ impl Problems {
             )
         });
         let total = self.0.len();
-        let mut problems: Vec<Problem> = self
+        let mut problems: Vec<ContractProblem> = self
             .0
             .into_iter()
             .take(PROBLEMS_MAX)
@@ -385,7 +385,7 @@ impl Problems {
         if total > PROBLEMS_MAX
             && let Some(last) = problems.last().cloned()
         {
-            problems.push(Problem {
+            problems.push(ContractProblem {
                 message: format!("and {} more problems", total - PROBLEMS_MAX),
                 ..last
             });

@@ -13,11 +13,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::faults::StoreOp;
 use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
     PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
+use idem_model::store_fault::StoreOp;
+
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,

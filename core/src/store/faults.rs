@@ -15,36 +15,10 @@ use serde::{Deserialize, Serialize};
 use super::call::{CallStore, StoreCall, StoreReply, apply};
 use super::{Store, StoreError};
 
+pub use idem_model::store_fault::{StoreFault, StoreOp};
+
 /// The most rules one plan holds.
 pub const FAULT_RULES_MAX: usize = 64;
-
-/// The store operations a fault can target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StoreOp {
-    CreateJob,
-    StartAttempt,
-    TransitionAttempt,
-    Complete,
-    FailJob,
-    RecordEvent,
-    PutCertificate,
-    PruneJobs,
-    /// Any read.
-    Read,
-}
-
-/// What to do to a targeted operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StoreFault {
-    /// Apply the operation, then report that its outcome is unknown.
-    LoseAck,
-    /// Refuse the operation without applying it.
-    FailBeforeApply,
-    /// Apply it after a delay.
-    Latency { latency_ms: u64 },
-}
 
 /// Hit occurrences `first..first+count` (1-based) of `op` with `fault`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,13 +99,58 @@ impl FaultPlan {
     }
 }
 
-/// The message of an injected lost acknowledgement; the store host uses
-/// [`is_injected_lost_ack`] to turn it into a dropped connection.
-const LOST_ACK: &str = "acknowledgement lost (injected)";
+/// What the fault injector made of one call.
+#[derive(Debug)]
+pub struct Faulted {
+    /// The call's answer, as the store gave it or as the fault replaced it.
+    pub result: Result<StoreReply, StoreError>,
+    /// The fault injected into this call, if the plan held one for it.
+    pub injected: Option<Injected>,
+}
 
-/// Whether `e` is an injected lost acknowledgement.
-pub fn is_injected_lost_ack(e: &StoreError) -> bool {
-    matches!(e, StoreError::Indeterminate(m) if m == LOST_ACK)
+impl Faulted {
+    /// The call was applied and its acknowledgement is to be lost: the
+    /// caller must not see `result`. A wrapper answers that the outcome is
+    /// unknown; the simulator's store host drops the connection.
+    pub fn ack_lost(&self) -> bool {
+        matches!(
+            self.injected,
+            Some(Injected {
+                fault: StoreFault::LoseAck,
+                ..
+            })
+        )
+    }
+}
+
+/// The one fault injector: applies `call` to `store` under the fault `plan`
+/// holds for it. `FaultyStore` and the simulator's store host both go
+/// through it, so a fault means the same wherever it is injected.
+/// `on_inject` hears of an injected fault before the call is applied (the
+/// simulator's trace records it then, ahead of a latency's wait).
+pub async fn apply_with_faults(
+    store: &dyn Store,
+    plan: &FaultPlan,
+    call: StoreCall,
+    on_inject: impl FnOnce(&Injected),
+) -> Faulted {
+    let injected_before = plan.injected().len();
+    let fault = plan.next(call.op());
+    let injected = fault.and_then(|_| plan.injected().get(injected_before).copied());
+    if let Some(injected) = &injected {
+        on_inject(injected);
+    }
+    let result = match fault {
+        Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
+            "the store refused the operation (injected)".to_owned(),
+        )),
+        Some(StoreFault::Latency { latency_ms }) => {
+            crate::timer::sleep(Duration::from_millis(latency_ms)).await;
+            apply(store, call).await
+        }
+        Some(StoreFault::LoseAck) | None => apply(store, call).await,
+    };
+    Faulted { result, injected }
 }
 
 /// A store wrapped with a fault plan.
@@ -149,38 +168,25 @@ impl FaultyStore {
     pub fn plan(&self) -> &FaultPlan {
         &self.plan
     }
-
-    async fn run<T, F>(&self, op: StoreOp, apply: F) -> Result<T, StoreError>
-    where
-        F: Future<Output = Result<T, StoreError>> + Send,
-        T: Send,
-    {
-        match self.plan.next(op) {
-            None => apply.await,
-            Some(StoreFault::FailBeforeApply) => Err(StoreError::Unavailable(
-                "store refused the operation (injected)".to_owned(),
-            )),
-            Some(StoreFault::LoseAck) => {
-                apply.await?;
-                Err(StoreError::Indeterminate(LOST_ACK.to_owned()))
-            }
-            Some(StoreFault::Latency { latency_ms }) => {
-                crate::timer::sleep(Duration::from_millis(latency_ms)).await;
-                apply.await
-            }
-        }
-    }
 }
 
 /// Every operation goes through the plan; `dump` is an inspection, not an
-/// operation, and no rule reaches it.
+/// operation, and no rule reaches it. A lost acknowledgement is answered as
+/// an unknown outcome.
 #[async_trait]
 impl CallStore for FaultyStore {
     async fn call(&self, call: StoreCall) -> Result<StoreReply, StoreError> {
         if matches!(call, StoreCall::Dump {}) {
             return apply(self.inner.as_ref(), call).await;
         }
-        self.run(call.op(), apply(self.inner.as_ref(), call)).await
+        let faulted = apply_with_faults(self.inner.as_ref(), &self.plan, call, |_| {}).await;
+        if faulted.ack_lost() {
+            faulted.result?;
+            return Err(StoreError::Indeterminate(
+                "acknowledgement lost (injected)".to_owned(),
+            ));
+        }
+        faulted.result
     }
 }
 

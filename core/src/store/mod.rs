@@ -28,6 +28,8 @@ use crate::model::{
     OwnerId, Timestamp,
 };
 
+pub use idem_model::dump::StoreDump;
+
 /// Constraint names, shared by both stores so that violations are classified
 /// the same way everywhere.
 pub mod constraint {
@@ -177,17 +179,6 @@ impl AttemptCensus {
             oldest_unknown_started_at,
         }
     }
-}
-
-/// Everything a store holds, in a stable order; for tests and the oracle.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StoreDump {
-    /// Ordered by (owner, key).
-    pub jobs: Vec<Job>,
-    /// Ordered by (job id, seq).
-    pub attempts: Vec<Attempt>,
-    /// Ordered by seq.
-    pub events: Vec<Event>,
 }
 
 /// Errors a store returns. Conditions a caller can act on are outcomes, not

@@ -333,7 +333,7 @@ async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused()
     )
     .await?;
     assert!(certification.passed(), "{}", certification.to_text());
-    let mut providers = Providers::for_contract(&contract);
+    let mut providers = Providers::for_versions(&contract.prompt_version, &contract.schema_version);
     for (name, model) in [(PRIMARY, "primary-model"), (FALLBACK, "fallback-model")] {
         providers.specs.insert(
             name.to_owned(),

@@ -20,7 +20,7 @@ use idem_core::model::{AttemptId, AttemptState, JobRequest};
 use idem_core::provider::{
     Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
-use idem_core::reconciler::{Action, Reconciler, ReconcilerConfig};
+use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::retention::{Pruner, RetentionConfig};
 use idem_core::service::ServiceConfig;
 use idem_core::store::Store;
@@ -175,13 +175,15 @@ async fn reconciler_a_lost_status_answer_holds_one_attempt_not_the_pass() -> Tes
 
     assert_eq!(took, Duration::from_millis(bound_ms), "{report:?}");
     assert!(
-        report.actions.contains(&(silent, Action::Unreachable)),
+        report
+            .actions
+            .contains(&(silent, AttemptAction::Unreachable)),
         "{report:?}"
     );
     assert!(
         report
             .actions
-            .contains(&(answers, Action::ResolvedSucceeded)),
+            .contains(&(answers, AttemptAction::ResolvedSucceeded)),
         "{report:?}"
     );
     let attempt = engine.store().attempt(answers).await?.ok_or("no attempt")?;
@@ -312,14 +314,17 @@ async fn reconciler_blocked_attempts_do_not_starve_the_ones_behind_them() -> Tes
     let acted: Vec<AttemptId> = first.actions.iter().map(|(id, _)| *id).collect();
     assert_eq!(acted, blocked, "{first:?}");
     assert!(
-        first.actions.iter().all(|(_, a)| *a == Action::Blocked),
+        first
+            .actions
+            .iter()
+            .all(|(_, a)| *a == AttemptAction::Blocked),
         "{first:?}"
     );
     let second = reconciler.pass().await;
     assert!(
         second
             .actions
-            .contains(&(behind, Action::ResolvedSucceeded)),
+            .contains(&(behind, AttemptAction::ResolvedSucceeded)),
         "{second:?}"
     );
     // The walk starts again from the oldest: the blocked ones are still

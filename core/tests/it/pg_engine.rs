@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use idem_core::clock::{IdSource, SeededIds};
 use idem_core::engine::{
-    Created, Engine, EngineError, Policy, Resolution, Resolved, Trigger, Verdict,
+    Completed, Created, Engine, EngineError, Policy, Resolution, Resolved, Trigger,
 };
 use idem_core::model::{AttemptState, EventKind, JobState};
 use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
@@ -237,13 +237,13 @@ async fn completion_race(first_is_primary: bool) -> TestResult {
     };
     let won = engine.complete(&early, json!({"answer": "early"})).await?;
     let lost = engine.complete(&late, json!({"answer": "late"})).await?;
-    let Verdict::Won(won_job) = won else {
+    let Completed::Won(won_job) = won else {
         panic!("the first completion wins, got {won:?}");
     };
     assert_eq!(won_job.version, 1);
     assert_eq!(
         lost,
-        Verdict::Lost {
+        Completed::Lost {
             winner: Some(early.id)
         }
     );
@@ -318,8 +318,8 @@ async fn pg_concurrent_completions_exactly_one_wins() -> TestResult {
         let mut losers = 0;
         for task in tasks {
             match task.await?? {
-                Verdict::Won(job) => winners.push(job),
-                Verdict::Lost { .. } => losers += 1,
+                Completed::Won(job) => winners.push(job),
+                Completed::Lost { .. } => losers += 1,
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -421,7 +421,7 @@ async fn pg_resolution_as_succeeded_goes_through_the_cas() -> TestResult {
     let late = engine.complete(&attempt, json!({"ok": "late"})).await?;
     assert_eq!(
         late,
-        Verdict::Discarded {
+        Completed::Discarded {
             state: AttemptState::Succeeded
         }
     );
@@ -490,7 +490,7 @@ async fn pg_lost_completion_ack_is_rechecked_not_called_lost() -> TestResult {
     let attempt = engine.start_attempt(&job, None, Trigger::Worker).await?;
     engine.record_dispatch(attempt.id).await?;
     let verdict = engine.complete(&attempt, json!({"ok": 1})).await?;
-    assert!(matches!(verdict, Verdict::Won(ref j) if j.completed_by == Some(attempt.id)));
+    assert!(matches!(verdict, Completed::Won(ref j) if j.completed_by == Some(attempt.id)));
     assert_eq!(
         plan.injected().len(),
         1,

@@ -13,7 +13,7 @@ use idem_core::design::Design;
 use idem_core::engine::{Engine, Policy, Trigger};
 use idem_core::model::AttemptState;
 use idem_core::provider::ProviderSet;
-use idem_core::reconciler::{Action, Reconciler, ReconcilerConfig};
+use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::store::mem::MemStore;
 use serde_json::json;
 
@@ -91,7 +91,7 @@ async fn a_clock_that_jumps_does_not_hurry_the_reconciler() {
     let report = s.reconciler.pass().await;
     assert_eq!(
         report.actions.first(),
-        Some(&(attempt, Action::MarkedUnknown))
+        Some(&(attempt, AttemptAction::MarkedUnknown))
     );
     assert_eq!(
         s.engine.attempt(attempt).await.expect("read").state,
@@ -106,6 +106,6 @@ async fn the_wall_clock_design_is_hurried_by_the_jump() {
     let report = s.reconciler.pass().await;
     assert_eq!(
         report.actions.first(),
-        Some(&(attempt, Action::MarkedUnknown))
+        Some(&(attempt, AttemptAction::MarkedUnknown))
     );
 }

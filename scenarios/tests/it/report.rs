@@ -1,12 +1,21 @@
 //! `idem report` and `idem run --report` end to end, and their pages in a
-//! real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
-//! installs) loads each page from its file, runs its script, and the test
-//! reads the DOM after scripts ran and the console.
+//! real browser: headless Chromium loads each page from its file, runs its
+//! script, and the test reads the DOM after scripts ran and the console.
+//! The browser is `IDEM_CHROMIUM` if set, else Debian's `chromium` (which
+//! `.ci/run` installs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+/// Where Chromium is when `IDEM_CHROMIUM` does not say.
+const CHROMIUM_DEFAULT: &str = "/usr/bin/chromium";
+
+/// The Chromium (or Chrome) binary the pages are checked in.
+fn chromium_path() -> PathBuf {
+    std::env::var_os("IDEM_CHROMIUM")
+        .filter(|path| !path.is_empty())
+        .map_or_else(|| PathBuf::from(CHROMIUM_DEFAULT), PathBuf::from)
+}
 
 fn idem(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -23,12 +32,14 @@ struct Rendered {
 }
 
 fn chromium(page: &Path) -> Rendered {
+    let browser = chromium_path();
     assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} is missing: these tests check the reports in a real browser; install it with `apt-get install -y chromium` (.ci/run does)"
+        browser.exists(),
+        "{} is missing: these tests check the reports in a real browser; install it with `apt-get install -y chromium` (.ci/run does), or point IDEM_CHROMIUM at a Chromium or Chrome binary",
+        browser.display()
     );
     let profile = tempfile::tempdir().expect("a temporary profile directory");
-    let output = Command::new(CHROMIUM)
+    let output = Command::new(&browser)
         .args([
             "--headless",
             "--no-sandbox",

@@ -1,3 +1,2 @@
 mod certify;
 mod fragile;
-mod oracle;

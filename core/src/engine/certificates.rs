@@ -1,0 +1,175 @@
+//! Whether a provider may take a failover or a hedge: its contract
+//! certificate, checked against the model the provider serves now.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::contract::Certificate;
+#[cfg(feature = "bench")]
+use crate::design::Design;
+use crate::provider::ProviderSet;
+
+use super::{Engine, EngineError};
+
+/// Where a provider stands with its contract certificate, as a failover
+/// decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CertificateStatus {
+    /// A passed certificate for the current key, and the provider still
+    /// serves the model it was earned on (or does not say).
+    Valid,
+    /// No certificate for the provider's current (model, prompt version,
+    /// schema version).
+    Missing,
+    /// The certification run failed, or the certificate was revoked.
+    Failed,
+    /// The provider now serves another model than the one certified: the
+    /// certificate is revoked from here on.
+    Stale { certified: String, serving: String },
+    /// The provider could not say which model it serves.
+    Unverified { detail: String },
+    /// The certificate was earned at another endpoint than the one this
+    /// service is configured to call under the provider's name.
+    OtherEndpoint {
+        certified: String,
+        configured: String,
+    },
+}
+
+impl CertificateStatus {
+    pub fn is_valid(&self) -> bool {
+        matches!(self, CertificateStatus::Valid)
+    }
+
+    /// Why a failover to the provider is refused, as events name it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CertificateStatus::Valid => "valid",
+            CertificateStatus::Missing => "no_certificate",
+            CertificateStatus::Failed => "certificate_failed",
+            CertificateStatus::Stale { .. } => "certificate_stale",
+            CertificateStatus::Unverified { .. } => "model_unverified",
+            CertificateStatus::OtherEndpoint { .. } => "certificate_other_endpoint",
+        }
+    }
+}
+
+/// Asks providers which model they serve, so that a certificate earned on
+/// one model is not relied on once the provider has silently moved to
+/// another.
+#[derive(Clone, Debug)]
+pub struct ModelProbes {
+    providers: ProviderSet,
+    timeout_ms: u64,
+}
+
+impl ModelProbes {
+    pub fn new(providers: ProviderSet, timeout_ms: u64) -> Self {
+        Self {
+            providers,
+            timeout_ms,
+        }
+    }
+
+    /// `Ok(None)`: the provider does not say (or has no client here).
+    async fn identity(&self, provider: &str) -> Result<Option<String>, String> {
+        let Some(client) = self.providers.get(provider) else {
+            return Ok(None);
+        };
+        match crate::timer::timeout(
+            std::time::Duration::from_millis(self.timeout_ms),
+            client.model_identity(),
+        )
+        .await
+        {
+            Ok(Ok(identity)) => Ok(identity),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {} ms", self.timeout_ms)),
+        }
+    }
+}
+
+impl Engine {
+    /// Whether `provider` holds a valid certificate: see
+    /// [`Engine::certificate_status`].
+    pub async fn is_certified(&self, provider: &str) -> Result<bool, EngineError> {
+        Ok(self.certificate_status(provider).await?.is_valid())
+    }
+
+    /// Where `provider` stands: a passed certificate for its current model
+    /// and the current prompt and schema versions, and (with model probes)
+    /// the provider still serving the model the certificate was earned on.
+    ///
+    /// A provider found serving another model has its certificate revoked
+    /// in the store (a failed certificate under the same key, its evidence
+    /// saying why), so that every replica refuses it from then on, probe or
+    /// not, until it is certified again.
+    pub async fn certificate_status(
+        &self,
+        provider: &str,
+    ) -> Result<CertificateStatus, EngineError> {
+        #[cfg(feature = "bench")]
+        if self.runs(Design::BlindFailover) {
+            // Naive: every configured provider is taken to share the contract.
+            return Ok(if self.providers.contains(provider) {
+                CertificateStatus::Valid
+            } else {
+                CertificateStatus::Missing
+            });
+        }
+        let Some(key) = self.providers.certificate_key(provider) else {
+            return Ok(CertificateStatus::Missing);
+        };
+        let Some(certificate) = self.store.certificate(&key).await? else {
+            return Ok(CertificateStatus::Missing);
+        };
+        if !certificate.passed {
+            return Ok(CertificateStatus::Failed);
+        }
+        let configured = self
+            .providers
+            .specs
+            .get(provider)
+            .and_then(|spec| spec.endpoint.as_deref());
+        if let (Some(configured), Some(certified)) = (configured, certificate.endpoint())
+            && configured != certified
+        {
+            // Not revoked: another replica may still be configured with the
+            // endpoint it was earned at (a rollout in progress).
+            return Ok(CertificateStatus::OtherEndpoint {
+                certified: certified.to_owned(),
+                configured: configured.to_owned(),
+            });
+        }
+        let (Some(probes), Some(certified)) = (&self.probes, certificate.model_identity()) else {
+            return Ok(CertificateStatus::Valid);
+        };
+        let certified = certified.to_owned();
+        match probes.identity(provider).await {
+            Ok(Some(serving)) if serving == certified => Ok(CertificateStatus::Valid),
+            Ok(Some(serving)) => {
+                self.store
+                    .put_certificate(Certificate {
+                        key: certificate.key.clone(),
+                        passed: false,
+                        evidence: json!({
+                            "source": "revoked",
+                            "reason": "the provider serves another model than the one certified",
+                            "certified_model_identity": certified,
+                            "serving_model_identity": serving,
+                            "revoked_evidence": certificate.evidence,
+                        }),
+                        at: self.clock.now(),
+                    })
+                    .await?;
+                Ok(CertificateStatus::Stale { certified, serving })
+            }
+            // It no longer says: nothing shows it is still what was certified.
+            Ok(None) => Ok(CertificateStatus::Unverified {
+                detail: "the provider no longer reports the model it serves".to_owned(),
+            }),
+            Err(detail) => Ok(CertificateStatus::Unverified { detail }),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Creating a job for an (owner, key), or replaying it.
+
+#[cfg(feature = "bench")]
+use crate::design::Design;
+use crate::fingerprint::Canonical;
+use crate::json::Json;
+use crate::model::{IdempotencyKey, Job, JobId, JobRequest, OwnerId};
+use crate::store::{CreateOutcome, NewJob};
+
+use super::retry::{Try, retry_store_call};
+use super::{Created, Engine, EngineError};
+
+impl Engine {
+    /// Create the job for (owner, key), or replay it. The owner comes from
+    /// the caller's credentials. The key is bound to the canonical request.
+    pub async fn create_job(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+    ) -> Result<Created, EngineError> {
+        self.create_job_exact(owner, key, request, None).await
+    }
+
+    /// [`Engine::create_job`] with `params` exactly as the client wrote them
+    /// (see [`crate::json`]): a number serde_json would round keeps its
+    /// digits in the fingerprint and in the stored request. `request.params`
+    /// is then only the rounded view of the same document.
+    pub async fn create_job_exact(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+        params: Option<&Json>,
+    ) -> Result<Created, EngineError> {
+        let created = self.create(owner, key, request, params).await;
+        match &created {
+            Ok(Created::New(_)) => self.metrics.job_created(),
+            Ok(Created::Replayed(_)) => self.metrics.job_replayed(),
+            Err(EngineError::KeyReused { .. }) => self.metrics.job_refused("key_reused"),
+            Err(EngineError::InvalidKey(_)) => self.metrics.job_refused("invalid_key"),
+            Err(EngineError::UnknownProvider { .. }) => {
+                self.metrics.job_refused("unknown_provider");
+            }
+            Err(_) => {}
+        }
+        created
+    }
+
+    async fn create(
+        &self,
+        owner: &OwnerId,
+        key: &str,
+        request: JobRequest,
+        params: Option<&Json>,
+    ) -> Result<Created, EngineError> {
+        let key = IdempotencyKey::parse(key)?;
+        #[cfg(feature = "bench")]
+        let key = self.naive_session_scoped(key);
+        for provider in std::iter::once(&request.provider).chain(&request.fallbacks) {
+            if !self.providers.contains(provider) {
+                return Err(EngineError::UnknownProvider {
+                    provider: provider.clone(),
+                });
+            }
+        }
+        let new = self.new_job(owner, key, request, params);
+        #[cfg(feature = "bench")]
+        if let Some(found) = self.naive_check_before_insert(&new).await? {
+            return found;
+        }
+        self.insert_or_replay(&new).await
+    }
+
+    /// The job to insert: the request made canonical (with `params` exactly
+    /// as written, when given) and fingerprinted.
+    fn new_job(
+        &self,
+        owner: &OwnerId,
+        key: IdempotencyKey,
+        request: JobRequest,
+        params: Option<&Json>,
+    ) -> NewJob {
+        let mut body = Json::from_value(
+            &serde_json::to_value(&request).expect("a JobRequest always serializes"),
+        );
+        if let (Some(params), Json::Object(members)) = (params, &mut body) {
+            members.insert("params".to_owned(), params.clone());
+        }
+        let canonical = Canonical::from_json(&body);
+        NewJob {
+            id: self.ids.job_id(),
+            owner_id: owner.clone(),
+            idempotency_key: key,
+            request_fingerprint: canonical.fingerprint(),
+            request: canonical,
+            provider: request.provider,
+            fallbacks: request.fallbacks,
+            at: self.clock.now(),
+        }
+    }
+
+    /// Create-or-get is idempotent by construction, so a lost
+    /// acknowledgement is answered by asking again.
+    async fn insert_or_replay(&self, new: &NewJob) -> Result<Created, EngineError> {
+        retry_store_call(|| async {
+            match self.store.create_job(new.clone()).await {
+                Ok(CreateOutcome::Created(job)) => Try::Done(Ok(Created::New(job))),
+                Ok(CreateOutcome::Existing(job)) => Try::Done(Ok(Created::Replayed(job))),
+                #[cfg(feature = "bench")]
+                Ok(CreateOutcome::KeyReused { existing, .. })
+                    if self.runs(Design::NoFingerprint) =>
+                {
+                    Try::Done(self.naive_replay_by_key_alone(existing).await)
+                }
+                Ok(CreateOutcome::KeyReused {
+                    existing,
+                    differing_pointers,
+                }) => Try::Done(Err(EngineError::KeyReused {
+                    existing,
+                    differing_pointers,
+                })),
+                Err(e) => Try::from_store_error(e),
+            }
+        })
+        .await
+    }
+
+    /// The job, if it exists and belongs to `owner`. Another owner's job is
+    /// reported as not found, so that existence does not leak.
+    pub async fn job_for(&self, owner: &OwnerId, id: JobId) -> Result<Job, EngineError> {
+        match self.store.job(id).await? {
+            Some(job) if &job.owner_id == owner => Ok(job),
+            _ => Err(EngineError::JobNotFound(id)),
+        }
+    }
+}

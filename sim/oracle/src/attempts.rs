@@ -1,0 +1,313 @@
+//! How attempts started and moved: invariants 4 (guard), 5 (timeout means
+//! unknown) and 7 (certified failover).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use idem_model::ledger::ExecutionOutcome;
+use idem_model::model::{AttemptId, AttemptState, JobId};
+use idem_model::policy::Policy;
+use serde_json::Value;
+
+use super::Invariant;
+use super::findings::{Findings, seqs_text};
+use super::index::{DEADLINE_REASON, PROVIDER_ERROR_REASON, RunIndex};
+use crate::trace::TraceBody;
+
+pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
+    guard(run, findings);
+    moves_are_legal(run, findings);
+    timeout_means_unknown(run, findings);
+    certified_failover(run, findings);
+}
+
+/// The legal moves of docs/MODEL.md, restated rather than imported so that a broken
+/// table in the engine cannot vouch for itself: `starting → running →
+/// {succeeded, failed, unknown, lost}`, `starting → {failed, unknown}`,
+/// `unknown → {succeeded, failed, cancelled, lost}`.
+fn is_legal_move(from: AttemptState, to: AttemptState) -> bool {
+    use AttemptState::{Cancelled, Failed, Lost, Running, Starting, Succeeded, Unknown};
+    matches!(
+        (from, to),
+        (Starting, Running | Failed | Unknown)
+            | (Running, Succeeded | Failed | Unknown | Lost)
+            | (Unknown, Succeeded | Failed | Cancelled | Lost)
+    )
+}
+
+/// How many other attempts may be running when one starts: none under
+/// the strict policy; one (the attempt being hedged) when hedging.
+fn running_allowed(policy: Policy) -> usize {
+    match policy {
+        Policy::Strict => 0,
+        Policy::Hedged { .. } => 1,
+    }
+}
+
+/// Invariant 4: at each start, the replayed states of the job's other
+/// attempts must allow it, and the job must not have ended. Starting and
+/// unknown attempts always block (the provider may have the request and
+/// nobody knows the outcome); running ones block past the policy's bound.
+fn guard(run: &RunIndex<'_>, findings: &mut Findings) {
+    let policy = run.input.facts.policy;
+    for start in &run.replay.starts {
+        let running: Vec<&(AttemptId, AttemptState, u64)> = start
+            .others
+            .iter()
+            .filter(|(_, state, _)| *state == AttemptState::Running)
+            .collect();
+        let mut blockers: Vec<&(AttemptId, AttemptState, u64)> = start
+            .others
+            .iter()
+            .filter(|(_, state, _)| matches!(state, AttemptState::Starting | AttemptState::Unknown))
+            .collect();
+        if running.len() > running_allowed(policy) {
+            blockers.extend(running);
+        }
+        if !blockers.is_empty() {
+            let described: Vec<String> = blockers
+                .iter()
+                .map(|(id, state, since)| format!("attempt {id} was {state} since seq {since}"))
+                .collect();
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "job {}: attempt {} started at seq {} while {}",
+                    start.job,
+                    start.attempt,
+                    start.seq,
+                    described.join(", ")
+                ),
+                blockers
+                    .iter()
+                    .map(|(_, _, since)| *since)
+                    .chain([start.seq]),
+            );
+        }
+        if let Some(ended) = start.job_ended_seq {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "job {}: attempt {} started at seq {} after the job had ended at seq {ended}",
+                    start.job, start.attempt, start.seq
+                ),
+                [ended, start.seq],
+            );
+        }
+    }
+}
+
+/// Also invariant 4 (the guarded transitions): every move is legal from
+/// the state the attempt was in, and the store's own account of that state
+/// agrees with the replay.
+fn moves_are_legal(run: &RunIndex<'_>, findings: &mut Findings) {
+    for step in &run.replay.moves {
+        let (from, since) = match step.replayed_from {
+            Some((state, since)) => (state, Some(since)),
+            None => (step.recorded_from, None),
+        };
+        let evidence = since.into_iter().chain([step.seq]);
+        if !is_legal_move(from, step.to) {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "attempt {} moved {from} → {} at seq {}, which is not a legal move",
+                    step.attempt, step.to, step.seq
+                ),
+                evidence,
+            );
+        } else if from != step.recorded_from {
+            findings.report(
+                Invariant::Guard,
+                format!(
+                    "attempt {} was {from} (since seq {}), but the store moved it from {} at seq {}",
+                    step.attempt,
+                    since.map_or_else(|| "?".to_owned(), |s| s.to_string()),
+                    step.recorded_from,
+                    step.seq
+                ),
+                evidence,
+            );
+        }
+    }
+}
+
+/// Invariant 5, two ways. (a) A move to failed whose reason is the
+/// deadline: a timeout must go to unknown. (b) An attempt that ended failed
+/// while its provider was working on it or had done it: the failure hid
+/// work that may yet (or did) take effect. An execution that failed or was
+/// cancelled is consistent with a failed attempt, and so is an answer the
+/// engine received and refused (reason `provider_error` after the
+/// execution had succeeded).
+fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
+    for event in run.events() {
+        if let TraceBody::AttemptTransition {
+            job_id,
+            attempt_id,
+            from,
+            to: AttemptState::Failed,
+            reason: Some(reason),
+        } = &event.body
+            && reason == DEADLINE_REASON
+        {
+            findings.report(
+                Invariant::TimeoutMeansUnknown,
+                format!(
+                    "job {job_id}: attempt {attempt_id} timed out and went {from} → failed at seq {}; a timeout must go to unknown",
+                    event.seq
+                ),
+                [event.seq],
+            );
+        }
+    }
+    let attempts: BTreeSet<AttemptId> = run
+        .attempts
+        .keys()
+        .chain(run.replay.lives.keys())
+        .copied()
+        .collect();
+    for attempt in attempts {
+        let Some(failure) = run.failure(attempt) else {
+            continue;
+        };
+        let key = attempt.to_string();
+        for execution in run.executions_for_key(&key) {
+            let hidden = match execution.outcome {
+                ExecutionOutcome::Running => Some("is still running at the end"),
+                ExecutionOutcome::Succeeded if !run.answer_refused(execution) => {
+                    Some(match (execution.succeeded_seq, failure.seq) {
+                        (Some(done), Some(failed)) if done > failed => "succeeded afterwards",
+                        _ if failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON) => {
+                            "succeeded, and no refused answer explains the failure"
+                        }
+                        _ => "succeeded (billed)",
+                    })
+                }
+                ExecutionOutcome::Succeeded
+                | ExecutionOutcome::Failed
+                | ExecutionOutcome::Cancelled => None,
+            };
+            let Some(hidden) = hidden else {
+                continue;
+            };
+            let job = execution
+                .job_id
+                .map_or_else(String::new, |j| format!("job {j}: "));
+            let reason = failure
+                .reason
+                .as_deref()
+                .map_or_else(String::new, |r| format!(" ({r})"));
+            findings.report(
+                Invariant::TimeoutMeansUnknown,
+                format!(
+                    "{job}attempt {attempt} ended failed{reason} at {}, but provider {} execution {} under its key {hidden}: the provider was still working, so it had to be unknown",
+                    seqs_text(&failure.seq.into_iter().collect::<Vec<_>>()),
+                    execution.provider,
+                    execution.exec_seq
+                ),
+                failure.seq.into_iter().chain(execution.seen.iter().copied()),
+            );
+        }
+    }
+}
+
+/// Invariant 7: an attempt on a provider other than its job's primary needs
+/// a certificate that was valid when it started: the provider passed its
+/// certification, and had not switched since to another model than the
+/// one it was certified on (a `provider_model_change` fault in the trace
+/// before the attempt started). And no provider whose profile declares a
+/// contract defect ever passes certification.
+fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
+    let facts = run.input.facts;
+    let certified = &facts.certified;
+    // provider -> (seq, model) of each model change, in trace order.
+    let mut changes: BTreeMap<&str, Vec<(u64, String)>> = BTreeMap::new();
+    for event in &run.input.trace.events {
+        match &event.body {
+            TraceBody::Fault { name, detail } if name == "provider_model_change" => {
+                let provider = detail.get("provider").and_then(Value::as_str);
+                let model = detail.get("model").and_then(Value::as_str);
+                if let (Some(provider), Some(model)) = (provider, model) {
+                    changes
+                        .entry(provider)
+                        .or_default()
+                        .push((event.seq, model.to_owned()));
+                }
+            }
+            TraceBody::Certification {
+                provider,
+                passed: true,
+                ..
+            } => {
+                if let Some(defects) = facts.defects.get(provider)
+                    && !defects.is_empty()
+                {
+                    findings.report(
+                        Invariant::CertifiedFailover,
+                        format!(
+                            "provider {provider} passed certification at seq {}, but its profile breaks the contract: {}",
+                            event.seq,
+                            defects.join(", ")
+                        ),
+                        [event.seq],
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    // The model change that made `provider`'s certificate stale before
+    // `seq` (any change, when `seq` is unknown: the attempt left no start).
+    let stale_by = |provider: &str, seq: Option<u64>| -> Option<u64> {
+        let certified_model = facts.certified_models.get(provider);
+        changes.get(provider)?.iter().find_map(|(at, model)| {
+            let before = seq.is_none_or(|s| *at < s);
+            (before && certified_model != Some(model)).then_some(*at)
+        })
+    };
+    let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
+    let mut check_one = |findings: &mut Findings,
+                         job: JobId,
+                         attempt: AttemptId,
+                         provider: &str,
+                         seq: Option<u64>| {
+        if !seen.insert(attempt) {
+            return;
+        }
+        let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
+            return;
+        };
+        if provider == primary {
+            return;
+        }
+        let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
+        if !certified.contains(provider) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
+                ),
+                seq,
+            );
+        } else if let Some(changed) = stale_by(provider, seq) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, after {provider} switched models at seq {changed}: its certificate was stale"
+                ),
+                seq.into_iter().chain([changed]),
+            );
+        }
+    };
+    for start in &run.replay.starts {
+        check_one(
+            findings,
+            start.job,
+            start.attempt,
+            &start.provider,
+            Some(start.seq),
+        );
+    }
+    for row in &run.input.dump.attempts {
+        check_one(findings, row.job_id, row.id, &row.provider, None);
+    }
+}

@@ -1,0 +1,296 @@
+//! What clients were told about their intents: invariants 1 (one job per
+//! intent), 2 (mismatch rejected), 8 (owner isolation) and 11 (nothing
+//! lost). An intent is an (owner, idempotency key); the owner of a request
+//! is the owner of the client that sent it, never anything in the body.
+
+use std::collections::BTreeMap;
+
+use idem_model::model::JobId;
+
+use super::Invariant;
+use super::findings::{Findings, seqs_text, short};
+use super::index::{JobCreation, RunIndex};
+use crate::trace::TraceBody;
+
+pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
+    one_job_per_intent(run, findings);
+    mismatch_rejected(run, findings);
+    owner_isolation(run, findings);
+    nothing_lost(run, findings);
+}
+
+/// Where one job of an intent showed up.
+#[derive(Debug, Default)]
+struct Sightings {
+    row: bool,
+    created: Vec<u64>,
+    /// Seqs of 2xx creates naming it (request and response).
+    acknowledged: Vec<u64>,
+    responses: Vec<u64>,
+}
+
+/// The create requests each owner sent, in trace order:
+/// (seq, the key the client sent, the body's fingerprint).
+fn create_requests<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>> {
+    let mut requests: BTreeMap<&str, Vec<(u64, &str, &str)>> = BTreeMap::new();
+    for event in run.events() {
+        let TraceBody::HttpRequest {
+            client,
+            method,
+            path,
+            idempotency_key: Some(key),
+            body_fingerprint: Some(fingerprint),
+            ..
+        } = &event.body
+        else {
+            continue;
+        };
+        if method != "POST" || path.trim_end_matches('/') != "/v1/jobs" {
+            continue;
+        }
+        let Some(owner) = run.input.facts.client_owners.get(client.as_str()) else {
+            continue;
+        };
+        requests.entry(owner.as_str()).or_default().push((
+            event.seq,
+            key.as_str(),
+            fingerprint.as_str(),
+        ));
+    }
+    requests
+}
+
+/// The intent a created job belongs to: the key the user sent. Normally
+/// the stored key is that key; a design that rewrites keys (scoping them to
+/// a session, say) stores another, so the job is traced back to the latest
+/// earlier request of its owner with the same body.
+fn intent_key<'a>(
+    requests: &BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>>,
+    created: &JobCreation<'a>,
+) -> &'a str {
+    let Some(sent) = requests.get(created.owner) else {
+        return created.key;
+    };
+    let earlier = || sent.iter().filter(|(seq, _, _)| *seq < created.seq);
+    if earlier().any(|(_, key, _)| *key == created.key) {
+        return created.key;
+    }
+    earlier()
+        .rev()
+        .find(|(_, _, fingerprint)| *fingerprint == created.fingerprint)
+        .map_or(created.key, |(_, key, _)| key)
+}
+
+/// Invariant 1. Every job the run associates with one intent (a row of the
+/// dump, a `job_created`, a 2xx create naming it) must be the same job, and
+/// the store must have created it once. Intents are what users sent: a row
+/// counts under the intent its creation is traced back to.
+fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
+    let requests = create_requests(run);
+    let mut intents: BTreeMap<(&str, &str), BTreeMap<JobId, Sightings>> = BTreeMap::new();
+    for job in run.jobs.values() {
+        let key = run
+            .created
+            .get(&job.id)
+            .and_then(|c| c.first())
+            .map_or(job.idempotency_key.as_str(), |c| intent_key(&requests, c));
+        intents
+            .entry((job.owner_id.0.as_str(), key))
+            .or_default()
+            .entry(job.id)
+            .or_default()
+            .row = true;
+    }
+    for created in run.created.values().flatten() {
+        intents
+            .entry((created.owner, intent_key(&requests, created)))
+            .or_default()
+            .entry(created.job)
+            .or_default()
+            .created
+            .push(created.seq);
+    }
+    for exchange in &run.exchanges {
+        let (Some(key), Some(job), true) = (
+            exchange.create_key(),
+            exchange.job_id,
+            exchange.is_success(),
+        ) else {
+            continue;
+        };
+        let sightings = intents
+            .entry((exchange.owner, key))
+            .or_default()
+            .entry(job)
+            .or_default();
+        sightings.acknowledged.extend(exchange.seqs());
+        sightings.responses.push(exchange.response_seq);
+    }
+    for ((owner, key), jobs) in &intents {
+        let created_total: usize = jobs.values().map(|s| s.created.len()).sum();
+        if jobs.len() <= 1 && created_total <= 1 {
+            continue;
+        }
+        let described: Vec<String> = jobs
+            .iter()
+            .map(|(job, s)| {
+                let mut places = Vec::new();
+                if s.row {
+                    places.push("a row in the store".to_owned());
+                }
+                if !s.created.is_empty() {
+                    places.push(format!("created at {}", seqs_text(&s.created)));
+                }
+                if !s.responses.is_empty() {
+                    places.push(format!("acknowledged at {}", seqs_text(&s.responses)));
+                }
+                format!("job {job} ({})", places.join("; "))
+            })
+            .collect();
+        let message = if jobs.len() > 1 {
+            format!(
+                "owner {owner}, key {key:?}: one intent has {} jobs: {}",
+                jobs.len(),
+                described.join(", ")
+            )
+        } else {
+            format!(
+                "owner {owner}, key {key:?}: the store created the intent's job {created_total} times: {}",
+                described.join(", ")
+            )
+        };
+        let evidence = jobs
+            .values()
+            .flat_map(|s| s.created.iter().chain(&s.acknowledged).copied());
+        findings.report(Invariant::OneJobPerIntent, message, evidence);
+    }
+}
+
+/// Invariant 2. A create whose body differs from the one its key is bound
+/// to never gets a 2xx, and the store never replays a job for it.
+fn mismatch_rejected(run: &RunIndex<'_>, findings: &mut Findings) {
+    // The body each intent is bound to: its first `job_created`, else the
+    // row in the store.
+    let mut bound: BTreeMap<(&str, &str), (JobId, &str, Option<u64>)> = BTreeMap::new();
+    for job in run.jobs.values() {
+        bound.insert(
+            (job.owner_id.0.as_str(), job.idempotency_key.as_str()),
+            (job.id, job.request_fingerprint.as_str(), None),
+        );
+    }
+    let mut created: Vec<_> = run.created.values().flatten().collect();
+    created.sort_by_key(|c| c.seq);
+    for c in created.iter().rev() {
+        // Reverse order: the earliest creation is inserted last and stays.
+        bound.insert((c.owner, c.key), (c.job, c.fingerprint, Some(c.seq)));
+    }
+    for exchange in &run.exchanges {
+        let Some(request) = exchange.request else {
+            continue;
+        };
+        let (Some(key), Some(offered), true) = (
+            exchange.create_key(),
+            request.body_fingerprint,
+            exchange.is_success(),
+        ) else {
+            continue;
+        };
+        // The intent's binding, then the binding of the job the answer named.
+        let intent_binding = bound.get(&(exchange.owner, key)).copied();
+        let named_binding = exchange.job_id.and_then(|job| {
+            run.fingerprint_of_job(job)
+                .map(|fp| (job, fp, run.created_seqs(job).first().copied()))
+        });
+        let mismatch = [intent_binding, named_binding]
+            .into_iter()
+            .flatten()
+            .find(|(_, fingerprint, _)| *fingerprint != offered);
+        if let Some((job, fingerprint, created_seq)) = mismatch {
+            findings.report(
+                Invariant::MismatchRejected,
+                format!(
+                    "{} to a create with key {key:?} and body {}, but the key is bound to job {job} with body {}: it must be 409",
+                    exchange.describe(),
+                    short(offered),
+                    short(fingerprint)
+                ),
+                exchange.seqs().into_iter().chain(created_seq),
+            );
+        }
+    }
+    for event in run.events() {
+        let TraceBody::JobReplayed {
+            job_id,
+            offered_fingerprint,
+        } = &event.body
+        else {
+            continue;
+        };
+        let Some(fingerprint) = run.fingerprint_of_job(*job_id) else {
+            continue;
+        };
+        if fingerprint != offered_fingerprint {
+            findings.report(
+                Invariant::MismatchRejected,
+                format!(
+                    "the store replayed job {job_id} (body {}) for a create with body {} at seq {}",
+                    short(fingerprint),
+                    short(offered_fingerprint),
+                    event.seq
+                ),
+                run.created_seqs(*job_id).into_iter().chain([event.seq]),
+            );
+        }
+    }
+}
+
+/// Invariant 8. A successful answer names only jobs of the client's owner.
+fn owner_isolation(run: &RunIndex<'_>, findings: &mut Findings) {
+    for exchange in &run.exchanges {
+        let (Some(job), true) = (exchange.job_id, exchange.is_success()) else {
+            continue;
+        };
+        // A job known nowhere is invariant 11's to report.
+        let Some(owner) = run.owner_of_job(job) else {
+            continue;
+        };
+        if owner != exchange.owner {
+            findings.report(
+                Invariant::OwnerIsolation,
+                format!(
+                    "{} naming job {job}, which belongs to owner {owner}",
+                    exchange.describe()
+                ),
+                exchange.seqs(),
+            );
+        }
+    }
+}
+
+/// Invariant 11. Every job a successful answer named is in the store at the
+/// end, whatever crashed in between.
+fn nothing_lost(run: &RunIndex<'_>, findings: &mut Findings) {
+    let mut missing: BTreeMap<JobId, Vec<u64>> = BTreeMap::new();
+    for exchange in &run.exchanges {
+        if let (Some(job), true) = (exchange.job_id, exchange.is_success())
+            && !run.jobs.contains_key(&job)
+        {
+            missing.entry(job).or_default().extend(exchange.seqs());
+        }
+    }
+    for (job, seqs) in missing {
+        let created = run.created_seqs(job);
+        let created_text = if created.is_empty() {
+            String::new()
+        } else {
+            format!(" (created at {})", seqs_text(&created))
+        };
+        findings.report(
+            Invariant::NothingLost,
+            format!(
+                "job {job}{created_text} was acknowledged with 2xx but is not in the store at the end"
+            ),
+            seqs.into_iter().chain(created),
+        );
+    }
+}
