@@ -9,13 +9,14 @@ use serde_json::Value as Json;
 use toml::{Table, Value};
 
 use idem_core::engine::Policy;
+use idem_core::model::JobRequest;
 use idem_core::reconciler::ReconcilerConfig;
 use idem_core::worker::WorkerConfig;
 use idem_sim::scenario::{
     Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When,
 };
 
-use crate::validate::Kept;
+use crate::kept::Kept;
 
 /// Why a scenario cannot be written as a file.
 #[derive(Debug, thiserror::Error)]
@@ -314,33 +315,26 @@ fn policy(policy: Policy) -> Result<Table, EmitError> {
 }
 
 fn action(action: &Action) -> Result<Value, EmitError> {
+    let (name, key, at_ms) = match action {
+        Action::Create { key, at_ms, .. } => ("click", key, at_ms),
+        Action::Backup { key, at_ms, .. } => ("backup", key, at_ms),
+        Action::Get { key, at_ms } => ("get", key, at_ms),
+        Action::Probe { key, at_ms, .. } => ("probe", key, at_ms),
+    };
     let mut t = Table::new();
+    t.insert("action".into(), Value::String(name.into()));
+    t.insert("key".into(), Value::String(key.clone()));
+    t.insert("at_ms".into(), int("at_ms", *at_ms)?);
     match action {
         Action::Create {
-            at_ms,
             jitter_ms,
-            key,
             request,
             retries,
             retry_after_ms,
+            ..
         } => {
-            t.insert("action".into(), Value::String("click".into()));
-            t.insert("key".into(), Value::String(key.clone()));
-            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
             t.insert("jitter_ms".into(), int("jitter_ms", *jitter_ms)?);
-            t.insert("provider".into(), Value::String(request.provider.clone()));
-            t.insert(
-                "fallbacks".into(),
-                Value::Array(
-                    request
-                        .fallbacks
-                        .iter()
-                        .cloned()
-                        .map(Value::String)
-                        .collect(),
-                ),
-            );
-            t.insert("params".into(), json_to_toml(&request.params)?);
+            click_request(&mut t, request)?;
             t.insert("retries".into(), Value::Integer(i64::from(*retries)));
             t.insert(
                 "retry_after_ms".into(),
@@ -348,36 +342,39 @@ fn action(action: &Action) -> Result<Value, EmitError> {
             );
         }
         Action::Backup {
-            at_ms,
             jitter_ms,
-            key,
             provider,
+            ..
         } => {
-            t.insert("action".into(), Value::String("backup".into()));
-            t.insert("key".into(), Value::String(key.clone()));
-            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
             t.insert("jitter_ms".into(), int("jitter_ms", *jitter_ms)?);
             if let Some(provider) = provider {
                 t.insert("provider".into(), Value::String(provider.clone()));
             }
         }
-        Action::Get { at_ms, key } => {
-            t.insert("action".into(), Value::String("get".into()));
-            t.insert("key".into(), Value::String(key.clone()));
-            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
-        }
-        Action::Probe {
-            at_ms,
-            other_client,
-            key,
-        } => {
-            t.insert("action".into(), Value::String("probe".into()));
-            t.insert("key".into(), Value::String(key.clone()));
-            t.insert("at_ms".into(), int("at_ms", *at_ms)?);
+        Action::Get { .. } => {}
+        Action::Probe { other_client, .. } => {
             t.insert("of".into(), Value::String(other_client.clone()));
         }
     }
     Ok(Value::Table(t))
+}
+
+/// A click's request: its provider, fallbacks and parameters.
+fn click_request(t: &mut Table, request: &JobRequest) -> Result<(), EmitError> {
+    t.insert("provider".into(), Value::String(request.provider.clone()));
+    t.insert(
+        "fallbacks".into(),
+        Value::Array(
+            request
+                .fallbacks
+                .iter()
+                .cloned()
+                .map(Value::String)
+                .collect(),
+        ),
+    );
+    t.insert("params".into(), json_to_toml(&request.params)?);
+    Ok(())
 }
 
 /// One fault as a file's table, without when it fires: `fault` is the

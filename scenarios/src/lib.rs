@@ -8,20 +8,40 @@
 //! - [`error`]: [`ScenarioError`], every error with `path:line:col`.
 //! - [`catalog`]: the catalogue, built into the binary.
 //! - [`load`]: a scenario by catalogue name or file path.
-//! - [`fuzz`]: whole generated worlds, failure signatures, the shrinker,
-//!   and the path a kept file was saved for.
+//! - [`kept`]: what a saved file was kept for, and the path a run took.
+//! - [`emit`]: a scenario written back as a file.
+//! - [`runner`]: the one thread pool: work items on N threads, results in
+//!   item order, progress, shards, a time budget; [`runner::Matrix`] of
+//!   scenarios × seeds × designs.
+//! - [`record`]: one seed run safely, and its documented record.
+//! - [`run`], [`sweep`], [`mutants`], [`review`], [`explore`], [`fuzz`],
+//!   [`bench`]: what each command does (one run; many seeds; the naive
+//!   designs caught; a design review's report; the property test; whole
+//!   generated worlds, signatures, the shrinker and the corpus; what it
+//!   all costs).
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
-//! - [`cli`]: the `idem` command line.
+//! - [`output`]: writing outputs, with an error that names the path.
+//! - [`cli`]: the `idem` command line: arguments in, text out.
 
+pub mod bench;
 pub mod catalog;
 pub mod cli;
 pub mod emit;
 pub mod error;
+pub mod explore;
 pub mod format;
 pub mod fuzz;
+pub mod kept;
 pub mod load;
+pub mod mutants;
+pub mod output;
 pub mod pgbench;
+pub mod record;
+pub mod review;
+pub mod run;
+pub mod runner;
 pub mod strategies;
+pub mod sweep;
 pub mod validate;
 
 pub use catalog::catalog;

@@ -6,7 +6,8 @@ use idem_sim::scenario::Scenario;
 
 use crate::catalog;
 use crate::error::{ScenarioError, ScenarioErrors};
-use crate::validate::{Kept, file_from_str};
+use crate::kept::Kept;
+use crate::validate::file_from_str;
 
 /// Where a scenario came from.
 #[derive(Clone, Debug, PartialEq, Eq)]

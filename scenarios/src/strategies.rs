@@ -87,38 +87,43 @@ fn client(index: usize) -> impl Strategy<Value = ClientSpec> {
                 .collect();
             spec.actions = steps
                 .into_iter()
-                .filter_map(|s| match s {
-                    Step::Click {
-                        at_ms,
-                        jitter_ms,
-                        key,
-                        variant,
-                        retries,
-                        retry_after_ms,
-                    } => Some(Action::Create {
-                        at_ms,
-                        jitter_ms,
-                        key: KEYS[key].to_owned(),
-                        request: JobRequest {
-                            provider: "primary".to_owned(),
-                            fallbacks: vec!["fallback".to_owned()],
-                            params: json!({"text": format!("{}-v{variant}", KEYS[key])}),
-                        },
-                        retries,
-                        retry_after_ms,
-                    }),
-                    // The backup button needs a job the client asked for.
-                    Step::Backup { at_ms, key } if clicked.contains(&key) => Some(Action::Backup {
-                        at_ms,
-                        jitter_ms: 0,
-                        key: KEYS[key].to_owned(),
-                        provider: None,
-                    }),
-                    Step::Backup { .. } => None,
-                })
+                .filter_map(|s| action(s, &clicked))
                 .collect();
             spec
         })
+}
+
+/// A step as an action; a backup of a key the client never clicks is
+/// dropped, since the backup button needs a job the client asked for.
+fn action(s: Step, clicked: &[usize]) -> Option<Action> {
+    match s {
+        Step::Click {
+            at_ms,
+            jitter_ms,
+            key,
+            variant,
+            retries,
+            retry_after_ms,
+        } => Some(Action::Create {
+            at_ms,
+            jitter_ms,
+            key: KEYS[key].to_owned(),
+            request: JobRequest {
+                provider: "primary".to_owned(),
+                fallbacks: vec!["fallback".to_owned()],
+                params: json!({"text": format!("{}-v{variant}", KEYS[key])}),
+            },
+            retries,
+            retry_after_ms,
+        }),
+        Step::Backup { at_ms, key } if clicked.contains(&key) => Some(Action::Backup {
+            at_ms,
+            jitter_ms: 0,
+            key: KEYS[key].to_owned(),
+            provider: None,
+        }),
+        Step::Backup { .. } => None,
+    }
 }
 
 fn clients() -> impl Strategy<Value = Vec<ClientSpec>> {

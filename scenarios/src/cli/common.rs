@@ -1,214 +1,36 @@
-//! What the run, sweep and determinism commands share: running one seed
-//! safely, turning the simulator's report into the documented record, and
-//! the repro command.
+//! What the command files share: printing, and timing for the person
+//! watching.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use idem_core::design::Design;
-use idem_reports::sweep::SweptScenario;
-use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
-use idem_sim::oracle::Invariant;
-use idem_sim::run::{RunOutcome, Stop, Verdict, run};
-use idem_sim::scenario::{Scenario, Window};
-use idem_sim::trace::Trace;
+use super::CliError;
+use crate::output;
 
 /// Writes to stdout. A closed pipe (`idem list | head`) or a full disk
 /// ends the output quietly: there is nobody left to tell, and the exit code
 /// still says how the command went.
-/// This build of `idem`: every output that names a seed names it too,
-/// since a seed reproduces a run only on the same code.
-pub fn build() -> idem_reports::BuildStamp {
-    idem_core::build_stamp!()
-}
-
 pub fn emit(text: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// The snake_case name serde gives a unit enum value.
-fn serde_name<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        other => panic!("a unit enum serializes to a string, not {other:?}"),
-    }
+/// Runs `work` and measures its wall time, for the line on stderr; it
+/// never enters an output.
+#[allow(clippy::disallowed_methods)]
+pub fn timed<T>(work: impl FnOnce() -> T) -> (T, Duration) {
+    let start = Instant::now();
+    let value = work();
+    (value, start.elapsed())
 }
 
-pub fn invariant_name(invariant: Invariant) -> String {
-    serde_name(&invariant)
-}
-
-pub fn window_name(window: Window) -> String {
-    serde_name(&window)
-}
-
-fn stop_name(stop: Stop) -> String {
-    serde_name(&stop)
-}
-
-/// The command that runs exactly this again.
-/// What a sweep tallies of each scenario: its name and expected windows.
-pub fn swept(scenarios: &[crate::load::Loaded]) -> Vec<SweptScenario> {
-    scenarios
-        .iter()
-        .map(|l| SweptScenario {
-            name: l.scenario.name.clone(),
-            expect_windows: l
-                .scenario
-                .expect_windows
-                .iter()
-                .copied()
-                .map(window_name)
-                .collect(),
-        })
-        .collect()
-}
-
-pub fn reproduce(target: &str, seed: u64, design: Design) -> String {
-    let shell_safe = !target.is_empty()
-        && target
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./+=:@".contains(c));
-    let target = if shell_safe {
-        target.to_owned()
-    } else {
-        format!("'{}'", target.replace('\'', r"'\''"))
-    };
-    let mut command = format!("idem run {target} --seed {seed}");
-    if design != Design::Correct {
-        command.push_str(&format!(" --design {design}"));
-    }
-    command
-}
-
-/// Runs one seed; a panic anywhere in the world becomes an error message
-/// instead of taking the whole sweep down.
-pub fn execute(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome, String> {
-    match catch_unwind(AssertUnwindSafe(|| run(scenario, seed, design))) {
-        Ok(Ok(outcome)) => Ok(outcome),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(panic) => Err(panic_message(panic.as_ref())),
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".to_owned());
-    format!("the simulation panicked: {text}")
-}
-
-/// The trace events with these `seq`s, as JSON values.
-pub fn evidence_events(trace: &Trace, seqs: &[u64]) -> Vec<serde_json::Value> {
-    seqs.iter()
-        .filter_map(|seq| usize::try_from(*seq).ok().and_then(|i| trace.events.get(i)))
-        .map(|event| serde_json::to_value(event).expect("trace events serialize"))
-        .collect()
-}
-
-/// The documented record of one run. With `with_evidence`, each violation
-/// carries its evidence events.
-pub fn record(
-    scenario: &Scenario,
-    target: &str,
-    seed: u64,
-    design: Design,
-    outcome: &Result<RunOutcome, String>,
-    with_evidence: bool,
-) -> RunRecord {
-    let expect_windows: Vec<String> = scenario
-        .expect_windows
-        .iter()
-        .copied()
-        .map(window_name)
-        .collect();
-    let reproduce = reproduce(target, seed, design);
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            return RunRecord::error(
-                &scenario.name,
-                seed,
-                design.name(),
-                expect_windows,
-                error.clone(),
-                reproduce,
-            );
-        }
-    };
-    let report = &outcome.report;
-    let violations = report
-        .violations
-        .iter()
-        .map(|v| ViolationRecord {
-            invariant: v.invariant.number(),
-            name: invariant_name(v.invariant),
-            message: v.message.clone(),
-            evidence: v.evidence.clone(),
-            evidence_events: if with_evidence {
-                evidence_events(&outcome.trace, &v.evidence)
-            } else {
-                Vec::new()
-            },
-        })
-        .collect();
-    // Every window, zero included, whatever the oracle listed.
-    let windows = Window::ALL
-        .iter()
-        .map(|w| (window_name(*w), report.windows.get(w).copied().unwrap_or(0)))
-        .collect();
-    RunRecord {
-        schema: idem_reports::SCHEMA_VERSION,
-        scenario: scenario.name.clone(),
-        seed,
-        design: design.name().to_owned(),
-        verdict: match report.verdict {
-            Verdict::Pass => RunVerdict::Pass,
-            Verdict::Fail => RunVerdict::Fail,
-        },
-        violations,
-        error: None,
-        windows,
-        expect_windows,
-        trace_hash: report.trace_hash.clone(),
-        trace_events: report.trace_events as u64,
-        steps: report.steps,
-        sim_ms: report.sim_ms,
-        stop: stop_name(report.stop),
-        reproduce,
-        build: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repro_commands_name_the_design_and_quote_odd_paths() {
-        assert_eq!(
-            reproduce("double-click", 7, Design::Correct),
-            "idem run double-click --seed 7"
-        );
-        assert_eq!(
-            reproduce("double-click", 7, Design::CheckThenInsert),
-            "idem run double-click --seed 7 --design check-then-insert"
-        );
-        assert_eq!(
-            reproduce("my dir/x.toml", 1, Design::Correct),
-            "idem run 'my dir/x.toml' --seed 1"
-        );
-    }
-
-    #[test]
-    fn names_are_snake_case() {
-        assert_eq!(
-            invariant_name(Invariant::OneJobPerIntent),
-            "one_job_per_intent"
-        );
-        assert_eq!(window_name(Window::CasLoser), "cas_loser");
-    }
+/// Writes a JUnit rendering to `path`.
+pub fn write_junit(
+    path: &Path,
+    rendered: Result<String, idem_reports::junit::JunitError>,
+) -> Result<(), CliError> {
+    let xml = rendered.map_err(|e| CliError::Render(e.to_string()))?;
+    output::write(path, xml)?;
+    Ok(())
 }

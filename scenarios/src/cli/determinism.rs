@@ -6,11 +6,12 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use clap::Args;
 
 use idem_core::design::Design;
-use idem_sim::determinism::check;
+use idem_sim::determinism::{DeterminismReport, Divergence, check};
 
-use super::common::{build, emit};
+use super::common::emit;
 use super::{CliError, Exit};
 use crate::load::load;
+use crate::record::build;
 
 #[derive(Debug, Args)]
 pub struct CheckDeterminismArgs {
@@ -48,44 +49,46 @@ pub fn check_determinism(args: CheckDeterminismArgs) -> Result<Exit, CliError> {
             return Ok(Exit::Violation);
         }
     };
-    let mut out = String::new();
-    let exit = match &report.divergence {
-        None => {
-            let _ = writeln!(
-                out,
-                "{head}: deterministic, two runs gave the same {} trace events (hash {})",
+    let (out, exit) = match &report.divergence {
+        None => (
+            format!(
+                "{head}: deterministic, two runs gave the same {} trace events (hash {})\n",
                 report.events, report.first_hash
-            );
-            Exit::Pass
-        }
+            ),
+            Exit::Pass,
+        ),
         Some(d) => {
-            let _ = writeln!(
-                out,
-                "{head}: NOT deterministic, the runs differ from trace event {}",
-                d.index
+            let reproduce = format!(
+                "idem check-determinism {} --seed {}{design_flag}",
+                loaded.target, args.seed
             );
-            let ended = "(the trace had ended)";
-            let _ = writeln!(out, "  first run:  {}", d.first.as_deref().unwrap_or(ended));
-            let _ = writeln!(
-                out,
-                "  second run: {}",
-                d.second.as_deref().unwrap_or(ended)
-            );
-            let _ = writeln!(
-                out,
-                "  hashes: {} / {}",
-                report.first_hash, report.second_hash
-            );
-            let _ = writeln!(
-                out,
-                "reproduce with: idem check-determinism {} --seed {}{design_flag} (build: idem {})",
-                loaded.target,
-                args.seed,
-                build()
-            );
-            Exit::Violation
+            (diverged(&head, &report, d, &reproduce), Exit::Violation)
         }
     };
     emit(&out);
     Ok(exit)
+}
+
+/// What to say of two runs that differ at `d`.
+fn diverged(head: &str, report: &DeterminismReport, d: &Divergence, reproduce: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{head}: NOT deterministic, the runs differ from trace event {}",
+        d.index
+    );
+    let ended = "(the trace had ended)";
+    let _ = writeln!(out, "  first run:  {}", d.first.as_deref().unwrap_or(ended));
+    let _ = writeln!(
+        out,
+        "  second run: {}",
+        d.second.as_deref().unwrap_or(ended)
+    );
+    let _ = writeln!(
+        out,
+        "  hashes: {} / {}",
+        report.first_hash, report.second_hash
+    );
+    let _ = writeln!(out, "reproduce with: {reproduce} (build: idem {})", build());
+    out
 }

@@ -5,11 +5,12 @@ use serde::Serialize;
 
 use std::fmt::Write as _;
 
-use super::common::{emit, window_name};
+use super::common::emit;
 use super::run::Format;
 use super::{CliError, Exit};
 use crate::catalog;
 use crate::load::load_catalog;
+use crate::record::window_name;
 
 #[derive(Debug, Args)]
 pub struct ListArgs {

@@ -14,8 +14,9 @@ use clap::Args;
 use idem_reports::fuzz::FUZZ_KIND;
 use idem_reports::{FuzzSummary, SweepSummary};
 
-use super::common::emit;
+use super::common::{emit, write_junit};
 use super::{CliError, Exit};
+use crate::output;
 
 /// The most files one merge takes.
 pub const FILES_MAX: usize = 4_096;
@@ -39,15 +40,11 @@ enum Merged {
     Fuzz(FuzzSummary),
 }
 
-pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
-    if args.files.len() > FILES_MAX {
-        return Err(CliError::Usage(format!(
-            "at most {FILES_MAX} files per merge"
-        )));
-    }
+/// The sweep and fuzz summaries in `files`, told apart by their `kind`.
+fn read_summaries(files: &[PathBuf]) -> Result<(Vec<SweepSummary>, Vec<FuzzSummary>), CliError> {
     let mut sweeps = Vec::new();
     let mut fuzzes = Vec::new();
-    for path in &args.files {
+    for path in files {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::Usage(format!("{}: cannot read: {e}", path.display())))?;
         let value: serde_json::Value = serde_json::from_str(&text)
@@ -65,6 +62,16 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
                 .push(serde_json::from_value::<SweepSummary>(value).map_err(|e| what(e, "sweep"))?);
         }
     }
+    Ok((sweeps, fuzzes))
+}
+
+pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
+    if args.files.len() > FILES_MAX {
+        return Err(CliError::Usage(format!(
+            "at most {FILES_MAX} files per merge"
+        )));
+    }
+    let (sweeps, fuzzes) = read_summaries(&args.files)?;
     let merged = match (sweeps.is_empty(), fuzzes.is_empty()) {
         (false, true) => {
             Merged::Sweep(SweepSummary::merge(sweeps).map_err(|e| CliError::Usage(e.to_string()))?)
@@ -83,8 +90,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
         Merged::Fuzz(f) => (f.to_json(), f.to_text(), f.passed()),
     };
     if let Some(path) = &args.json {
-        std::fs::write(path, json)
-            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+        output::write(path, json)?;
     }
     if let Some(path) = &args.junit {
         let Merged::Sweep(summary) = &merged else {
@@ -92,10 +98,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
                 "--junit renders a sweep; a fuzz summary has its JSON".to_owned(),
             ));
         };
-        let xml =
-            idem_reports::junit::render(summary).map_err(|e| CliError::Usage(e.to_string()))?;
-        std::fs::write(path, xml)
-            .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", path.display())))?;
+        write_junit(path, idem_reports::junit::render(summary))?;
     }
     emit(&text);
     Ok(if passed { Exit::Pass } else { Exit::Violation })

@@ -1,17 +1,26 @@
 //! The `idem` command line (clap).
 //!
+//! Arguments in, text out: each command file parses its flags, calls the
+//! library module that does the work, and prints what it returns. Errors
+//! meet at one enum, [`CliError`], whose [`CliError::exit`] is the one
+//! place an error becomes an exit code.
+//!
 //! Exit codes, for people and CI alike:
 //! - 0: pass (or the command did what it was asked);
 //! - 1: an invariant was violated, a determinism check diverged, a run
 //!   could not finish, or a sweep missed an expected race window;
 //!   (`mutants`) the correct design failed a run or a mutant was not caught;
 //! - 2: usage or input error (bad flags, malformed scenario file, unknown
-//!   scenario, unreachable database).
+//!   scenario, an input file that cannot be read, unreachable database);
+//! - 3: an output could not be written (a summary, a report, a trace, a
+//!   corpus or regression file, the bench's files) or rendered: the
+//!   machine's trouble (a full disk, a missing directory, no permission),
+//!   not the user's input, and the run's verdict is unknown to CI.
 
-pub mod bench;
+mod bench;
 mod common;
 mod determinism;
-pub mod explore;
+mod explore;
 mod fuzz;
 mod list;
 mod merge;
@@ -27,6 +36,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::load::LoadError;
+use crate::output::IoError;
 
 /// The documented exit codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +44,14 @@ pub enum Exit {
     Pass = 0,
     Violation = 1,
     Usage = 2,
+    Output = 3,
+}
+
+impl Exit {
+    /// Pass, or a violation.
+    pub fn passed(passed: bool) -> Self {
+        if passed { Exit::Pass } else { Exit::Violation }
+    }
 }
 
 impl From<Exit> for ExitCode {
@@ -42,20 +60,39 @@ impl From<Exit> for ExitCode {
     }
 }
 
-/// Errors that end a command with exit code 2, with the message to print.
+/// Why a command ended without a verdict, with the message to print.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// Bad flags or values, or an input file that cannot be read or used.
     #[error("{0}")]
     Usage(String),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
     /// An unknown or malformed scenario: printed as `path:line:col: message`
     /// lines, with nothing in front, so that editors and CI can jump to them.
     #[error("{0}")]
     Scenario(#[from] LoadError),
-    /// `serve` and `migrate`: the production commands' own errors.
+    /// An output that could not be written (or a file the command keeps
+    /// that could not be read back).
+    #[error("{0}")]
+    Io(#[from] IoError),
+    /// An output that could not be rendered (a plot, JUnit XML, a world
+    /// the emitter cannot write as a scenario file).
+    #[error("{0}")]
+    Render(String),
+    /// `serve`, `migrate` and `certify`: the production commands' own
+    /// errors (bad flags or configuration, an unreachable database or
+    /// provider).
     #[error("{0}")]
     Server(#[from] idem_core::cli::CliError),
+}
+
+impl CliError {
+    /// The exit code of each error: the one place they are decided.
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::Usage(_) | CliError::Scenario(_) | CliError::Server(_) => Exit::Usage,
+            CliError::Io(_) | CliError::Render(_) => Exit::Output,
+        }
+    }
 }
 
 const EXIT_CODES: &str = "\
@@ -65,11 +102,19 @@ Exit codes:
      or a sweep that missed an expected race window
      (mutants: the correct design failed a run, or a mutant was not caught)
   2  usage or input error: bad flags, an unknown scenario, a malformed scenario file
-     (reported as path:line:col: message), an unreachable database";
+     (reported as path:line:col: message), an input file that cannot be read,
+     an unreachable database
+  3  an output could not be written or rendered (--json, --junit, --trace, a report,
+     a corpus or regression file): the machine's trouble, not the input's";
 
 /// `--version`: the version, the commit and whether the tree was dirty.
 static VERSION: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| common::build().to_string());
+    std::sync::LazyLock::new(|| crate::record::build().to_string());
+
+/// The command line as typed, for provenance blocks.
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -147,16 +192,16 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::List(args) => list::list(args),
         Command::Show(args) => list::show(args),
-        Command::Run(args) => run::run(args),
-        Command::Sweep(args) => sweep::sweep(args),
+        Command::Run(args) => run::run_command(args),
+        Command::Sweep(args) => sweep::sweep_command(args),
         Command::CheckDeterminism(args) => determinism::check_determinism(args),
-        Command::Mutants(args) => mutants::mutants(args),
-        Command::Explore(args) => explore::explore(args),
-        Command::Report(args) => report::report(args),
+        Command::Mutants(args) => mutants::mutants_command(args),
+        Command::Explore(args) => explore::explore_command(args),
+        Command::Report(args) => report::report_command(args),
         Command::Regress(args) => regress::regress(args),
-        Command::Fuzz(args) => fuzz::fuzz(args),
+        Command::Fuzz(args) => fuzz::fuzz_command(args),
         Command::Merge(args) => merge::merge(args),
-        Command::Bench(args) => bench::bench(args),
+        Command::Bench(args) => bench::bench_command(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)
             .map(|()| Exit::Pass)
             .map_err(CliError::from),
@@ -173,13 +218,12 @@ pub fn main() -> ExitCode {
     };
     match outcome {
         Ok(exit) => exit.into(),
-        Err(CliError::Scenario(LoadError::Invalid(errors))) => {
-            eprintln!("{errors}");
-            Exit::Usage.into()
-        }
-        Err(e) => {
-            eprintln!("idem: {e}");
-            Exit::Usage.into()
+        Err(error) => {
+            match &error {
+                CliError::Scenario(LoadError::Invalid(errors)) => eprintln!("{errors}"),
+                other => eprintln!("idem: {other}"),
+            }
+            error.exit().into()
         }
     }
 }

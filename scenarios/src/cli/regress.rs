@@ -20,12 +20,13 @@ use clap::Args;
 use idem_core::design::Design;
 use idem_sim::run::Verdict;
 
-use super::common::{emit, execute, reproduce, window_name};
+use super::common::emit;
 use super::{CliError, Exit};
 use crate::emit::to_file_kept;
-use crate::fuzz::RunPath;
+use crate::kept::{Kept, RunPath};
 use crate::load::load;
-use crate::validate::Kept;
+use crate::output;
+use crate::record::{execute, reproduce, window_name};
 
 /// The most files one folder may hold for `regress`.
 pub const FILES_MAX: usize = 10_000;
@@ -65,11 +66,27 @@ enum Status {
     Fail,
 }
 
+impl Status {
+    /// `Drift` if there is any, else `passed`.
+    fn drift_or(drift: Vec<String>, passed: Status) -> Status {
+        if drift.is_empty() {
+            passed
+        } else {
+            Status::Drift(drift)
+        }
+    }
+}
+
 fn files_in(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            return Err(CliError::Usage(format!(
+                "{}: cannot read: {e}",
+                dir.display()
+            )));
+        }
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -181,20 +198,20 @@ fn check(path: &Path, update: bool) -> Result<(Status, String), CliError> {
         ));
     }
     let Some(recorded) = loaded.kept.as_ref().and_then(|k| k.path.as_ref()) else {
-        return Ok((
-            if drift.is_empty() {
-                Status::Unrecorded
-            } else {
-                Status::Drift(drift)
-            },
-            command,
-        ));
+        return Ok((Status::drift_or(drift, Status::Unrecorded), command));
     };
+    drift.extend(path_drift(recorded, &now));
+    Ok((Status::drift_or(drift, Status::Ok), command))
+}
+
+/// How the path `now` differs from the path `recorded`.
+fn path_drift(recorded: &RunPath, now: &RunPath) -> Vec<String> {
     let names = |ws: &mut dyn Iterator<Item = &idem_sim::scenario::Window>| {
         ws.map(|w| window_name(*w)).collect::<Vec<_>>().join(", ")
     };
     let lost = names(&mut recorded.windows.iter().filter(|w| !now.windows.contains(w)));
     let gained = names(&mut now.windows.iter().filter(|w| !recorded.windows.contains(w)));
+    let mut drift = Vec::new();
     if !lost.is_empty() {
         drift.push(format!("race windows no longer reached: {lost}"));
     }
@@ -209,14 +226,7 @@ fn check(path: &Path, update: bool) -> Result<(Status, String), CliError> {
             recorded.event_kinds, now.event_kinds
         ));
     }
-    Ok((
-        if drift.is_empty() {
-            Status::Ok
-        } else {
-            Status::Drift(drift)
-        },
-        command,
-    ))
+    drift
 }
 
 /// Writes the file again in the emitted form, its header comment kept and
@@ -226,7 +236,7 @@ fn rewrite(
     scenario: &idem_sim::scenario::Scenario,
     kept: &Kept,
 ) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(path)?;
+    let text = output::read(path)?;
     let comment: Vec<&str> = text
         .lines()
         .take_while(|l| l.starts_with('#'))
@@ -237,8 +247,8 @@ fn rewrite(
         })
         .collect();
     let body = to_file_kept(scenario, &comment.join("\n"), Some(kept))
-        .map_err(|e| CliError::Usage(format!("{}: cannot write: {e}", path.display())))?;
-    std::fs::write(path, body)?;
+        .map_err(|e| CliError::Render(format!("{}: cannot write: {e}", path.display())))?;
+    output::write(path, body)?;
     Ok(())
 }
 

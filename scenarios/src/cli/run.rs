@@ -1,21 +1,19 @@
-//! `idem run`: one scenario, one seed, the verdict and its evidence.
+//! `idem run`: one scenario, one seed, the verdict and its evidence
+//! ([`crate::run`]).
 
-use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::time::FormatTime;
 
 use idem_core::design::Design;
-use idem_reports::{RunRecord, RunVerdict};
-use idem_sim::run::RunOutcome;
-use idem_sim::trace::Trace;
+use idem_reports::RunRecord;
 
-use super::common::{build, emit, execute, record};
+use super::common::emit;
 use super::{CliError, Exit};
 use crate::load::load;
+use crate::output;
+use crate::record::{Evidence, build, record};
+use crate::run::{Log, logged, text};
 
 /// How a command prints its result.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -58,40 +56,6 @@ pub struct RunArgs {
     pub log: bool,
 }
 
-/// Stamps log lines with the simulated time of the host that logs them;
-/// the driver, outside any host, has none.
-#[derive(Clone, Copy, Debug)]
-struct SimTime;
-
-impl FormatTime for SimTime {
-    fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
-        match idem_sim::scheduler::sim_elapsed() {
-            Some(elapsed) => write!(w, "{:>9}ms", elapsed.as_millis()),
-            None => write!(w, "{:>11}", "driver"),
-        }
-    }
-}
-
-fn run_logged(
-    scenario: &idem_sim::scenario::Scenario,
-    seed: u64,
-    design: Design,
-    log: bool,
-) -> Result<RunOutcome, String> {
-    if !log {
-        return execute(scenario, seed, design);
-    }
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let subscriber = tracing_subscriber::fmt()
-        .with_timer(SimTime)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .finish();
-    tracing::subscriber::with_default(subscriber, || execute(scenario, seed, design))
-}
-
 /// A seed for a run that was given none. This is the command line, not the
 /// simulator: the run itself stays a function of the seed, and the seed is
 /// printed before anything else, so the run can be had again. The OS
@@ -104,42 +68,33 @@ fn draw_seed() -> u64 {
     hasher.finish()
 }
 
-pub fn run(args: RunArgs) -> Result<Exit, CliError> {
+pub fn run_command(args: RunArgs) -> Result<Exit, CliError> {
     let loaded = load(&args.scenario)?;
-    let seed = match args.seed {
-        Some(seed) => seed,
-        None => {
-            let seed = draw_seed();
-            let note = format!(
-                "seed {seed} (drawn at random: no --seed and no IDEM_SEED; either reruns it)\n"
-            );
-            match args.format {
-                Format::Text => emit(&note),
-                // stdout holds exactly one JSON record, which names the seed.
-                Format::Json => eprint!("{note}"),
-            }
-            seed
+    let seed = args.seed.unwrap_or_else(|| {
+        let seed = draw_seed();
+        let note = format!(
+            "seed {seed} (drawn at random: no --seed and no IDEM_SEED; either reruns it)\n"
+        );
+        match args.format {
+            Format::Text => emit(&note),
+            // stdout holds exactly one JSON record, which names the seed.
+            Format::Json => eprint!("{note}"),
         }
-    };
-    let outcome = run_logged(&loaded.scenario, seed, args.design, args.log);
+        seed
+    });
+    let log = if args.log { Log::Stderr } else { Log::Quiet };
+    let outcome = logged(&loaded.scenario, seed, args.design, log);
     if let (Some(path), Ok(outcome)) = (&args.trace, &outcome) {
-        std::fs::write(path, outcome.trace.to_jsonl()).map_err(|e| {
-            CliError::Usage(format!("cannot write the trace to {}: {e}", path.display()))
-        })?;
+        output::write(path, outcome.trace.to_jsonl())?;
     }
     if let Some(path) = &args.report {
-        super::report::write_run_page(&loaded, seed, args.design, &outcome, path)?;
+        let page =
+            crate::review::run_page(&loaded, seed, args.design, &outcome, &super::command_line());
+        output::write(path, page)?;
     }
     let record = RunRecord {
         build: Some(build()),
-        ..record(
-            &loaded.scenario,
-            &loaded.target,
-            seed,
-            args.design,
-            &outcome,
-            true,
-        )
+        ..record(&loaded, seed, args.design, &outcome, Evidence::Events)
     };
     match args.format {
         Format::Json => emit(&format!(
@@ -152,106 +107,5 @@ pub fn run(args: RunArgs) -> Result<Exit, CliError> {
             args.trace.as_deref(),
         )),
     }
-    Ok(if record.verdict.passed() {
-        Exit::Pass
-    } else {
-        Exit::Violation
-    })
-}
-
-/// The human rendering of one run. Evidence events are printed exactly as
-/// the trace's JSON lines have them, so they can be searched for in a
-/// `--trace` file.
-pub fn text(
-    record: &RunRecord,
-    trace: Option<&Trace>,
-    trace_path: Option<&std::path::Path>,
-) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{} seed {} design {}",
-        record.scenario, record.seed, record.design
-    );
-    match record.verdict {
-        RunVerdict::Pass => {
-            let _ = writeln!(out, "verdict: PASS, every invariant held");
-        }
-        RunVerdict::Fail => {
-            let n = record.violations.len();
-            let plural = if n == 1 { "" } else { "s" };
-            let _ = writeln!(out, "verdict: FAIL, {n} violation{plural}");
-        }
-        RunVerdict::Error => {
-            let _ = writeln!(
-                out,
-                "verdict: ERROR, {}",
-                record.error.as_deref().unwrap_or("the simulation failed")
-            );
-        }
-    }
-    for v in &record.violations {
-        let _ = writeln!(
-            out,
-            "  invariant {} ({}): {}",
-            v.invariant, v.name, v.message
-        );
-        let events = v
-            .evidence
-            .iter()
-            .filter_map(|seq| trace?.events.get(usize::try_from(*seq).ok()?));
-        for event in events {
-            let line = serde_json::to_string(event).expect("trace events serialize");
-            let _ = writeln!(out, "    {line}");
-        }
-    }
-    if record.verdict != RunVerdict::Error {
-        let _ = writeln!(
-            out,
-            "stop: {} at {} simulated ms, {} steps, {} trace events",
-            record.stop, record.sim_ms, record.steps, record.trace_events
-        );
-        let reached: Vec<String> = record
-            .windows
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(w, n)| format!("{w} x{n}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "windows reached: {}",
-            if reached.is_empty() {
-                "none".to_owned()
-            } else {
-                reached.join(", ")
-            }
-        );
-        if !record.expect_windows.is_empty() {
-            let expected: Vec<String> = record
-                .expect_windows
-                .iter()
-                .map(|w| {
-                    let hit = record.windows.get(w).copied().unwrap_or(0) > 0;
-                    format!(
-                        "{w} ({})",
-                        if hit {
-                            "reached"
-                        } else {
-                            "not reached by this seed"
-                        }
-                    )
-                })
-                .collect();
-            let _ = writeln!(out, "expected windows: {}", expected.join(", "));
-        }
-        let _ = writeln!(out, "trace hash: {}", record.trace_hash);
-        if let Some(path) = trace_path {
-            let _ = writeln!(out, "trace written to {}", path.display());
-        }
-    }
-    let _ = writeln!(out, "reproduce with: {}", record.reproduce);
-    if let Some(build) = &record.build {
-        let _ = writeln!(out, "build: idem {build}");
-    }
-    out
+    Ok(Exit::passed(record.verdict.passed()))
 }

@@ -60,9 +60,15 @@ enum ContractArg {
     IgnoredFormat,
 }
 
-pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
-    init_logging(args.log_format);
-    let behaviour = Behaviour {
+/// The provider server stopped serving: like `idem serve`'s own errors,
+/// exit 2.
+fn stopped(error: std::io::Error) -> CliError {
+    CliError::Usage(format!("the provider server stopped: {error}"))
+}
+
+/// The served provider's behaviour, as the flags say.
+fn behaviour(args: &ProviderServerArgs) -> Behaviour {
+    Behaviour {
         latency_ms: args.latency_ms,
         hang: args.hang,
         stall: args.stall,
@@ -78,9 +84,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
         served_model: args.served_model.clone(),
         seed: args.seed,
         ..Behaviour::default()
-    };
-    let api_key = args
-        .api_key_env
+    }
+}
+
+/// The API key the server requires, from the variable `--api-key-env`
+/// names.
+fn api_key(args: &ProviderServerArgs) -> Result<Option<String>, CliError> {
+    args.api_key_env
         .as_deref()
         .map(|var| {
             std::env::var(var)
@@ -90,7 +100,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
                     CliError::Usage(format!("--api-key-env {var}: the variable is not set"))
                 })
         })
-        .transpose()?;
+        .transpose()
+}
+
+pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
+    init_logging(args.log_format);
+    let behaviour = behaviour(&args);
+    let api_key = api_key(&args)?;
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
@@ -104,13 +120,13 @@ pub fn provider_server(args: ProviderServerArgs) -> Result<Exit, CliError> {
                 .map_err(|e| CliError::Usage(format!("cannot serve TLS: {e}")))?;
             tracing::info!(listen = %args.listen, "provider serving HTTPS");
             tokio::select! {
-                served = idem_core::provider::server::serve(listener, server) => served?,
+                served = idem_core::provider::server::serve(listener, server) => served.map_err(stopped)?,
                 () = os_signal() => {}
             }
         } else {
             tracing::info!(listen = %args.listen, "provider serving");
             tokio::select! {
-                served = idem_core::provider::server::serve(listener, server) => served?,
+                served = idem_core::provider::server::serve(listener, server) => served.map_err(stopped)?,
                 () = os_signal() => {}
             }
         }

@@ -1,29 +1,31 @@
 //! Search beyond the catalogue: every seed a whole generated
 //! world ([`world`]), judged by the same oracle as every other run; a
 //! failure is known by its [`Signature`], shrunk to a minimal world
-//! ([`shrink`]) and kept as a scenario file whose `[kept]` table records
-//! the path it was kept for ([`RunPath`]), so that `idem regress` notices
-//! when the code moves the seed off that path.
+//! ([`shrink`]) and kept as a scenario file ([`corpus`]) whose `[kept]`
+//! table records the path it was kept for ([`crate::kept::RunPath`]), so
+//! that `idem regress` notices when the code moves the seed off that path.
+//! [`search`] runs a plan's seeds on the runner and puts it together.
 //!
-//! The command line (`idem fuzz`, `idem merge`) is in `crate::cli`; this
-//! module is what it runs, kept free of threads and terminals so that
-//! tests call it directly.
+//! The command line (`idem fuzz`, `idem merge`) is in `crate::cli`; it
+//! parses its arguments, calls [`search::fuzz`] and prints.
 
+pub mod corpus;
+pub mod search;
 pub mod shrink;
 pub mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use idem_core::store::faults::StoreFault;
 use idem_sim::run::RunOutcome;
-use idem_sim::scenario::{Scenario, Window};
+use idem_sim::scenario::Scenario;
 use idem_sim::trace::{Trace, TraceBody};
 
 use crate::emit::{EmitError, to_file};
+use crate::kept::kind_of;
 use crate::validate::scenario_from_str;
 
 /// The world of `seed` as the fuzzer runs it: generated, written as a
@@ -128,18 +130,6 @@ fn without_numbers(text: &str) -> String {
     out
 }
 
-/// The trace event's kind as its JSON names it (`attempt_transition`).
-pub fn kind_of(body: &TraceBody) -> String {
-    match serde_json::to_value(body) {
-        Ok(Value::Object(map)) => map
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_owned(),
-        _ => "unknown".to_owned(),
-    }
-}
-
 /// The fault kinds that took effect in a run: the driver fired them
 /// (network, crash, provider and clock faults), or, for store faults, the
 /// store injected one at least once (a rule installed for an operation
@@ -178,61 +168,6 @@ pub fn generated(scenario: &Scenario) -> BTreeSet<String> {
         .iter()
         .map(|f| f.fault.kind().name().to_owned())
         .collect()
-}
-
-/// The path a run took, coarsely: the race windows it reached and a
-/// fingerprint of the kinds of its events in order. Client requests,
-/// responses and the end of a client's script are left out (how often a
-/// user polls is not the path); every store decision, note, provider
-/// execution and fault is in, transitions with their states, notes with
-/// their event kind, faults with their name. Ids, times, hosts and
-/// payloads are out, so the fingerprint moves only when the run takes
-/// another path, not when it takes the same one with other values.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunPath {
-    pub windows: Vec<Window>,
-    /// 16 hex digits of the SHA-256 of the event kinds, one per line.
-    pub event_kinds: String,
-}
-
-impl RunPath {
-    pub fn of(outcome: &RunOutcome) -> Self {
-        let windows = Window::ALL
-            .iter()
-            .copied()
-            .filter(|w| outcome.report.windows.get(w).copied().unwrap_or(0) > 0)
-            .collect();
-        let mut hasher = Sha256::new();
-        for event in &outcome.trace.events {
-            let token = match &event.body {
-                TraceBody::HttpRequest { .. }
-                | TraceBody::HttpResponse { .. }
-                | TraceBody::HttpFailed { .. }
-                | TraceBody::ClientDone { .. } => continue,
-                TraceBody::AttemptTransition { from, to, .. } => {
-                    format!("attempt_transition {from}>{to}")
-                }
-                TraceBody::NoteRecorded { event, .. } => {
-                    format!("note_recorded {}", kind_name(event))
-                }
-                TraceBody::Fault { name, .. } => format!("fault {name}"),
-                body => kind_of(body),
-            };
-            hasher.update(token.as_bytes());
-            hasher.update(b"\n");
-        }
-        Self {
-            windows,
-            event_kinds: hex::encode(&hasher.finalize()[..8]),
-        }
-    }
-}
-
-fn kind_name<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(Value::String(name)) => name,
-        _ => "unknown".to_owned(),
-    }
 }
 
 #[cfg(test)]

@@ -62,139 +62,193 @@ pub fn shrink(
 
 /// Every smaller world one step away from `world`, biggest cuts first.
 pub fn candidates(world: &Scenario) -> Vec<Scenario> {
-    let mut out: Vec<Scenario> = Vec::new();
-    let mut push = |candidate: Scenario| {
-        if candidate != *world && !out.contains(&candidate) {
-            out.push(candidate);
-        }
+    let mut found = Candidates {
+        world,
+        out: Vec::new(),
     };
-    // Faults: all, each half, then each one.
-    let n = world.faults.len();
-    if n > 0 {
-        push(with_faults(world, |_| false));
-        if n > 1 {
-            push(with_faults(world, |i| i >= n / 2));
-            push(with_faults(world, |i| i < n / 2));
-        }
-        for drop in 0..n {
-            push(with_faults(world, |i| i != drop));
+    found.fewer_faults();
+    found.fewer_users();
+    found.fewer_actions();
+    if world.policy != Policy::Strict {
+        found.push(Scenario {
+            policy: Policy::Strict,
+            ..world.clone()
+        });
+    }
+    found.simpler_actions();
+    found.simpler_faults();
+    found.smaller_topology();
+    found.simpler_providers();
+    found.fewer_providers();
+    if world.timing.latency_ms_max > world.timing.latency_ms_min {
+        let mut w = world.clone();
+        w.timing.latency_ms_max = w.timing.latency_ms_min;
+        found.push(w);
+    }
+    found.out
+}
+
+/// The candidates found so far, each new and different from the world.
+struct Candidates<'a> {
+    world: &'a Scenario,
+    out: Vec<Scenario>,
+}
+
+impl Candidates<'_> {
+    fn push(&mut self, candidate: Scenario) {
+        if candidate != *self.world && !self.out.contains(&candidate) {
+            self.out.push(candidate);
         }
     }
-    // Users: each one (with every probe of them).
-    if world.clients.len() > 1 {
-        for drop in 0..world.clients.len() {
-            let mut w = world.clone();
+
+    /// All faults, each half, then each one.
+    fn fewer_faults(&mut self) {
+        let n = self.world.faults.len();
+        if n == 0 {
+            return;
+        }
+        self.push(with_faults(self.world, |_| false));
+        if n > 1 {
+            self.push(with_faults(self.world, |i| i >= n / 2));
+            self.push(with_faults(self.world, |i| i < n / 2));
+        }
+        for drop in 0..n {
+            self.push(with_faults(self.world, |i| i != drop));
+        }
+    }
+
+    /// Each user gone, with every probe of them.
+    fn fewer_users(&mut self) {
+        if self.world.clients.len() <= 1 {
+            return;
+        }
+        for drop in 0..self.world.clients.len() {
+            let mut w = self.world.clone();
             let gone = w.clients.remove(drop).name;
             for c in &mut w.clients {
                 c.actions.retain(
                     |a| !matches!(a, Action::Probe { other_client, .. } if *other_client == gone),
                 );
             }
-            push(w);
+            self.push(w);
         }
     }
-    // Actions: each one (a click with whatever needed it).
-    for (c, client) in world.clients.iter().enumerate() {
-        for a in 0..client.actions.len() {
-            let mut w = world.clone();
-            w.clients[c].actions.remove(a);
-            repair(&mut w);
-            push(w);
-        }
-    }
-    // Simpler values.
-    if world.policy != Policy::Strict {
-        push(Scenario {
-            policy: Policy::Strict,
-            ..world.clone()
-        });
-    }
-    for (c, client) in world.clients.iter().enumerate() {
-        for (a, action) in client.actions.iter().enumerate() {
-            for simpler in simpler_actions(action) {
-                let mut w = world.clone();
-                w.clients[c].actions[a] = simpler;
-                push(w);
+
+    /// Each action gone (a click with whatever needed it).
+    fn fewer_actions(&mut self) {
+        for (c, client) in self.world.clients.iter().enumerate() {
+            for a in 0..client.actions.len() {
+                let mut w = self.world.clone();
+                w.clients[c].actions.remove(a);
+                repair(&mut w);
+                self.push(w);
             }
         }
     }
-    for (f, spec) in world.faults.iter().enumerate() {
-        for when in simpler_when(&spec.when) {
-            let mut w = world.clone();
-            w.faults[f].when = when;
-            push(w);
-        }
-        for fault in simpler_faults(&spec.fault) {
-            let mut w = world.clone();
-            w.faults[f].fault = fault;
-            push(w);
-        }
-    }
-    let topology = &world.topology;
-    if topology.api_replicas > 2 {
-        let mut w = world.clone();
-        w.topology.api_replicas = 2;
-        w.faults.retain(|f| names_only_apis_up_to(&f.fault, 2));
-        push(w);
-    }
-    if topology.workers > 1 {
-        let mut w = world.clone();
-        w.topology.workers = 1;
-        w.faults.retain(|f| names_only_workers_up_to(&f.fault, 1));
-        push(w);
-    }
-    for (p, profile) in topology.providers.iter().enumerate() {
-        let b = &profile.behaviour;
-        let mut simpler: Vec<fn(&mut Behaviour)> = Vec::new();
-        if b.latency_jitter_ms > 0 {
-            simpler.push(|b| b.latency_jitter_ms = 0);
-        }
-        if b.error_per_mille > 0 {
-            simpler.push(|b| b.error_per_mille = 0);
-        }
-        if b.hang {
-            simpler.push(|b| b.hang = false);
-        }
-        if b.stall {
-            simpler.push(|b| b.stall = false);
-        }
-        if b.contract != ContractMode::Valid {
-            simpler.push(|b| b.contract = ContractMode::Valid);
-        }
-        if !b.honour_idempotency_keys {
-            simpler.push(|b| b.honour_idempotency_keys = true);
-        }
-        if !b.supports_status {
-            simpler.push(|b| b.supports_status = true);
-        }
-        if !b.supports_cancel {
-            simpler.push(|b| b.supports_cancel = true);
-        }
-        if b.latency_ms > 1 {
-            simpler.push(|b| b.latency_ms /= 2);
-        }
-        for change in simpler {
-            let mut w = world.clone();
-            change(&mut w.topology.providers[p].behaviour);
-            push(w);
-        }
-    }
-    // Providers nobody names (no click, fallback, backup or fault).
-    for profile in &topology.providers {
-        if !names_provider(world, &profile.name) {
-            let mut w = world.clone();
-            w.topology.providers.retain(|p| p.name != profile.name);
-            if !w.topology.providers.is_empty() {
-                push(w);
+
+    fn simpler_actions(&mut self) {
+        for (c, client) in self.world.clients.iter().enumerate() {
+            for (a, action) in client.actions.iter().enumerate() {
+                for simpler in simpler_actions(action) {
+                    let mut w = self.world.clone();
+                    w.clients[c].actions[a] = simpler;
+                    self.push(w);
+                }
             }
         }
     }
-    if world.timing.latency_ms_max > world.timing.latency_ms_min {
-        let mut w = world.clone();
-        w.timing.latency_ms_max = w.timing.latency_ms_min;
-        push(w);
+
+    /// Each fault earlier, then milder.
+    fn simpler_faults(&mut self) {
+        for (f, spec) in self.world.faults.iter().enumerate() {
+            for when in simpler_when(&spec.when) {
+                let mut w = self.world.clone();
+                w.faults[f].when = when;
+                self.push(w);
+            }
+            for fault in simpler_faults(&spec.fault) {
+                let mut w = self.world.clone();
+                w.faults[f].fault = fault;
+                self.push(w);
+            }
+        }
     }
-    out
+
+    /// The fewest API replicas and workers, without the faults on the
+    /// hosts that went.
+    fn smaller_topology(&mut self) {
+        let topology = &self.world.topology;
+        if topology.api_replicas > 2 {
+            let mut w = self.world.clone();
+            w.topology.api_replicas = 2;
+            w.faults.retain(|f| names_only_apis_up_to(&f.fault, 2));
+            self.push(w);
+        }
+        if topology.workers > 1 {
+            let mut w = self.world.clone();
+            w.topology.workers = 1;
+            w.faults.retain(|f| names_only_workers_up_to(&f.fault, 1));
+            self.push(w);
+        }
+    }
+
+    /// Each provider better behaved, one trait at a time.
+    fn simpler_providers(&mut self) {
+        for (p, profile) in self.world.topology.providers.iter().enumerate() {
+            for change in simpler_behaviours(&profile.behaviour) {
+                let mut w = self.world.clone();
+                change(&mut w.topology.providers[p].behaviour);
+                self.push(w);
+            }
+        }
+    }
+
+    /// Each provider nobody names (no click, fallback, backup or fault)
+    /// gone, while one is left.
+    fn fewer_providers(&mut self) {
+        for profile in &self.world.topology.providers {
+            if !names_provider(self.world, &profile.name) {
+                let mut w = self.world.clone();
+                w.topology.providers.retain(|p| p.name != profile.name);
+                if !w.topology.providers.is_empty() {
+                    self.push(w);
+                }
+            }
+        }
+    }
+}
+
+/// The changes that make a provider behave better than `b`, in order.
+fn simpler_behaviours(b: &Behaviour) -> Vec<fn(&mut Behaviour)> {
+    let mut simpler: Vec<fn(&mut Behaviour)> = Vec::new();
+    if b.latency_jitter_ms > 0 {
+        simpler.push(|b| b.latency_jitter_ms = 0);
+    }
+    if b.error_per_mille > 0 {
+        simpler.push(|b| b.error_per_mille = 0);
+    }
+    if b.hang {
+        simpler.push(|b| b.hang = false);
+    }
+    if b.stall {
+        simpler.push(|b| b.stall = false);
+    }
+    if b.contract != ContractMode::Valid {
+        simpler.push(|b| b.contract = ContractMode::Valid);
+    }
+    if !b.honour_idempotency_keys {
+        simpler.push(|b| b.honour_idempotency_keys = true);
+    }
+    if !b.supports_status {
+        simpler.push(|b| b.supports_status = true);
+    }
+    if !b.supports_cancel {
+        simpler.push(|b| b.supports_cancel = true);
+    }
+    if b.latency_ms > 1 {
+        simpler.push(|b| b.latency_ms /= 2);
+    }
+    simpler
 }
 
 /// The world with the faults whose index `keep` accepts.
@@ -245,85 +299,72 @@ fn repair(world: &mut Scenario) {
     }
 }
 
+/// Simpler versions of `action`: earlier, then without jitter, retries,
+/// fallbacks or a named backup provider.
 fn simpler_actions(action: &Action) -> Vec<Action> {
     let mut out = Vec::new();
-    match action {
-        Action::Create {
-            at_ms,
-            jitter_ms,
-            retries,
-            ..
-        } => {
-            for at in smaller(*at_ms) {
-                let mut a = action.clone();
-                if let Action::Create { at_ms, .. } = &mut a {
-                    *at_ms = at;
-                }
-                out.push(a);
-            }
-            if *jitter_ms > 0 {
-                let mut a = action.clone();
-                if let Action::Create { jitter_ms, .. } = &mut a {
-                    *jitter_ms = 0;
-                }
-                out.push(a);
-            }
-            if *retries > 0 {
-                let mut a = action.clone();
-                if let Action::Create { retries, .. } = &mut a {
-                    *retries = 0;
-                }
-                out.push(a);
-            }
-            if let Action::Create { request, .. } = action
-                && !request.fallbacks.is_empty()
-            {
-                let mut a = action.clone();
-                if let Action::Create { request, .. } = &mut a {
-                    request.fallbacks.clear();
-                }
-                out.push(a);
-            }
-        }
-        Action::Backup {
-            at_ms,
-            jitter_ms,
-            provider,
-            ..
-        } => {
-            for at in smaller(*at_ms) {
-                let mut a = action.clone();
-                if let Action::Backup { at_ms, .. } = &mut a {
-                    *at_ms = at;
-                }
-                out.push(a);
-            }
-            if *jitter_ms > 0 || provider.is_some() {
-                let mut a = action.clone();
-                if let Action::Backup {
-                    jitter_ms,
-                    provider,
-                    ..
-                } = &mut a
-                {
-                    *jitter_ms = 0;
-                    *provider = None;
-                }
-                out.push(a);
-            }
-        }
-        Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => {
-            for at in smaller(*at_ms) {
-                let mut a = action.clone();
-                if let Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } = &mut a {
-                    *at_ms = at;
-                }
-                out.push(a);
-            }
+    let at_ms = *at_ms_of(&mut action.clone());
+    for at in smaller(at_ms) {
+        let mut a = action.clone();
+        *at_ms_of(&mut a) = at;
+        out.push(a);
+    }
+    for change in ACTION_SIMPLIFICATIONS {
+        let mut a = action.clone();
+        if change(&mut a) {
+            out.push(a);
         }
     }
     out
 }
+
+/// An action's time.
+fn at_ms_of(action: &mut Action) -> &mut u64 {
+    match action {
+        Action::Create { at_ms, .. }
+        | Action::Backup { at_ms, .. }
+        | Action::Get { at_ms, .. }
+        | Action::Probe { at_ms, .. } => at_ms,
+    }
+}
+
+/// Changes that make an action simpler, in the order they are tried;
+/// each says whether it changed anything.
+const ACTION_SIMPLIFICATIONS: [fn(&mut Action) -> bool; 4] = [
+    |a| match a {
+        Action::Create { jitter_ms, .. } if *jitter_ms > 0 => {
+            *jitter_ms = 0;
+            true
+        }
+        _ => false,
+    },
+    |a| match a {
+        Action::Create { retries, .. } if *retries > 0 => {
+            *retries = 0;
+            true
+        }
+        _ => false,
+    },
+    |a| match a {
+        Action::Create { request, .. } if !request.fallbacks.is_empty() => {
+            request.fallbacks.clear();
+            true
+        }
+        _ => false,
+    },
+    |a| match a {
+        Action::Backup {
+            jitter_ms,
+            provider,
+            ..
+        } if *jitter_ms > 0 || provider.is_some() => {
+            *jitter_ms = 0;
+            *provider = None;
+            true
+        }
+        _ => false,
+    },
+];
 
 /// Zero, then half: the values a time shrinks toward.
 fn smaller(value: u64) -> Vec<u64> {
@@ -348,101 +389,87 @@ fn simpler_when(when: &When) -> Vec<When> {
     }
 }
 
+/// Milder versions of `fault`, in the order they are tried.
 fn simpler_faults(fault: &Fault) -> Vec<Fault> {
-    let halve = |v: u64| (v > 1).then_some(v / 2);
-    let mut out = Vec::new();
-    let mut f = fault.clone();
-    match &mut f {
+    FAULT_SIMPLIFICATIONS
+        .iter()
+        .filter_map(|change| {
+            let mut f = fault.clone();
+            change(&mut f).then_some(f)
+        })
+        .collect()
+}
+
+/// `value` halved, if it is over 1 (toward 1, not 0: a zero duration or
+/// delay is a different fault).
+fn halve(value: &mut u64) -> bool {
+    let halved = *value > 1;
+    if halved {
+        *value /= 2;
+    }
+    halved
+}
+
+/// A signed clock amount halved, if its size is over 1.
+fn halve_signed(value: &mut i64) -> bool {
+    let halved = value.abs() > 1;
+    if halved {
+        *value /= 2;
+    }
+    halved
+}
+
+/// Changes that make a fault milder, in the order they are tried; each
+/// says whether it changed anything.
+const FAULT_SIMPLIFICATIONS: [fn(&mut Fault) -> bool; 6] = [
+    |f| match f {
         Fault::LinkLatency { duration_ms, .. }
         | Fault::Hold { duration_ms, .. }
         | Fault::Partition { duration_ms, .. }
         | Fault::ProviderHang { duration_ms, .. }
         | Fault::ProviderStall { duration_ms, .. }
-        | Fault::ProviderError { duration_ms, .. } => {
-            if let Some(half) = halve(*duration_ms) {
-                *duration_ms = half;
-                out.push(f);
-            }
-        }
+        | Fault::ProviderError { duration_ms, .. } => halve(duration_ms),
+        _ => false,
+    },
+    |f| match f {
         Fault::Crash {
             restart_after_ms: Some(after),
             ..
-        } => {
-            if let Some(half) = halve(*after) {
-                *after = half;
-                out.push(f);
-            }
+        } => halve(after),
+        _ => false,
+    },
+    |f| match f {
+        Fault::StoreLoseAck { nth, count, .. }
+        | Fault::StoreFailBeforeApply { nth, count, .. }
+        | Fault::StoreLatency { nth, count, .. }
+            if *nth > 1 || *count > 1 =>
+        {
+            *nth = 1;
+            *count = 1;
+            true
         }
-        Fault::Crash { .. } | Fault::ProviderModelChange { .. } => {}
-        Fault::StoreLoseAck { nth, count, .. } | Fault::StoreFailBeforeApply { nth, count, .. } => {
-            if *nth > 1 || *count > 1 {
-                *nth = 1;
-                *count = 1;
-                out.push(f);
-            }
+        _ => false,
+    },
+    |f| match f {
+        Fault::StoreLatency { latency_ms, .. } => halve(latency_ms),
+        _ => false,
+    },
+    |f| match f {
+        Fault::ClockOffset { duration_ms, .. } | Fault::ClockDrift { duration_ms, .. }
+            if duration_ms.is_some() =>
+        {
+            *duration_ms = None;
+            true
         }
-        Fault::StoreLatency {
-            nth,
-            count,
-            latency_ms,
-            ..
-        } => {
-            if *nth > 1 || *count > 1 {
-                let mut g = fault.clone();
-                if let Fault::StoreLatency { nth, count, .. } = &mut g {
-                    *nth = 1;
-                    *count = 1;
-                }
-                out.push(g);
-            }
-            if let Some(half) = halve(*latency_ms) {
-                *latency_ms = half;
-                out.push(f);
-            }
-        }
-        Fault::ClockOffset {
-            offset_ms,
-            duration_ms,
-            ..
-        } => {
-            if duration_ms.is_some() {
-                let mut g = fault.clone();
-                if let Fault::ClockOffset { duration_ms, .. } = &mut g {
-                    *duration_ms = None;
-                }
-                out.push(g);
-            }
-            if offset_ms.abs() > 1 {
-                *offset_ms /= 2;
-                out.push(f);
-            }
-        }
-        Fault::ClockDrift {
-            drift_ppm,
-            duration_ms,
-            ..
-        } => {
-            if duration_ms.is_some() {
-                let mut g = fault.clone();
-                if let Fault::ClockDrift { duration_ms, .. } = &mut g {
-                    *duration_ms = None;
-                }
-                out.push(g);
-            }
-            if drift_ppm.abs() > 1 {
-                *drift_ppm /= 2;
-                out.push(f);
-            }
-        }
-        Fault::ClockJump { jump_ms, .. } => {
-            if jump_ms.abs() > 1 {
-                *jump_ms /= 2;
-                out.push(f);
-            }
-        }
-    }
-    out
-}
+        _ => false,
+    },
+    |f| match f {
+        Fault::ClockOffset { offset_ms: v, .. }
+        | Fault::ClockDrift { drift_ppm: v, .. }
+        | Fault::ClockJump { jump_ms: v, .. } => halve_signed(v),
+        _ => false,
+    },
+];
 
 /// Whether anything in the world names provider `name`.
 fn names_provider(world: &Scenario, name: &str) -> bool {

@@ -101,6 +101,18 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The shape of a world with `topology`, `clients` and `timing`.
+    pub fn of(topology: &Topology, clients: &[ClientSpec], timing: &Timing) -> Self {
+        Shape {
+            apis: (1..=topology.api_replicas).map(host::api).collect(),
+            workers: (1..=topology.workers).map(host::worker).collect(),
+            reconciler: topology.reconciler,
+            providers: topology.providers.iter().map(|p| p.name.clone()).collect(),
+            clients: clients.iter().map(|c| c.name.clone()).collect(),
+            latency_ms_min: timing.latency_ms_min,
+        }
+    }
+
     /// Hosts that run the engine (and read a clock).
     fn engines(&self) -> Vec<String> {
         let mut hosts: Vec<String> = self.apis.iter().chain(&self.workers).cloned().collect();
@@ -322,17 +334,7 @@ fn clock_amount_ms(rng: &mut ChaCha8Rng) -> i64 {
 pub fn world(seed: u64) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(child_seed(seed, "fuzz/world"));
     let rng = &mut rng;
-    let timing = Timing {
-        tick_ms: 1,
-        settle_ms: SETTLE_MS,
-        latency_ms_min: rng.random_range(0..=3),
-        latency_ms_max: 0,
-        skip_quiet: true,
-    };
-    let timing = Timing {
-        latency_ms_max: timing.latency_ms_min + rng.random_range(0..=20),
-        ..timing
-    };
+    let timing = timing(rng);
     let policy = if rng.random_bool(0.4) {
         Policy::Hedged {
             hedge_after_ms: rng.random_range(50..=3_000),
@@ -340,6 +342,36 @@ pub fn world(seed: u64) -> Scenario {
     } else {
         Policy::Strict
     };
+    let topology = topology(rng);
+    let clients = clients(rng, &topology.providers);
+    let shape = Shape::of(&topology, &clients, &timing);
+    let faults = faults(rng, &shape);
+    Scenario {
+        name: format!("fuzz-{seed}"),
+        description: format!("The world `idem fuzz` generates from seed {seed}."),
+        topology,
+        policy,
+        clients,
+        faults,
+        timing,
+        expect_windows: Vec::new(),
+    }
+}
+
+/// Millisecond steps and a latency range of a few to some tens of
+/// milliseconds.
+fn timing(rng: &mut ChaCha8Rng) -> Timing {
+    let latency_ms_min = rng.random_range(0..=3);
+    Timing {
+        tick_ms: 1,
+        settle_ms: SETTLE_MS,
+        latency_ms_min,
+        latency_ms_max: latency_ms_min + rng.random_range(0..=20),
+        skip_quiet: true,
+    }
+}
+
+fn topology(rng: &mut ChaCha8Rng) -> Topology {
     let mut topology = Topology {
         api_replicas: rng.random_range(2..=4),
         // At least one worker: with none, a job nobody presses the backup
@@ -363,18 +395,14 @@ pub fn world(seed: u64) -> Scenario {
     reconciler.running_stale_ms = rng.random_range(deadline_ms / 2..=deadline_ms * 3);
     reconciler.unknown_max_ms = rng.random_range(500..=20_000);
     reconciler.attempts_per_pass_max = rng.random_range(1..=32);
-    let clients = clients(rng, &topology.providers);
-    let shape = Shape {
-        apis: (1..=topology.api_replicas).map(host::api).collect(),
-        workers: (1..=topology.workers).map(host::worker).collect(),
-        reconciler: topology.reconciler,
-        providers: topology.providers.iter().map(|p| p.name.clone()).collect(),
-        clients: clients.iter().map(|c| c.name.clone()).collect(),
-        latency_ms_min: timing.latency_ms_min,
-    };
+    topology
+}
+
+/// The swarm: each kind is in the world or not, by a coin toss, with one
+/// to [`INSTANCES_PER_KIND_MAX`] faults of it.
+fn faults(rng: &mut ChaCha8Rng, shape: &Shape) -> Vec<FaultSpec> {
     let mut faults = Vec::new();
     for row in FAULT_KINDS {
-        // The swarm: each kind is in this world or not, by a coin toss.
         if !rng.random_bool(0.5) {
             continue;
         }
@@ -391,20 +419,11 @@ pub fn world(seed: u64) -> Scenario {
             };
             faults.push(FaultSpec {
                 when,
-                fault: (row.draw)(rng, &shape),
+                fault: (row.draw)(rng, shape),
             });
         }
     }
-    Scenario {
-        name: format!("fuzz-{seed}"),
-        description: format!("The world `idem fuzz` generates from seed {seed}."),
-        topology,
-        policy,
-        clients,
-        faults,
-        timing,
-        expect_windows: Vec::new(),
-    }
+    faults
 }
 
 fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
@@ -416,58 +435,66 @@ fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
     PROVIDER_NAMES[..count]
         .iter()
         .enumerate()
-        .map(|(index, name)| {
-            let contract = if rng.random_bool(0.85) {
-                ContractMode::Valid
-            } else {
-                *pick(rng, CONTRACT_DEFECTS)
-            };
-            // The certification defects beside the contract's: answers
-            // that deviate now and then, and special tokens parsed from
-            // user text. Certification must catch each.
-            let deviate_one_in = if rng.random_bool(0.05) {
-                rng.random_range(2..=5)
-            } else {
-                0
-            };
-            let special_tokens = if rng.random_bool(0.05) {
-                SpecialTokens::Parsed
-            } else {
-                SpecialTokens::Literal
-            };
-            ProviderProfile {
-                name: (*name).to_owned(),
-                model: format!("{name}-model"),
-                certified: rng.random_bool(if index == 0 { 0.9 } else { 0.6 }),
-                tokenizer: TokenizerProfile {
-                    special_tokens,
-                    ..TokenizerProfile::default()
-                },
-                behaviour: Behaviour {
-                    latency_ms: rng.random_range(5..=3_000),
-                    latency_jitter_ms: if rng.random_bool(0.5) {
-                        0
-                    } else {
-                        rng.random_range(1..=500)
-                    },
-                    error_per_mille: if rng.random_bool(0.8) {
-                        0
-                    } else {
-                        rng.random_range(1..=500)
-                    },
-                    hang: rng.random_bool(0.05),
-                    stall: rng.random_bool(0.03),
-                    honour_idempotency_keys: rng.random_bool(0.9),
-                    supports_status: rng.random_bool(0.85),
-                    supports_cancel: rng.random_bool(0.85),
-                    contract,
-                    deviate_one_in,
-                    served_model: None,
-                    seed: rng.random_range(0..=u64::from(u32::MAX)),
-                },
-            }
-        })
+        .map(|(index, name)| provider(rng, index, name))
         .collect()
+}
+
+/// The `index`th provider, `name`: mostly well behaved, the first more
+/// often certified than the others.
+fn provider(rng: &mut ChaCha8Rng, index: usize, name: &str) -> ProviderProfile {
+    let contract = if rng.random_bool(0.85) {
+        ContractMode::Valid
+    } else {
+        *pick(rng, CONTRACT_DEFECTS)
+    };
+    // The certification defects beside the contract's: answers that
+    // deviate now and then, and special tokens parsed from user text.
+    // Certification must catch each.
+    let deviate_one_in = if rng.random_bool(0.05) {
+        rng.random_range(2..=5)
+    } else {
+        0
+    };
+    let special_tokens = if rng.random_bool(0.05) {
+        SpecialTokens::Parsed
+    } else {
+        SpecialTokens::Literal
+    };
+    ProviderProfile {
+        name: name.to_owned(),
+        model: format!("{name}-model"),
+        certified: rng.random_bool(if index == 0 { 0.9 } else { 0.6 }),
+        tokenizer: TokenizerProfile {
+            special_tokens,
+            ..TokenizerProfile::default()
+        },
+        behaviour: behaviour(rng, contract, deviate_one_in),
+    }
+}
+
+fn behaviour(rng: &mut ChaCha8Rng, contract: ContractMode, deviate_one_in: u32) -> Behaviour {
+    Behaviour {
+        latency_ms: rng.random_range(5..=3_000),
+        latency_jitter_ms: if rng.random_bool(0.5) {
+            0
+        } else {
+            rng.random_range(1..=500)
+        },
+        error_per_mille: if rng.random_bool(0.8) {
+            0
+        } else {
+            rng.random_range(1..=500)
+        },
+        hang: rng.random_bool(0.05),
+        stall: rng.random_bool(0.03),
+        honour_idempotency_keys: rng.random_bool(0.9),
+        supports_status: rng.random_bool(0.85),
+        supports_cancel: rng.random_bool(0.85),
+        contract,
+        deviate_one_in,
+        served_model: None,
+        seed: rng.random_range(0..=u64::from(u32::MAX)),
+    }
 }
 
 fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpec> {
@@ -484,29 +511,7 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
     // Clicks first: every other action refers to a click.
     for client in &mut clients {
         for _ in 0..rng.random_range(1..=3) {
-            let key = *pick(rng, &KEYS);
-            let primary = if rng.random_bool(0.8) {
-                names[0].clone()
-            } else {
-                pick(rng, &names).clone()
-            };
-            let fallbacks: Vec<String> = names
-                .iter()
-                .filter(|n| **n != primary && rng.random_bool(0.6))
-                .cloned()
-                .collect();
-            let click = Action::Create {
-                at_ms: rng.random_range(0..ACTION_WINDOW_MS),
-                jitter_ms: rng.random_range(0..=100),
-                key: key.to_owned(),
-                request: JobRequest {
-                    provider: primary,
-                    fallbacks,
-                    params: json!({"text": format!("{key}-v{}", rng.random_range(0..VARIANTS))}),
-                },
-                retries: rng.random_range(0..=3),
-                retry_after_ms: rng.random_range(50..=2_000),
-            };
+            let click = click(rng, &names);
             // A double click: the same request again within a few
             // milliseconds, so that both creates are in flight at once (the
             // race check-then-insert loses; spread over seconds, the second
@@ -526,7 +531,49 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
             client.actions.extend(double);
         }
     }
-    let clicked: Vec<Vec<String>> = clients
+    let clicked = clicked_keys(&clients);
+    for index in 0..clients.len() {
+        let extra = rng.random_range(0..=ACTIONS_MAX - clients[index].actions.len());
+        for _ in 0..extra {
+            if let Some(action) = follow_up(rng, index, &clicked, &clients, &names) {
+                clients[index].actions.push(action);
+            }
+        }
+    }
+    clients
+}
+
+/// A click on one of [`KEYS`], mostly to the first provider, with some of
+/// the others as fallbacks.
+fn click(rng: &mut ChaCha8Rng, names: &[String]) -> Action {
+    let key = *pick(rng, &KEYS);
+    let primary = if rng.random_bool(0.8) {
+        names[0].clone()
+    } else {
+        pick(rng, names).clone()
+    };
+    let fallbacks: Vec<String> = names
+        .iter()
+        .filter(|n| **n != primary && rng.random_bool(0.6))
+        .cloned()
+        .collect();
+    Action::Create {
+        at_ms: rng.random_range(0..ACTION_WINDOW_MS),
+        jitter_ms: rng.random_range(0..=100),
+        key: key.to_owned(),
+        request: JobRequest {
+            provider: primary,
+            fallbacks,
+            params: json!({"text": format!("{key}-v{}", rng.random_range(0..VARIANTS))}),
+        },
+        retries: rng.random_range(0..=3),
+        retry_after_ms: rng.random_range(50..=2_000),
+    }
+}
+
+/// The keys each client clicks with, sorted, by the client's index.
+fn clicked_keys(clients: &[ClientSpec]) -> Vec<Vec<String>> {
+    clients
         .iter()
         .map(|c| {
             let mut keys: Vec<String> = c
@@ -541,46 +588,50 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
             keys.dedup();
             keys
         })
-        .collect();
-    for index in 0..clients.len() {
-        let extra = rng.random_range(0..=ACTIONS_MAX - clients[index].actions.len());
-        for _ in 0..extra {
-            let own = &clicked[index];
-            let at_ms = rng.random_range(0..ACTION_WINDOW_MS + 4_000);
-            let action = match rng.random_range(0..6) {
-                0..=2 => Action::Backup {
-                    at_ms,
-                    jitter_ms: rng.random_range(0..=200),
-                    key: pick(rng, own).clone(),
-                    provider: rng.random_bool(0.3).then(|| pick(rng, &names).clone()),
-                },
-                3 | 4 => Action::Get {
-                    at_ms,
-                    key: pick(rng, own).clone(),
-                },
-                _ => {
-                    // A probe needs another user who clicked the same key.
-                    let others: Vec<(usize, &String)> = clicked
-                        .iter()
-                        .enumerate()
-                        .filter(|(other, _)| *other != index)
-                        .flat_map(|(other, keys)| keys.iter().map(move |k| (other, k)))
-                        .collect();
-                    if others.is_empty() {
-                        continue;
-                    }
-                    let (other, key) = *pick(rng, &others);
-                    Action::Probe {
-                        at_ms,
-                        other_client: clients[other].name.clone(),
-                        key: key.clone(),
-                    }
-                }
-            };
-            clients[index].actions.push(action);
+        .collect()
+}
+
+/// A backup, get or probe by client `index` of a job some click makes:
+/// its own for a backup or get, another's for a probe (none when no
+/// other client clicks).
+fn follow_up(
+    rng: &mut ChaCha8Rng,
+    index: usize,
+    clicked: &[Vec<String>],
+    clients: &[ClientSpec],
+    names: &[String],
+) -> Option<Action> {
+    let own = &clicked[index];
+    let at_ms = rng.random_range(0..ACTION_WINDOW_MS + 4_000);
+    Some(match rng.random_range(0..6) {
+        0..=2 => Action::Backup {
+            at_ms,
+            jitter_ms: rng.random_range(0..=200),
+            key: pick(rng, own).clone(),
+            provider: rng.random_bool(0.3).then(|| pick(rng, names).clone()),
+        },
+        3 | 4 => Action::Get {
+            at_ms,
+            key: pick(rng, own).clone(),
+        },
+        _ => {
+            let others: Vec<(usize, &String)> = clicked
+                .iter()
+                .enumerate()
+                .filter(|(other, _)| *other != index)
+                .flat_map(|(other, keys)| keys.iter().map(move |k| (other, k)))
+                .collect();
+            if others.is_empty() {
+                return None;
+            }
+            let (other, key) = *pick(rng, &others);
+            Action::Probe {
+                at_ms,
+                other_client: clients[other].name.clone(),
+                key: key.clone(),
+            }
         }
-    }
-    clients
+    })
 }
 
 #[cfg(test)]
@@ -612,19 +663,7 @@ mod tests {
         let kinds: Vec<FaultKind> = FAULT_KINDS.iter().map(|row| row.kind).collect();
         assert_eq!(kinds, FaultKind::ALL);
         let w = world(3);
-        let shape = Shape {
-            apis: (1..=w.topology.api_replicas).map(host::api).collect(),
-            workers: (1..=w.topology.workers).map(host::worker).collect(),
-            reconciler: w.topology.reconciler,
-            providers: w
-                .topology
-                .providers
-                .iter()
-                .map(|p| p.name.clone())
-                .collect(),
-            clients: w.clients.iter().map(|c| c.name.clone()).collect(),
-            latency_ms_min: w.timing.latency_ms_min,
-        };
+        let shape = Shape::of(&w.topology, &w.clients, &w.timing);
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         for row in FAULT_KINDS {
             for _ in 0..8 {

@@ -199,6 +199,54 @@ fn micros(since: std::time::Instant) -> u32 {
     u32::try_from(now().duration_since(since).as_micros()).unwrap_or(u32::MAX)
 }
 
+/// One client's run: the requests it asks for, and what it got.
+struct ClientRun {
+    client: u32,
+    plan: Arc<Plan>,
+    rng: rand_chacha::ChaCha8Rng,
+    next_index: u64,
+    ledger: Ledger,
+    latencies: Vec<u32>,
+    requests: u64,
+}
+
+impl ClientRun {
+    fn new(client: u32, plan: Arc<Plan>) -> Self {
+        Self {
+            client,
+            rng: plan.rng(client),
+            plan,
+            next_index: 0,
+            ledger: Ledger::default(),
+            latencies: Vec::new(),
+            requests: 0,
+        }
+    }
+
+    fn next(&mut self) -> Ask {
+        self.plan.next(self.client, self.next_index, &mut self.rng)
+    }
+
+    /// The answer to `ask`, sent at `sent`.
+    fn record(&mut self, ask: Ask, answer: Answer, sent: std::time::Instant) {
+        if self.latencies.len() < LATENCIES_PER_CLIENT_MAX {
+            self.latencies.push(micros(sent));
+        }
+        self.requests += 1;
+        if let (Ask::New { index, .. }, Answer::Created(_)) = (ask, &answer) {
+            self.plan.created(self.client, index);
+        }
+        if matches!(ask, Ask::New { .. }) {
+            self.next_index += 1;
+        }
+        self.ledger.entries.push((ask, answer));
+    }
+
+    fn finish(self) -> (Ledger, Vec<u32>, u64) {
+        (self.ledger, self.latencies, self.requests)
+    }
+}
+
 /// Drives the service over HTTP/1, one keep-alive connection per client.
 pub async fn http(
     server: &HttpServer,
@@ -220,13 +268,9 @@ pub async fn http(
         tokio::spawn(connection);
         let token = format!("Bearer {TOKEN_PREFIX}{}", plan.owner);
         let host = addr.to_string();
-        let mut rng = plan.rng(c);
-        let mut next_index = 0u64;
-        let mut ledger = Ledger::default();
-        let mut latencies = Vec::new();
-        let mut requests = 0u64;
+        let mut run = ClientRun::new(c, plan);
         while now() < deadline {
-            let ask = plan.next(c, next_index, &mut rng);
+            let ask = run.next();
             let body = serde_json::to_vec(&ask.request()).expect("a JobRequest serializes");
             let request = http::Request::post("/v1/jobs")
                 .header("host", &host)
@@ -236,42 +280,40 @@ pub async fn http(
                 .body(Full::new(bytes::Bytes::from(body)))
                 .map_err(|e| PgBenchError::Load(e.to_string()))?;
             let sent = now();
-            sender
-                .ready()
-                .await
-                .map_err(|e| PgBenchError::Load(format!("connection: {e}")))?;
-            let response = sender
-                .send_request(request)
-                .await
-                .map_err(|e| PgBenchError::Load(format!("request: {e}")))?;
-            let status = response.status().as_u16();
-            let replayed = response
-                .headers()
-                .get(idem_core::api::IDEMPOTENT_REPLAYED)
-                .is_some_and(|v| v == "true");
-            let bytes = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| PgBenchError::Load(format!("response body: {e}")))?
-                .to_bytes();
-            if latencies.len() < LATENCIES_PER_CLIENT_MAX {
-                latencies.push(micros(sent));
-            }
-            requests += 1;
-            let answer = http_answer(status, replayed, &bytes);
-            if let (Ask::New { index, .. }, Answer::Created(_)) = (ask, &answer) {
-                plan.created(c, index);
-            }
-            if matches!(ask, Ask::New { .. }) {
-                next_index += 1;
-            }
-            ledger.entries.push((ask, answer));
+            let answer = send(&mut sender, request).await?;
+            run.record(ask, answer, sent);
         }
-        Ok((ledger, latencies, requests))
+        Ok(run.finish())
     })
     .await?;
     Ok(measured)
+}
+
+/// Sends one create and reads its answer.
+async fn send(
+    sender: &mut hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>,
+    request: http::Request<Full<bytes::Bytes>>,
+) -> Result<Answer, PgBenchError> {
+    sender
+        .ready()
+        .await
+        .map_err(|e| PgBenchError::Load(format!("connection: {e}")))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| PgBenchError::Load(format!("request: {e}")))?;
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get(idem_core::api::IDEMPOTENT_REPLAYED)
+        .is_some_and(|v| v == "true");
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| PgBenchError::Load(format!("response body: {e}")))?
+        .to_bytes();
+    Ok(http_answer(status, replayed, &bytes))
 }
 
 fn http_answer(status: u16, replayed: bool, body: &[u8]) -> Answer {
@@ -310,32 +352,11 @@ pub async fn store(
         let store = store.clone();
         async move {
             let owner = OwnerId(plan.owner.clone());
-            let ids = UuidV7Ids;
-            let clock = SystemClock;
-            let mut rng = plan.rng(c);
-            let mut next_index = 0u64;
-            let mut ledger = Ledger::default();
-            let mut latencies = Vec::new();
-            let mut requests = 0u64;
+            let mut run = ClientRun::new(c, plan);
             while now() < deadline {
-                let ask = plan.next(c, next_index, &mut rng);
+                let ask = run.next();
                 let sent = now();
-                let request = ask.request();
-                let canonical = Canonical::from_value(
-                    &serde_json::to_value(&request).expect("a JobRequest serializes"),
-                );
-                let new = NewJob {
-                    id: ids.job_id(),
-                    owner_id: owner.clone(),
-                    idempotency_key: IdempotencyKey::parse(&ask.key())
-                        .map_err(|e| PgBenchError::Load(e.to_string()))?,
-                    request_fingerprint: canonical.fingerprint(),
-                    request: canonical,
-                    provider: request.provider,
-                    fallbacks: request.fallbacks,
-                    at: clock.now(),
-                };
-                let answer = match store.create_job(new).await {
+                let answer = match store.create_job(new_job(&owner, ask)?).await {
                     Ok(CreateOutcome::Created(job)) => Answer::Created(job.id.0),
                     Ok(CreateOutcome::Existing(job)) => Answer::Replayed(job.id.0),
                     Ok(CreateOutcome::KeyReused { existing, .. }) => {
@@ -343,21 +364,29 @@ pub async fn store(
                     }
                     Err(e) => Answer::Unexpected(e.to_string()),
                 };
-                if latencies.len() < LATENCIES_PER_CLIENT_MAX {
-                    latencies.push(micros(sent));
-                }
-                requests += 1;
-                if let (Ask::New { index, .. }, Answer::Created(_)) = (ask, &answer) {
-                    plan.created(c, index);
-                }
-                if matches!(ask, Ask::New { .. }) {
-                    next_index += 1;
-                }
-                ledger.entries.push((ask, answer));
+                run.record(ask, answer, sent);
             }
-            Ok((ledger, latencies, requests))
+            Ok(run.finish())
         }
     })
     .await?;
     Ok(measured)
+}
+
+/// The job the engine would build for `ask` by `owner`.
+fn new_job(owner: &OwnerId, ask: Ask) -> Result<NewJob, PgBenchError> {
+    let request = ask.request();
+    let canonical =
+        Canonical::from_value(&serde_json::to_value(&request).expect("a JobRequest serializes"));
+    Ok(NewJob {
+        id: UuidV7Ids.job_id(),
+        owner_id: owner.clone(),
+        idempotency_key: IdempotencyKey::parse(&ask.key())
+            .map_err(|e| PgBenchError::Load(e.to_string()))?,
+        request_fingerprint: canonical.fingerprint(),
+        request: canonical,
+        provider: request.provider,
+        fallbacks: request.fallbacks,
+        at: SystemClock.now(),
+    })
 }

@@ -198,25 +198,7 @@ impl PgBenchReport {
             "errors"
         );
         for p in &self.points {
-            let statements = p
-                .statements_per_request
-                .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}"));
-            let server = p
-                .server_ms_per_request
-                .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}"));
-            let _ = writeln!(
-                out,
-                "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>7}",
-                p.path.name(),
-                p.clients,
-                p.requests,
-                p.requests_per_s,
-                p.p50_ms,
-                p.p99_ms,
-                statements,
-                server,
-                p.errors
-            );
+            p.row(&mut out);
         }
         let _ = writeln!(out, "\npg_vs_pgbench_throughput_ratio");
         for r in &self.pg_vs_pgbench_throughput_ratio {
@@ -241,6 +223,32 @@ impl PgBenchReport {
             let _ = writeln!(out, "VIOLATION: {v}");
         }
         out
+    }
+}
+
+impl PointReport {
+    /// The point as a row of [`PgBenchReport::table`].
+    fn row(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let statements = self
+            .statements_per_request
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.2}"));
+        let server = self
+            .server_ms_per_request
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}"));
+        let _ = writeln!(
+            out,
+            "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>7}",
+            self.path.name(),
+            self.clients,
+            self.requests,
+            self.requests_per_s,
+            self.p50_ms,
+            self.p99_ms,
+            statements,
+            server,
+            self.errors
+        );
     }
 }
 
@@ -301,86 +309,132 @@ async fn run_on(
     pgbench: &std::path::Path,
     database_url: &str,
 ) -> Result<PgBenchReport, PgBenchError> {
-    let db = |e: sqlx::Error| PgBenchError::Database(e.to_string());
-    let pool_connections_max = idem_core::cli::POOL_CONNECTIONS_MAX;
-    let options = connect_options(database_url, SCHEMA_DEFAULT)
-        .map_err(|e| PgBenchError::Database(e.to_string()))?;
-    let pool = pool_options(pool_connections_max)
-        .test_before_acquire(args.pool_ping)
-        .connect_with(options)
-        .await
-        .map_err(db)?;
-    let store = PgStore::new(pool, SCHEMA_DEFAULT);
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(database_url)
-        .await
-        .map_err(db)?;
+    let bench = Bench::connect(args, pgbench, database_url).await?;
     let server_version: String = sqlx::query_scalar("select version()")
-        .fetch_one(&admin)
+        .fetch_one(&bench.admin)
         .await
         .map_err(db)?;
-    let statements = Statements::enable(&admin).await;
-    drive::warm_pool(&store, pool_connections_max).await?;
-    let server = drive::HttpServer::start(Arc::new(store.clone()))?;
     let mut points = Vec::new();
     let mut checks = Checks::default();
-    let mut owners = Vec::new();
-    let duration = Duration::from_secs(args.seconds_per_point);
     for &clients in &args.clients {
         for path in [BenchPath::Http, BenchPath::Store, BenchPath::Pgbench] {
-            let owner = format!("bench-{}-{clients}", path.name());
-            statements.reset(&admin).await;
-            let mut point = match path {
-                BenchPath::Http | BenchPath::Store => {
-                    let plan = Arc::new(workload::Plan::new(args.seed, clients, owner.clone()));
-                    let measured = match path {
-                        BenchPath::Http => drive::http(&server, &plan, duration).await?,
-                        _ => drive::store(&store, &plan, duration).await?,
-                    };
-                    let ledger_errors = measured.ledger.check(&plan, &mut checks);
-                    let rows = workload::rows_of(&admin, &owner).await.map_err(db)?;
-                    measured.ledger.check_rows(&owner, &rows, &mut checks);
-                    measured.point(path, clients, ledger_errors)
-                }
-                BenchPath::Pgbench => {
-                    pgbench_tool::run(pgbench, database_url, &admin, &owner, clients, duration)
-                        .await?
-                }
-            };
-            let counted = statements.read(&admin).await;
-            if let Some(counted) = counted {
-                let requests = point.requests.max(1) as f64;
-                point.statements_per_request = Some(counted.statements as f64 / requests);
-                point.rollbacks_per_request = Some(counted.rollbacks as f64 / requests);
-                point.server_ms_per_request = Some(counted.server_ms / requests);
-            }
-            owners.push(owner);
-            points.push(point);
+            points.push(bench.point(path, clients, &mut checks).await?);
         }
     }
-    server.stop().await;
-    checks.duplicate_rows = workload::duplicate_rows(&admin).await.map_err(db)?;
+    bench.server.stop().await;
+    checks.duplicate_rows = workload::duplicate_rows(&bench.admin).await.map_err(db)?;
     if checks.duplicate_rows != 0 {
         checks.violations.push(format!(
             "{} (owner, key) pairs have more than one row",
             checks.duplicate_rows
         ));
     }
-    admin.close().await;
-    store.pool().close().await;
+    bench.admin.close().await;
+    bench.store.pool().close().await;
     let pg_vs_pgbench_throughput_ratio = ratios(&points);
     Ok(PgBenchReport {
         server_version,
         seconds_per_point: args.seconds_per_point,
         seed: args.seed,
         mix: MIX,
-        pool_connections_max,
+        pool_connections_max: POOL_CONNECTIONS_MAX,
         pool_ping: args.pool_ping,
         points,
         pg_vs_pgbench_throughput_ratio,
         checks,
     })
+}
+
+/// The pool the service opens, as `idem-server` sizes it.
+const POOL_CONNECTIONS_MAX: u32 = idem_core::cli::POOL_CONNECTIONS_MAX;
+
+fn db(e: sqlx::Error) -> PgBenchError {
+    PgBenchError::Database(e.to_string())
+}
+
+/// What every point of a run uses: the database, idem's store and HTTP
+/// service on it, and pgbench.
+struct Bench<'a> {
+    args: &'a PgBenchArgs,
+    pgbench: &'a std::path::Path,
+    database_url: &'a str,
+    store: PgStore,
+    /// One connection for the bench's own queries.
+    admin: sqlx::PgPool,
+    statements: Statements,
+    server: drive::HttpServer,
+}
+
+impl<'a> Bench<'a> {
+    async fn connect(
+        args: &'a PgBenchArgs,
+        pgbench: &'a std::path::Path,
+        database_url: &'a str,
+    ) -> Result<Self, PgBenchError> {
+        let options = connect_options(database_url, SCHEMA_DEFAULT)
+            .map_err(|e| PgBenchError::Database(e.to_string()))?;
+        let pool = pool_options(POOL_CONNECTIONS_MAX)
+            .test_before_acquire(args.pool_ping)
+            .connect_with(options)
+            .await
+            .map_err(db)?;
+        let store = PgStore::new(pool, SCHEMA_DEFAULT);
+        let admin = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(database_url)
+            .await
+            .map_err(db)?;
+        let statements = Statements::enable(&admin).await;
+        drive::warm_pool(&store, POOL_CONNECTIONS_MAX).await?;
+        let server = drive::HttpServer::start(Arc::new(store.clone()))?;
+        Ok(Self {
+            args,
+            pgbench,
+            database_url,
+            store,
+            admin,
+            statements,
+            server,
+        })
+    }
+
+    /// One point: `path` at `clients` clients for the point's duration,
+    /// its answers and rows checked into `checks`.
+    async fn point(
+        &self,
+        path: BenchPath,
+        clients: u32,
+        checks: &mut Checks,
+    ) -> Result<PointReport, PgBenchError> {
+        let owner = format!("bench-{}-{clients}", path.name());
+        let duration = Duration::from_secs(self.args.seconds_per_point);
+        let admin = &self.admin;
+        self.statements.reset(admin).await;
+        let mut point = match path {
+            BenchPath::Http | BenchPath::Store => {
+                let plan = Arc::new(workload::Plan::new(self.args.seed, clients, owner.clone()));
+                let measured = match path {
+                    BenchPath::Http => drive::http(&self.server, &plan, duration).await?,
+                    _ => drive::store(&self.store, &plan, duration).await?,
+                };
+                let ledger_errors = measured.ledger.check(&plan, checks);
+                let rows = workload::rows_of(admin, &owner).await.map_err(db)?;
+                measured.ledger.check_rows(&owner, &rows, checks);
+                measured.point(path, clients, ledger_errors)
+            }
+            BenchPath::Pgbench => {
+                let url = self.database_url;
+                pgbench_tool::run(self.pgbench, url, admin, &owner, clients, duration).await?
+            }
+        };
+        if let Some(counted) = self.statements.read(admin).await {
+            let requests = point.requests.max(1) as f64;
+            point.statements_per_request = Some(counted.statements as f64 / requests);
+            point.rollbacks_per_request = Some(counted.rollbacks as f64 / requests);
+            point.server_ms_per_request = Some(counted.server_ms / requests);
+        }
+        Ok(point)
+    }
 }
 
 /// idem's requests/s over pgbench's, per client count.

@@ -71,17 +71,7 @@ pub async fn run(
     clients: u32,
     duration: Duration,
 ) -> Result<PointReport, PgBenchError> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "/* idem_bench_rows */ INSERT INTO idem.jobs (id, owner_id, idempotency_key, \
-         request_fingerprint, request, provider, fallbacks, state, version, created_at, updated_at) \
-         SELECT gen_random_uuid(), $1, 'p-' || g, '{FINGERPRINT}', $2::jsonb, '{PRIMARY}', \
-         ARRAY['{FALLBACK}'], 'pending', 0, now(), now() FROM generate_series(1, {PREPOPULATED_KEYS}) g"
-    )))
-    .bind(owner)
-    .bind(body())
-    .execute(admin)
-    .await
-    .map_err(|e| PgBenchError::Database(format!("prepopulating pgbench's keys: {e}")))?;
+    prepopulate(admin, owner).await?;
     let dir = tempfile::Builder::new()
         .prefix("idem-pgbench-")
         .tempdir()
@@ -89,30 +79,14 @@ pub async fn run(
     let script_path = dir.path().join("create.sql");
     std::fs::write(&script_path, script(owner))
         .map_err(|e| PgBenchError::Pgbench(format!("writing the script: {e}")))?;
-    let mut command = Command::new(pgbench);
-    command
-        .args(["-n", "-M", "prepared"])
-        .args(["-c", &clients.to_string()])
-        .args(["-j", &threads(clients).to_string()])
-        .args(["-T", &duration.as_secs().to_string()])
-        .arg("-f")
-        .arg(&script_path)
-        .arg("-l")
-        .arg(format!("--log-prefix={}", dir.path().join("log").display()))
-        .arg(database_url);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .map_err(|e| PgBenchError::Pgbench(e.to_string()))?
-        .map_err(|e| PgBenchError::Pgbench(format!("cannot run pgbench: {e}")))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(PgBenchError::Pgbench(format!(
-            "exited with {}: {}{}",
-            output.status,
-            stdout,
-            String::from_utf8_lossy(&output.stderr)
-        )));
-    }
+    let args = PgbenchRun {
+        clients,
+        duration,
+        script: &script_path,
+        log_prefix: &dir.path().join("log"),
+        database_url,
+    };
+    let stdout = args.run(pgbench).await?;
     let summary = Summary::parse(&stdout)?;
     let latencies_us = read_logs(dir.path())?;
     let (p50_ms, p99_ms) = super::drive::percentiles_ms(latencies_us);
@@ -129,6 +103,62 @@ pub async fn run(
         rollbacks_per_request: None,
         server_ms_per_request: None,
     })
+}
+
+/// Inserts the keys pgbench's repeats ask for.
+async fn prepopulate(admin: &sqlx::PgPool, owner: &str) -> Result<(), PgBenchError> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "/* idem_bench_rows */ INSERT INTO idem.jobs (id, owner_id, idempotency_key, \
+         request_fingerprint, request, provider, fallbacks, state, version, created_at, updated_at) \
+         SELECT gen_random_uuid(), $1, 'p-' || g, '{FINGERPRINT}', $2::jsonb, '{PRIMARY}', \
+         ARRAY['{FALLBACK}'], 'pending', 0, now(), now() FROM generate_series(1, {PREPOPULATED_KEYS}) g"
+    )))
+    .bind(owner)
+    .bind(body())
+    .execute(admin)
+    .await
+    .map_err(|e| PgBenchError::Database(format!("prepopulating pgbench's keys: {e}")))?;
+    Ok(())
+}
+
+/// One pgbench run's arguments.
+struct PgbenchRun<'a> {
+    clients: u32,
+    duration: Duration,
+    script: &'a Path,
+    log_prefix: &'a Path,
+    database_url: &'a str,
+}
+
+impl PgbenchRun<'_> {
+    /// Runs `pgbench` and returns what it printed, or why it failed.
+    async fn run(&self, pgbench: &Path) -> Result<String, PgBenchError> {
+        let mut command = Command::new(pgbench);
+        command
+            .args(["-n", "-M", "prepared"])
+            .args(["-c", &self.clients.to_string()])
+            .args(["-j", &threads(self.clients).to_string()])
+            .args(["-T", &self.duration.as_secs().to_string()])
+            .arg("-f")
+            .arg(self.script)
+            .arg("-l")
+            .arg(format!("--log-prefix={}", self.log_prefix.display()))
+            .arg(self.database_url);
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .map_err(|e| PgBenchError::Pgbench(e.to_string()))?
+            .map_err(|e| PgBenchError::Pgbench(format!("cannot run pgbench: {e}")))?;
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        if !output.status.success() {
+            return Err(PgBenchError::Pgbench(format!(
+                "exited with {}: {}{}",
+                output.status,
+                stdout,
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        Ok(stdout)
+    }
 }
 
 /// What pgbench prints at the end.

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use idem_scenarios::cli::bench::{README_END, README_START};
+use idem_scenarios::bench::{README_END, README_START};
 
 #[test]
 fn a_quick_bench_writes_its_report_and_the_readme_table() -> Result<(), Box<dyn std::error::Error>>

@@ -3,9 +3,10 @@
 //! planted bug is found, shrunk, saved and replayed.
 
 use idem_core::design::Design;
-use idem_scenarios::cli::explore::{Explored, search, write_regression};
 use idem_scenarios::emit::to_file;
+use idem_scenarios::explore::{Explored, search, write_regression};
 use idem_scenarios::load::load;
+use idem_scenarios::runner::Runner;
 use idem_scenarios::strategies::schedule;
 use idem_scenarios::validate::scenario_from_str;
 use idem_sim::run::{Verdict, run};
@@ -27,7 +28,7 @@ proptest! {
 
 #[test]
 fn the_correct_design_passes_a_sample_of_generated_schedules() {
-    match search(24, Design::Correct, 1) {
+    match search(24, Design::Correct, 1, Runner::new(None)) {
         Explored::Passed { cases } => assert_eq!(cases, 24),
         Explored::Failed { minimal, reason } => panic!("{reason}\n{minimal:#?}"),
     }
@@ -35,7 +36,9 @@ fn the_correct_design_passes_a_sample_of_generated_schedules() {
 
 #[test]
 fn a_planted_cas_bug_is_found_shrunk_saved_and_replayed() {
-    let Explored::Failed { minimal, reason } = search(64, Design::PlantedSwappedCas, 0) else {
+    let Explored::Failed { minimal, reason } =
+        search(64, Design::PlantedSwappedCas, 0, Runner::new(None))
+    else {
         panic!("the planted bug was not found in 64 schedules");
     };
     // Shrunk to the least that shows it: one click, no faults, no hedging.

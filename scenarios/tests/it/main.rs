@@ -1,5 +1,5 @@
 //! Integration tests of idem-scenarios: the catalogue, validation errors,
-//! and the command line.
+//! the command line, and the shape of the workspace's code.
 
 mod bench;
 mod catalog;
@@ -11,5 +11,6 @@ mod mutants;
 mod pgbench;
 mod report;
 mod scheduler;
+mod shape;
 mod shards;
 mod validation;

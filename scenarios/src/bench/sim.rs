@@ -13,10 +13,11 @@ use idem_reports::sweep::{SeedRange, Shard, SweepTally};
 use idem_sim::bench::{ReplayWorld, Traffic, replay};
 use idem_sim::run::{RunOutcome, run_metered};
 
-use super::super::common::{build, execute, swept};
-use super::super::sweep::{all_windows, run_all};
-use super::timed;
+use super::timing::timed;
 use crate::load::Loaded;
+use crate::record::{all_windows, build, execute, swept};
+use crate::runner::Runner;
+use crate::sweep::run_all;
 
 /// How much the simulator section measures.
 #[derive(Clone, Copy, Debug)]
@@ -292,9 +293,15 @@ fn sweep_bench(scenarios: &[Loaded], seeds: u64, jobs: NonZeroUsize) -> SweepBen
     let rss_start_kib = memory::resident_kib();
     memory::reset_peak();
     let (summary, took): (SweepSummary, Duration) = timed(|| {
-        run_all(scenarios, &seed_list, jobs.get(), Design::Correct, tally)
-            .finish(build())
-            .gate_windows(&all_windows(), true)
+        run_all(
+            scenarios,
+            &seed_list,
+            Design::Correct,
+            tally,
+            &Runner::new(Some(jobs)),
+        )
+        .finish(build())
+        .gate_windows(&all_windows(), true)
     });
     let rss_peak_kib = memory::peak_kib();
     let rss_end_kib = memory::resident_kib();
