@@ -11,6 +11,7 @@ mod mutants;
 mod pgbench;
 mod real;
 mod report;
+mod scheduler;
 mod shape;
 mod shards;
 mod validation;
