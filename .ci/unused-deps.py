@@ -29,11 +29,14 @@ def members(root):
     return [root / m for m in workspace["workspace"]["members"]]
 
 
-def sources(crate, table):
+def sources(crate, manifest, table):
     if table == "build-dependencies":
         files = [crate / "build.rs"]
     else:
-        files = sorted((crate / "src").rglob("*.rs"))
+        # Binaries declared outside src/ (the black-box targets) are built
+        # from [dependencies] too.
+        targets = [crate / t["path"] for t in manifest.get("bin", []) if "path" in t]
+        files = sorted((crate / "src").rglob("*.rs")) + targets
     text = "\n".join(f.read_text() for f in files if f.exists())
     # A name in a comment is not a use.
     return re.sub(r"(?m)^\s*//.*$", "", text)
@@ -44,7 +47,7 @@ def unused(crate):
     name = manifest["package"]["name"]
     found = []
     for table in ("dependencies", "build-dependencies"):
-        text = sources(crate, table)
+        text = sources(crate, manifest, table)
         for dep, spec in manifest.get(table, {}).items():
             if (name, dep) in KEPT_FOR_FEATURES:
                 continue
