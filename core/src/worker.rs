@@ -309,8 +309,9 @@ impl Worker {
         }
     }
 
-    /// The primary first; after a definitive failure, the next provider in
-    /// preference order that is the primary or holds a valid certificate.
+    /// The primary first; after a definitive failure or a cancellation, the
+    /// next provider in preference order that is the primary or holds a
+    /// valid certificate; otherwise the same provider while it qualifies.
     async fn choose_provider(
         &self,
         job: &Job,
@@ -319,14 +320,22 @@ impl Worker {
         let Some(last) = attempts.last() else {
             return Ok(job.provider.clone());
         };
-        if last.state != AttemptState::Failed {
+        if !crate::transition::is_terminal(last.state) {
+            // An attempt is still open: starting one is refused anyway.
             return Ok(last.provider.clone());
         }
+        // After a definitive end (failed, or cancelled by the reconciler or
+        // an operator) the next provider is tried; otherwise the same one.
+        // Either way a non-primary candidate must still hold a valid
+        // certificate: a fallback whose certificate lapsed after its last
+        // attempt is passed over, not retried at every poll forever.
+        let moves_on = matches!(last.state, AttemptState::Failed | AttemptState::Cancelled);
         let order: Vec<&String> = std::iter::once(&job.provider)
             .chain(&job.fallbacks)
             .collect();
         let at = order.iter().position(|p| **p == last.provider).unwrap_or(0);
-        for step in 1..=order.len() {
+        let first = usize::from(moves_on);
+        for step in first..first + order.len() {
             let candidate = order[(at + step) % order.len()];
             if *candidate == job.provider {
                 return Ok(candidate.clone());

@@ -88,3 +88,48 @@ fn the_same_world_with_an_unbounded_lookup_stays_pending() -> Result {
     assert_eq!(invariants, vec![Invariant::Liveness]);
     Ok(())
 }
+
+/// The rarer case (1 of 4,000 fresh worlds, seed 3900000279): the reconciler
+/// cancels the fallback's unknown attempt, then the fallback's model changes,
+/// so its certificate lapses. The worker used to retry the provider of a
+/// cancelled attempt at every poll, refused each time, and the job stayed
+/// pending; it must move on to the primary and finish.
+#[test]
+fn a_cancelled_attempt_on_a_lapsed_fallback_moves_on_to_the_primary() -> Result {
+    let world = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/regressions/correct-782db48a-seed-3900000279.toml"
+    );
+    let scenario = load(world)?.scenario;
+    let outcome = run(&scenario, 3_900_000_279, Design::Correct)?;
+    assert_eq!(
+        outcome.report.verdict,
+        Verdict::Pass,
+        "{:#?}",
+        outcome.report.violations
+    );
+    let events = &outcome.trace.events;
+    let cancelled = events
+        .iter()
+        .find_map(|e| match &e.body {
+            TraceBody::AttemptTransition {
+                job_id,
+                to: AttemptState::Cancelled,
+                ..
+            } => Some((*job_id, e.seq)),
+            _ => None,
+        })
+        .ok_or("no attempt was cancelled: the world no longer reaches the case")?;
+    let next_provider = events
+        .iter()
+        .filter(|e| e.seq > cancelled.1)
+        .find_map(|e| match &e.body {
+            TraceBody::AttemptStarted {
+                job_id, provider, ..
+            } if *job_id == cancelled.0 => Some(provider.clone()),
+            _ => None,
+        })
+        .ok_or("no attempt started after the cancellation")?;
+    assert_eq!(next_provider, "primary");
+    Ok(())
+}
