@@ -19,6 +19,9 @@
 //!   designs caught; a design review's report; the property test; whole
 //!   generated worlds, signatures, the shrinker and the corpus; what it
 //!   all costs).
+//! - [`explain`]: why a design fails across fuzz worlds: each world
+//!   feature's P(fail | present) against P(fail | absent), with Wilson
+//!   intervals, ranked into triggers and suppressors.
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
 //! - [`output`]: writing outputs, with an error that names the path.
 //! - [`cli`]: the `idem` command line: arguments in, text out.
@@ -28,6 +31,7 @@ pub mod catalog;
 pub mod cli;
 pub mod emit;
 pub mod error;
+pub mod explain;
 pub mod explore;
 pub mod format;
 pub mod fuzz;
