@@ -40,8 +40,16 @@ pub struct Feature {
 pub const FEATURES: &[Feature] = &[
     fault(FaultKind::LinkLatency, "fault.link_latency", "a slow link"),
     fault(FaultKind::Hold, "fault.hold", "a link holds its messages"),
-    fault(FaultKind::Partition, "fault.partition", "a network partition"),
-    fault(FaultKind::Crash, "fault.crash", "a host crashes and restarts"),
+    fault(
+        FaultKind::Partition,
+        "fault.partition",
+        "a network partition",
+    ),
+    fault(
+        FaultKind::Crash,
+        "fault.crash",
+        "a host crashes and restarts",
+    ),
     fault(
         FaultKind::ProviderHang,
         "fault.provider_hang",
@@ -82,8 +90,16 @@ pub const FEATURES: &[Feature] = &[
         "fault.clock_offset",
         "a host's clock is set off",
     ),
-    fault(FaultKind::ClockDrift, "fault.clock_drift", "a host's clock drifts"),
-    fault(FaultKind::ClockJump, "fault.clock_jump", "a host's clock jumps"),
+    fault(
+        FaultKind::ClockDrift,
+        "fault.clock_drift",
+        "a host's clock drifts",
+    ),
+    fault(
+        FaultKind::ClockJump,
+        "fault.clock_jump",
+        "a host's clock jumps",
+    ),
     Feature {
         id: "fault.any_clock",
         label: "any clock fault",
@@ -99,7 +115,11 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         id: "fault.triggered_by_event",
         label: "a fault fired by an event of the run",
-        present: |w| w.faults.iter().any(|f| matches!(f.when, When::After { .. })),
+        present: |w| {
+            w.faults
+                .iter()
+                .any(|f| matches!(f.when, When::After { .. }))
+        },
     },
     Feature {
         id: "crash.api",
@@ -124,7 +144,11 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         id: "crash.provider",
         label: "a provider host crashes",
-        present: |w| crashes(w, |shape, h| shape.providers.iter().any(|p| host::provider(p) == h)),
+        present: |w| {
+            crashes(w, |shape, h| {
+                shape.providers.iter().any(|p| host::provider(p) == h)
+            })
+        },
     },
     Feature {
         id: "policy.hedged",
@@ -245,9 +269,21 @@ pub const FEATURES: &[Feature] = &[
         present: |w| w.clients.iter().any(double_clicks),
     },
     Feature {
+        id: "users.double_clicks_3_or_more",
+        label: "three double clicks or more",
+        present: |w| w.clients.iter().map(double_click_count).sum::<usize>() >= 3,
+    },
+    Feature {
+        id: "users.five_or_more",
+        label: "five users or more",
+        present: |w| w.clients.len() >= 5,
+    },
+    Feature {
         id: "users.retries",
         label: "a click retried on a timeout or an error",
-        present: |w| creates(w).any(|(_, a)| matches!(a, Action::Create { retries, .. } if *retries > 0)),
+        present: |w| {
+            creates(w).any(|(_, a)| matches!(a, Action::Create { retries, .. } if *retries > 0))
+        },
     },
     Feature {
         id: "users.key_reused_with_another_body",
@@ -262,7 +298,9 @@ pub const FEATURES: &[Feature] = &[
     Feature {
         id: "users.fallbacks",
         label: "a click names fallback providers",
-        present: |w| creates(w).any(|(_, a)| matches!(a, Action::Create { request, .. } if !request.fallbacks.is_empty())),
+        present: |w| {
+            creates(w).any(|(_, a)| matches!(a, Action::Create { request, .. } if !request.fallbacks.is_empty()))
+        },
     },
     Feature {
         id: "users.uncertified_fallback",
@@ -347,27 +385,36 @@ fn creates(world: &Scenario) -> impl Iterator<Item = (&ClientSpec, &Action)> {
 /// at most [`DOUBLE_CLICK_SPREAD_MS`] apart (the generator puts a double
 /// click's second create right after its first).
 fn double_clicks(client: &ClientSpec) -> bool {
-    client.actions.windows(2).any(|pair| match pair {
-        [
-            Action::Create {
-                at_ms: first_ms,
-                key: first_key,
-                request: first_request,
-                ..
-            },
-            Action::Create {
-                at_ms: second_ms,
-                key: second_key,
-                request: second_request,
-                ..
-            },
-        ] => {
-            first_key == second_key
-                && first_request == second_request
-                && second_ms.abs_diff(*first_ms) <= DOUBLE_CLICK_SPREAD_MS
-        }
-        _ => false,
-    })
+    double_click_count(client) > 0
+}
+
+/// How many double clicks `client` makes.
+fn double_click_count(client: &ClientSpec) -> usize {
+    client
+        .actions
+        .windows(2)
+        .filter(|pair| match pair {
+            [
+                Action::Create {
+                    at_ms: first_ms,
+                    key: first_key,
+                    request: first_request,
+                    ..
+                },
+                Action::Create {
+                    at_ms: second_ms,
+                    key: second_key,
+                    request: second_request,
+                    ..
+                },
+            ] => {
+                first_key == second_key
+                    && first_request == second_request
+                    && second_ms.abs_diff(*first_ms) <= DOUBLE_CLICK_SPREAD_MS
+            }
+            _ => false,
+        })
+        .count()
 }
 
 /// Whether one owner clicks one key with two different bodies.
@@ -375,7 +422,11 @@ fn key_reused_with_another_body(world: &Scenario) -> bool {
     let mut bodies = BTreeSet::new();
     for (client, action) in creates(world) {
         if let Action::Create { key, request, .. } = action {
-            bodies.insert((client.owner.as_str(), key.as_str(), request.params.to_string()));
+            bodies.insert((
+                client.owner.as_str(),
+                key.as_str(),
+                request.params.to_string(),
+            ));
         }
     }
     let keys: BTreeSet<(&str, &str)> = bodies.iter().map(|(o, k, _)| (*o, *k)).collect();

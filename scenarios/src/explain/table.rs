@@ -230,10 +230,7 @@ fn totals(worlds: &[WorldRecord]) -> Totals {
     }
 }
 
-fn invariant_tallies(
-    worlds: &[WorldRecord],
-    names: &BTreeMap<u8, String>,
-) -> Vec<InvariantTally> {
+fn invariant_tallies(worlds: &[WorldRecord], names: &BTreeMap<u8, String>) -> Vec<InvariantTally> {
     let mut tally: BTreeMap<u8, u64> = BTreeMap::new();
     for number in worlds.iter().flat_map(|w| &w.invariants) {
         *tally.entry(*number).or_default() += 1;
@@ -281,9 +278,15 @@ impl Explanation {
         );
         let width = FEATURES.iter().map(|f| f.label.len()).max().unwrap_or(0);
         for (effect, title) in [
-            (Effect::Trigger, "triggers: the design fails more often with"),
+            (
+                Effect::Trigger,
+                "triggers: the design fails more often with",
+            ),
             (Effect::Unclear, "no clear effect at this many worlds"),
-            (Effect::Suppressor, "suppressors: the design fails less often with"),
+            (
+                Effect::Suppressor,
+                "suppressors: the design fails less often with",
+            ),
         ] {
             self.section_text(&mut out, effect, title, width);
         }
@@ -336,7 +339,11 @@ fn rate(p: &Proportion) -> String {
 fn signed(d: &Difference) -> String {
     let sign = |x: f64| {
         let p = points(x);
-        if p > 0 { format!("+{p}") } else { p.to_string() }
+        if p > 0 {
+            format!("+{p}")
+        } else {
+            p.to_string()
+        }
     };
     format!(
         "{} [{}, {}] points",
@@ -392,7 +399,12 @@ mod tests {
             features: vec!["users.double_click"],
         });
         let names = BTreeMap::from([(1, "one_intent_one_job".to_owned())]);
-        Explanation::new("check-then-insert", SeedRange { start: 0, end: 41 }, worlds, &names)
+        Explanation::new(
+            "check-then-insert",
+            SeedRange { start: 0, end: 41 },
+            worlds,
+            &names,
+        )
     }
 
     #[test]

@@ -50,7 +50,9 @@ fn explain(seeds: &str, design: &str, jobs: &str) -> Result<(String, serde_json:
 }
 
 fn count(value: &serde_json::Value) -> Result<u64> {
-    Ok(value.as_u64().ok_or_else(|| format!("{value} is not a count"))?)
+    Ok(value
+        .as_u64()
+        .ok_or_else(|| format!("{value} is not a count"))?)
 }
 
 #[test]
@@ -78,7 +80,9 @@ fn double_clicks_trigger_check_then_insert() -> Result {
             "{row}"
         );
         let low = row["difference"]["interval"]["low"].as_f64().ok_or("low")?;
-        let high = row["difference"]["interval"]["high"].as_f64().ok_or("high")?;
+        let high = row["difference"]["interval"]["high"]
+            .as_f64()
+            .ok_or("high")?;
         let estimate = row["difference"]["estimate"].as_f64().ok_or("estimate")?;
         assert!(low <= estimate && estimate <= high, "{row}");
     }
@@ -103,9 +107,24 @@ fn the_json_is_the_same_bytes_whatever_the_threads() -> Result {
 #[test]
 fn bad_input_exits_2() {
     for args in [
-        &["explain", "--seeds", "0..4", "--design", "check-then-insert"][..],
-        &["explain", "--fuzz", "--seeds", "4..2", "--design", "check-then-insert"],
-        &["explain", "--fuzz", "--seeds", "0..4", "--design", "nonsense"],
+        &[
+            "explain",
+            "--seeds",
+            "0..4",
+            "--design",
+            "check-then-insert",
+        ][..],
+        &[
+            "explain",
+            "--fuzz",
+            "--seeds",
+            "4..2",
+            "--design",
+            "check-then-insert",
+        ],
+        &[
+            "explain", "--fuzz", "--seeds", "0..4", "--design", "nonsense",
+        ],
         &["explain", "--fuzz", "--design", "check-then-insert"],
     ] {
         let output = idem(args);
