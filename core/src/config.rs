@@ -101,31 +101,42 @@ impl Endpoint {
 /// `/v1/...` itself, so a base URL ending in `/v1`, as providers document
 /// theirs, is accepted; any other path is refused.
 pub fn parse_url(url: &str) -> Result<Endpoint, String> {
+    // The URL goes into messages: never with a password in it.
+    let shown = crate::redact::redact(url, &[]);
     let (https, rest) = if let Some(rest) = url.strip_prefix("https://") {
         (true, rest)
     } else if let Some(rest) = url.strip_prefix("http://") {
         (false, rest)
     } else {
         return Err(format!(
-            "provider URL {url:?} must start with http:// or https://"
+            "provider URL {shown:?} must start with http:// or https://"
         ));
     };
     let rest = rest.trim_end_matches('/');
     let rest = rest.strip_suffix("/v1").unwrap_or(rest);
-    if rest.is_empty() || rest.contains('/') || rest.contains('@') {
+    if rest.contains('@') {
         return Err(format!(
-            "provider URL {url:?} must be http[s]://HOST[:PORT] (optionally ending in /v1)"
+            "provider URL {shown:?} must not carry credentials: name the API key's variable with api_key_env"
         ));
     }
-    let has_port = if rest.starts_with('[') {
-        rest.contains("]:")
+    if rest.is_empty() || rest.contains(['/', '?', '#']) || rest.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "provider URL {shown:?} must be http[s]://HOST[:PORT] (optionally ending in /v1)"
+        ));
+    }
+    let port = if rest.starts_with('[') {
+        rest.split_once("]:").map(|(_, port)| port)
     } else {
-        rest.contains(':')
+        rest.split_once(':').map(|(_, port)| port)
     };
-    let authority = if has_port {
-        rest.to_owned()
-    } else {
-        format!("{rest}:{}", if https { 443 } else { 80 })
+    let authority = match port {
+        Some(port) if port.parse::<u16>().is_ok_and(|p| p > 0) => rest.to_owned(),
+        Some(port) => {
+            return Err(format!(
+                "provider URL {shown:?}: the port {port:?} is not 1 to 65535"
+            ));
+        }
+        None => format!("{rest}:{}", if https { 443 } else { 80 }),
     };
     Ok(Endpoint { https, authority })
 }
@@ -242,6 +253,11 @@ mod tests {
         check("ftp://p:80", Err(()));
         check("http://p:80/v2", Err(()));
         check("https://user@p", Err(()));
+        check("http://p:99999", Err(()));
+        check("http://p:0", Err(()));
+        check("http://p:x", Err(()));
+        let secret = parse_url("http://u:hunter22@h:1").err().unwrap_or_default();
+        assert!(!secret.contains("hunter22"), "{secret}");
     }
 
     #[test]

@@ -32,7 +32,10 @@ pub mod metrics;
 pub mod periodic;
 pub mod provider;
 pub mod reconciler;
+pub mod redact;
 pub mod retention;
+#[cfg(feature = "bench")]
+pub mod serve_bench;
 pub mod service;
 pub mod store;
 pub mod timer;

@@ -53,81 +53,79 @@ impl Default for Metrics {
     }
 }
 
+/// Each metric's help text, as `/metrics` shows it.
+const JOBS_CREATED_HELP: &str = "Jobs created: a new (owner, key)";
+const JOBS_REPLAYED_HELP: &str =
+    "Creates answered with the existing job: the same key and the same canonical body";
+const JOBS_REFUSED_HELP: &str =
+    "Creates refused, by reason (key_reused, invalid_key, unknown_provider, invalid_fallbacks)";
+const CAS_LOSSES_HELP: &str =
+    "Completions that lost the compare-and-swap: another attempt had won; the output was discarded";
+const JOBS_PRUNED_HELP: &str = "Terminal jobs deleted by key retention";
+const PROVIDER_CALL_SECONDS_HELP: &str = "Provider calls from dispatch to answer or deadline, by provider and outcome (ok, error, timeout)";
+const ATTEMPTS_HELP: &str = "Attempts in the store, by state (read from the store at scrape time)";
+const UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP: &str =
+    "Age of the oldest unknown attempt, since it started (0 when there is none)";
+const STORE_UP_HELP: &str = "1 if the store answered the last scrape's census in time, else 0";
+
+/// Registers `metric` under `name` with its help text, and returns it.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("idem");
-        let jobs_created = Counter::default();
-        registry.register(
-            "jobs_created",
-            "Jobs created: a new (owner, key)",
-            jobs_created.clone(),
-        );
-        let jobs_replayed = Counter::default();
-        registry.register(
-            "jobs_replayed",
-            "Creates answered with the existing job: the same key and the same canonical body",
-            jobs_replayed.clone(),
-        );
-        let jobs_refused = Family::<Labels, Counter>::default();
-        registry.register(
-            "jobs_refused",
-            "Creates refused, by reason (key_reused, invalid_key, unknown_provider)",
-            jobs_refused.clone(),
-        );
-        let cas_losses = Counter::default();
-        registry.register(
-            "cas_losses",
-            "Completions that lost the compare-and-swap: another attempt had won; the output was discarded",
-            cas_losses.clone(),
-        );
-        let jobs_pruned = Counter::default();
-        registry.register(
-            "jobs_pruned",
-            "Terminal jobs deleted by key retention",
-            jobs_pruned.clone(),
-        );
-        let provider_latency = Family::<Labels, Histogram>::new_with_constructor(|| {
+        let mut r = Registry::with_prefix("idem");
+        let latency = Family::<Labels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(
                 LATENCY_BUCKET_FIRST_S,
                 2.0,
                 LATENCY_BUCKETS,
             ))
         });
-        registry.register(
-            "provider_call_seconds",
-            "Provider calls from dispatch to answer or deadline, by provider and outcome (ok, error, timeout)",
-            provider_latency.clone(),
-        );
-        let attempts = Family::<Labels, Gauge>::default();
-        registry.register(
-            "attempts",
-            "Attempts in the store, by state (read from the store at scrape time)",
-            attempts.clone(),
-        );
-        let unknown_oldest_age = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "unknown_attempt_oldest_age_seconds",
-            "Age of the oldest unknown attempt, since it started (0 when there is none)",
-            unknown_oldest_age.clone(),
-        );
-        let store_up = Gauge::default();
-        registry.register(
-            "store_up",
-            "1 if the store answered the last scrape's census, else 0",
-            store_up.clone(),
-        );
         Self {
-            registry,
-            jobs_created,
-            jobs_replayed,
-            jobs_refused,
-            cas_losses,
-            jobs_pruned,
-            provider_latency,
-            attempts,
-            unknown_oldest_age,
-            store_up,
+            jobs_created: registered(
+                &mut r,
+                "jobs_created",
+                JOBS_CREATED_HELP,
+                Counter::default(),
+            ),
+            jobs_replayed: registered(
+                &mut r,
+                "jobs_replayed",
+                JOBS_REPLAYED_HELP,
+                Counter::default(),
+            ),
+            jobs_refused: registered(&mut r, "jobs_refused", JOBS_REFUSED_HELP, Family::default()),
+            cas_losses: registered(&mut r, "cas_losses", CAS_LOSSES_HELP, Counter::default()),
+            jobs_pruned: registered(&mut r, "jobs_pruned", JOBS_PRUNED_HELP, Counter::default()),
+            provider_latency: registered(
+                &mut r,
+                "provider_call_seconds",
+                PROVIDER_CALL_SECONDS_HELP,
+                latency,
+            ),
+            attempts: registered(&mut r, "attempts", ATTEMPTS_HELP, Family::default()),
+            unknown_oldest_age: registered(
+                &mut r,
+                "unknown_attempt_oldest_age_seconds",
+                UNKNOWN_ATTEMPT_OLDEST_AGE_SECONDS_HELP,
+                Gauge::default(),
+            ),
+            store_up: registered(&mut r, "store_up", STORE_UP_HELP, Gauge::default()),
+            registry: r,
         }
+    }
+
+    /// The store did not answer a scrape's census in time.
+    pub fn store_down(&self) {
+        self.store_up.set(0);
     }
 
     pub fn job_created(&self) {

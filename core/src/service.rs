@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::api::{self, AppState, Auth, ConnectionLimits};
+use crate::api::{self, AppState, Auth, ConnectionLimits, LoopHealth};
 use crate::clock::UuidV7Ids;
 use crate::engine::Engine;
 use crate::provider::ProviderSet;
@@ -35,7 +35,14 @@ pub struct ServiceConfig {
     /// The bound on every store call the API and the loops make
     /// ([`crate::store::bounded::Bounded`]).
     pub store_call_timeout_ms: u64,
+    /// The bound on a request's store work in all, retries included: an
+    /// outage is a 503 within it.
+    pub request_store_deadline_ms: u64,
 }
+
+/// The default bound on a request's store work: below the 5 s in which an
+/// outage must be answered, above the PostgreSQL pool's acquire timeout.
+pub const REQUEST_STORE_DEADLINE_MS_DEFAULT: u64 = 4_000;
 
 impl Default for ServiceConfig {
     fn default() -> Self {
@@ -50,6 +57,7 @@ impl Default for ServiceConfig {
             run_pruner: true,
             retention: RetentionConfig::default(),
             store_call_timeout_ms: STORE_CALL_TIMEOUT_MS_DEFAULT,
+            request_store_deadline_ms: REQUEST_STORE_DEADLINE_MS_DEFAULT,
         }
     }
 }
@@ -76,6 +84,11 @@ impl ShutdownTrigger {
 }
 
 impl Shutdown {
+    /// Whether the trigger has been pulled.
+    pub fn is_triggered(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Resolves once the trigger is pulled (or dropped).
     pub async fn wait(mut self) {
         let _ = self.0.wait_for(|stop| *stop).await;
@@ -89,6 +102,8 @@ pub struct Service {
     pub worker: Worker,
     pub reconciler: Reconciler,
     pub pruner: Pruner,
+    /// Which loops have stopped; `/readyz` reads it.
+    pub loops: LoopHealth,
     config: ServiceConfig,
 }
 
@@ -97,7 +112,10 @@ impl Service {
         let worker = Worker::new(engine.clone(), providers.clone(), config.worker.clone());
         let reconciler = Reconciler::new(engine.clone(), providers, config.reconciler.clone());
         let pruner = Pruner::new(engine.clone(), config.retention.clone());
+        let loops = LoopHealth::default();
         let state = AppState::new(engine, auth)
+            .with_loop_health(loops.clone())
+            .with_store_deadline_ms(config.request_store_deadline_ms)
             .with_body_limit_bytes(config.body_limit_bytes)
             .with_body_read_timeout_ms(config.body_read_timeout_ms)
             .with_runner(Arc::new(worker.clone()))
@@ -109,6 +127,7 @@ impl Service {
             worker,
             reconciler,
             pruner,
+            loops,
             config,
         }
     }
@@ -143,17 +162,50 @@ impl Service {
         let mut loops = tokio::task::JoinSet::new();
         if self.config.run_worker {
             let (worker, stop) = (self.worker.clone(), shutdown.clone());
-            loops.spawn(async move { worker.run(stop.wait()).await });
+            let run = async move { worker.run(stop.wait()).await };
+            loops.spawn(watched("worker", run, self.loops.clone(), shutdown.clone()));
         }
         if self.config.run_reconciler {
             let (reconciler, stop) = (self.reconciler.clone(), shutdown.clone());
-            loops.spawn(async move { reconciler.run(stop.wait()).await });
+            let run = async move { reconciler.run(stop.wait()).await };
+            loops.spawn(watched(
+                "reconciler",
+                run,
+                self.loops.clone(),
+                shutdown.clone(),
+            ));
         }
         if self.config.run_pruner {
             let (pruner, stop) = (self.pruner.clone(), shutdown.clone());
-            loops.spawn(async move { pruner.run(stop.wait()).await });
+            let run = async move { pruner.run(stop.wait()).await };
+            loops.spawn(watched("pruner", run, self.loops.clone(), shutdown.clone()));
         }
         loops
+    }
+}
+
+/// Runs the loop `name` as a task of its own and waits for it: a loop that
+/// panics, or returns before `shutdown`, is recorded in `health` (and
+/// logged), so that `/readyz` stops saying ready.
+async fn watched(
+    name: &'static str,
+    run: impl std::future::Future<Output = ()> + Send + 'static,
+    health: LoopHealth,
+    shutdown: Shutdown,
+) {
+    match tokio::spawn(run).await {
+        Ok(()) if shutdown.is_triggered() => {}
+        Ok(()) => health.stopped(name, "returned before shutdown".to_owned()),
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            health.stopped(name, format!("panicked: {why}"));
+        }
+        Err(e) => health.stopped(name, format!("cancelled: {e}")),
     }
 }
 

@@ -3,17 +3,20 @@
 //! `tokio::time` (`clippy.toml` holds the rule).
 //!
 //! In the product these are tokio's own. With the `bench` feature they are
-//! the same tokio timers, and in addition each one, while it is armed,
-//! registers its deadline with the thread's observer if one is installed
-//! ([`observe`]). The simulator installs one: knowing the earliest deadline
-//! of every host is what lets it skip simulated time in which every host is
-//! waiting on a timer and nothing is in flight (`idem_sim::quiet`). A timer
-//! the observer cannot see would fire late after such a skip, which is why
-//! no code of core or sim may set one another way.
+//! tokio's too, unless the thread's simulator drives time ([`drive`]): then
+//! a timer is a deadline in simulated time, kept in the thread's driver,
+//! and it fires when the driver moves time to it ([`Driven::advance_to`]),
+//! not when a runtime's clock passes it. That is what lets the simulator
+//! step from one event to the next (a timer's deadline, a message's due
+//! time) instead of one tick at a time: it knows the earliest deadline of
+//! every host, and firing one needs no runtime's clock to move. A timer the
+//! driver cannot see would never fire in such a run, which is why no code
+//! of core or sim may set one another way.
 
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(not(feature = "bench"))]
 pub use tokio::time::error::Elapsed;
 
 #[cfg(not(feature = "bench"))]
@@ -38,220 +41,265 @@ mod imp {
     use std::cell::{Cell, RefCell};
     use std::collections::BTreeMap;
     use std::pin::Pin;
-    use std::task::{Context, Poll};
+    use std::task::{Context, Poll, Waker};
 
     use super::*;
 
-    /// Reads the current simulated time, or `None` outside a simulated host.
-    pub type Now = fn() -> Option<Duration>;
+    /// A timeout's deadline passed before its future finished.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+    #[error("deadline has elapsed")]
+    pub struct Elapsed;
 
-    /// The armed deadlines of one thread's timers, as a multiset.
-    struct Registry {
+    /// One thread's simulated time and the timers armed on it.
+    struct Driver {
         generation: u64,
-        now: Now,
-        deadlines: BTreeMap<Duration, u32>,
+        now: Duration,
+        next_id: u64,
+        /// Armed timers by (deadline, id): the order they fire in.
+        armed: BTreeMap<(Duration, u64), Waker>,
     }
 
     thread_local! {
-        static REGISTRY: RefCell<Option<Registry>> = const { RefCell::new(None) };
+        /// The simulator's driver of this thread's timers, if one is on. A
+        /// thread runs one world at a time, and timers are armed deep in
+        /// the engine (and in hyper) with no handle to the world: this is
+        /// the one place both can find.
+        static DRIVER: RefCell<Option<Driver>> = const { RefCell::new(None) };
         static GENERATIONS: Cell<u64> = const { Cell::new(0) };
     }
 
-    /// While it lives, the timers of this thread report their deadlines.
+    /// While it lives, the timers made on this thread are driven by it.
     #[derive(Debug)]
-    pub struct Observing {
+    pub struct Driven {
         generation: u64,
     }
 
-    /// Starts observing this thread's timers; `now` reads the clock the
-    /// deadlines are measured on. Replaces any observer already installed.
-    pub fn observe(now: Now) -> Observing {
+    /// Starts driving this thread's timers, at simulated time zero.
+    ///
+    /// # Panics
+    /// If a driver is already on: two worlds at once on one thread would
+    /// share it.
+    pub fn drive() -> Driven {
         let generation = GENERATIONS.with(|g| {
             let next = g.get() + 1;
             g.set(next);
             next
         });
-        REGISTRY.with(|r| {
-            *r.borrow_mut() = Some(Registry {
+        DRIVER.with(|d| {
+            let mut d = d.borrow_mut();
+            assert!(
+                d.is_none(),
+                "one simulated world at a time per thread: drop the last before building the next"
+            );
+            *d = Some(Driver {
                 generation,
-                now,
-                deadlines: BTreeMap::new(),
+                now: Duration::ZERO,
+                next_id: 0,
+                armed: BTreeMap::new(),
             });
         });
-        Observing { generation }
+        Driven { generation }
     }
 
-    impl Observing {
-        /// Whether this is still the thread's observer (no later
-        /// [`observe`] replaced it).
-        pub fn is_current(&self) -> bool {
-            REGISTRY.with(|r| {
-                r.borrow()
-                    .as_ref()
-                    .is_some_and(|reg| reg.generation == self.generation)
+    /// The driven simulated time of this thread, if a driver is on.
+    pub fn driven_now() -> Option<Duration> {
+        DRIVER.with(|d| d.borrow().as_ref().map(|driver| driver.now))
+    }
+
+    fn with_driver<T>(generation: u64, f: impl FnOnce(&mut Driver) -> T) -> Option<T> {
+        DRIVER
+            .try_with(|d| {
+                let mut d = d.try_borrow_mut().ok()?;
+                d.as_mut().filter(|x| x.generation == generation).map(f)
             })
+            .ok()
+            .flatten()
+    }
+
+    impl Driven {
+        /// Simulated time now.
+        pub fn now(&self) -> Duration {
+            with_driver(self.generation, |d| d.now).unwrap_or_default()
         }
 
         /// The earliest deadline of an armed timer, if any.
         pub fn earliest(&self) -> Option<Duration> {
-            REGISTRY.with(|r| {
-                r.borrow()
-                    .as_ref()
-                    .filter(|reg| reg.generation == self.generation)
-                    .and_then(|reg| reg.deadlines.keys().next().copied())
-            })
+            with_driver(self.generation, |d| d.armed.keys().next().map(|(t, _)| *t)).flatten()
         }
 
         /// How many timers are armed.
         pub fn armed(&self) -> u64 {
-            REGISTRY.with(|r| {
-                r.borrow()
-                    .as_ref()
-                    .filter(|reg| reg.generation == self.generation)
-                    .map_or(0, |reg| reg.deadlines.values().map(|n| u64::from(*n)).sum())
+            with_driver(self.generation, |d| d.armed.len() as u64).unwrap_or(0)
+        }
+
+        /// Simulated time is `now` from here on (it never goes back):
+        /// every timer due by then fires, its task woken to run in the
+        /// runtime's next turn. Returns how many fired.
+        pub fn advance_to(&self, now: Duration) -> usize {
+            let due: Vec<Waker> = with_driver(self.generation, |d| {
+                d.now = d.now.max(now);
+                let later = d.armed.split_off(&(d.now, u64::MAX));
+                std::mem::replace(&mut d.armed, later)
+                    .into_values()
+                    .collect()
             })
+            .unwrap_or_default();
+            let fired = due.len();
+            // Woken outside the borrow: a waker may reach back into timers.
+            for waker in due {
+                waker.wake();
+            }
+            fired
         }
     }
 
-    impl Drop for Observing {
+    impl Drop for Driven {
         fn drop(&mut self) {
-            REGISTRY.with(|r| {
-                let mut r = r.borrow_mut();
-                if r.as_ref()
-                    .is_some_and(|reg| reg.generation == self.generation)
-                {
-                    *r = None;
+            let _ = DRIVER.try_with(|d| {
+                let mut d = d.borrow_mut();
+                if d.as_ref().is_some_and(|x| x.generation == self.generation) {
+                    *d = None;
                 }
             });
         }
     }
 
-    /// One timer's registration: its deadline (fixed when the timer is
-    /// made, as tokio fixes it), armed from its first poll until it fires
-    /// or is dropped. A timer never polled never fires, so it is not armed.
+    /// A timer of the thread's driver: a deadline, armed from its first
+    /// poll until it fires or is dropped.
     #[derive(Debug)]
-    struct Watch {
-        deadline: Option<(u64, Duration)>,
+    struct DrivenTimer {
+        generation: u64,
+        id: u64,
+        deadline: Duration,
         armed: bool,
     }
 
-    impl Watch {
-        fn new(duration: Duration) -> Self {
-            let deadline = REGISTRY.with(|r| {
-                r.borrow().as_ref().and_then(|reg| {
-                    (reg.now)().map(|now| (reg.generation, now.saturating_add(duration)))
+    impl DrivenTimer {
+        /// On a driven thread, a timer due `duration` from now, its
+        /// deadline rounded up to the millisecond as tokio's timer wheel
+        /// rounds it; `None` on any other thread.
+        fn new(duration: Duration) -> Option<Self> {
+            DRIVER.with(|d| {
+                let mut d = d.borrow_mut();
+                let driver = d.as_mut()?;
+                let id = driver.next_id;
+                driver.next_id += 1;
+                let at_us = driver.now.saturating_add(duration).as_micros();
+                let ms = u64::try_from(at_us.div_ceil(1_000)).unwrap_or(u64::MAX);
+                Some(Self {
+                    generation: driver.generation,
+                    id,
+                    deadline: Duration::from_millis(ms),
+                    armed: false,
                 })
+            })
+        }
+
+        fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+            let (generation, key) = (self.generation, (self.deadline, self.id));
+            let ready = with_driver(generation, |d| {
+                if key.0 <= d.now {
+                    d.armed.remove(&key);
+                    true
+                } else {
+                    d.armed.insert(key, cx.waker().clone());
+                    false
+                }
             });
-            Self {
-                deadline,
-                armed: false,
-            }
-        }
-
-        fn arm(&mut self) {
-            if self.armed {
-                return;
-            }
-            if let Some((generation, deadline)) = self.deadline {
-                REGISTRY.with(|r| {
-                    if let Some(reg) = r.borrow_mut().as_mut()
-                        && reg.generation == generation
-                    {
-                        *reg.deadlines.entry(deadline).or_default() += 1;
-                        self.armed = true;
-                    }
-                });
-            }
-        }
-
-        fn disarm(&mut self) {
-            if !self.armed {
-                return;
-            }
-            self.armed = false;
-            if let Some((generation, deadline)) = self.deadline {
-                // A timer dropped while its thread is being torn down finds
-                // no registry; there is nothing left to tell.
-                let _ = REGISTRY.try_with(|r| {
-                    if let Ok(mut r) = r.try_borrow_mut()
-                        && let Some(reg) = r.as_mut()
-                        && reg.generation == generation
-                        && let Some(count) = reg.deadlines.get_mut(&deadline)
-                    {
-                        *count -= 1;
-                        if *count == 0 {
-                            reg.deadlines.remove(&deadline);
-                        }
-                    }
-                });
+            match ready {
+                Some(true) => {
+                    self.armed = false;
+                    Poll::Ready(())
+                }
+                Some(false) => {
+                    self.armed = true;
+                    Poll::Pending
+                }
+                // Its world is gone (the runtime is being torn down).
+                None => Poll::Pending,
             }
         }
     }
 
-    impl Drop for Watch {
+    impl Drop for DrivenTimer {
         fn drop(&mut self) {
-            self.disarm();
+            if self.armed {
+                let key = (self.deadline, self.id);
+                with_driver(self.generation, |d| d.armed.remove(&key));
+            }
         }
     }
 
-    /// A sleep of `duration`: tokio's, watched.
+    /// A sleep of `duration`: the driver's on a driven thread, else tokio's.
     #[derive(Debug)]
-    pub struct Sleep {
-        inner: Pin<Box<tokio::time::Sleep>>,
-        watch: Watch,
+    pub struct Sleep(SleepInner);
+
+    #[derive(Debug)]
+    enum SleepInner {
+        Tokio(Pin<Box<tokio::time::Sleep>>),
+        Driven(DrivenTimer),
     }
 
     impl Future for Sleep {
         type Output = ();
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            let this = self.get_mut();
-            this.watch.arm();
-            let poll = this.inner.as_mut().poll(cx);
-            if poll.is_ready() {
-                this.watch.disarm();
+            match &mut self.get_mut().0 {
+                SleepInner::Tokio(sleep) => sleep.as_mut().poll(cx),
+                SleepInner::Driven(timer) => timer.poll(cx),
             }
-            poll
         }
     }
 
-    /// `future`, or [`Elapsed`] after `duration`: tokio's, watched.
+    /// `future`, or [`Elapsed`] after `duration`: the driver's on a driven
+    /// thread, else tokio's.
     #[derive(Debug)]
-    pub struct Timeout<F> {
-        inner: Pin<Box<tokio::time::Timeout<F>>>,
-        watch: Watch,
+    pub struct Timeout<F>(TimeoutInner<F>);
+
+    #[derive(Debug)]
+    enum TimeoutInner<F> {
+        Tokio(Pin<Box<tokio::time::Timeout<F>>>),
+        Driven {
+            future: Pin<Box<F>>,
+            delay: DrivenTimer,
+        },
     }
 
     impl<F: Future> Future for Timeout<F> {
         type Output = Result<F::Output, Elapsed>;
 
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-            let this = self.get_mut();
-            this.watch.arm();
-            let poll = this.inner.as_mut().poll(cx);
-            if poll.is_ready() {
-                this.watch.disarm();
+            match &mut self.get_mut().0 {
+                TimeoutInner::Tokio(timeout) => timeout.as_mut().poll(cx).map_err(|_| Elapsed),
+                TimeoutInner::Driven { future, delay } => {
+                    if let Poll::Ready(output) = future.as_mut().poll(cx) {
+                        return Poll::Ready(Ok(output));
+                    }
+                    delay.poll(cx).map(|()| Err(Elapsed))
+                }
             }
-            poll
         }
     }
 
     /// A sleep of `duration`.
     #[allow(clippy::disallowed_methods)] // the one place a timer is set
     pub fn sleep(duration: Duration) -> Sleep {
-        Sleep {
-            watch: Watch::new(duration),
-            inner: Box::pin(tokio::time::sleep(duration)),
-        }
+        Sleep(match DrivenTimer::new(duration) {
+            Some(timer) => SleepInner::Driven(timer),
+            None => SleepInner::Tokio(Box::pin(tokio::time::sleep(duration))),
+        })
     }
 
     /// `future`, or [`Elapsed`] after `duration`.
     #[allow(clippy::disallowed_methods)] // the one place a timer is set
     pub fn timeout<F: Future>(duration: Duration, future: F) -> Timeout<F> {
-        Timeout {
-            watch: Watch::new(duration),
-            inner: Box::pin(tokio::time::timeout(duration, future)),
-        }
+        Timeout(match DrivenTimer::new(duration) {
+            Some(delay) => TimeoutInner::Driven {
+                future: Box::pin(future),
+                delay,
+            },
+            None => TimeoutInner::Tokio(Box::pin(tokio::time::timeout(duration, future))),
+        })
     }
 }
 
@@ -302,44 +350,72 @@ impl hyper::rt::Timer for HyperTimer {
 #[cfg(all(test, feature = "bench"))]
 mod tests {
     use super::*;
+    use std::task::{Context, Poll};
 
-    fn fixed_now() -> Option<Duration> {
-        Some(Duration::from_millis(100))
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn driven_timers_fire_when_the_driver_reaches_their_deadline() {
+        let driven = drive();
+        assert_eq!(driven_now(), Some(Duration::ZERO));
+        driven.advance_to(ms(100));
+        let never_polled = sleep(ms(5));
+        assert_eq!(driven.earliest(), None, "an unpolled timer is not armed");
+        let mut long = Box::pin(sleep(ms(50)));
+        let mut short = Box::pin(sleep(ms(10)));
+        // Sub-millisecond deadlines round up, as tokio's wheel rounds them.
+        let mut odd = Box::pin(timeout(
+            Duration::from_micros(10_500),
+            std::future::pending::<()>(),
+        ));
+        assert!(poll_once(long.as_mut()).is_pending());
+        assert!(poll_once(short.as_mut()).is_pending());
+        assert!(poll_once(odd.as_mut()).is_pending());
+        assert_eq!(driven.earliest(), Some(ms(110)));
+        assert_eq!(driven.armed(), 3);
+        assert_eq!(driven.advance_to(ms(110)), 1, "only the short one is due");
+        assert_eq!(poll_once(short.as_mut()), Poll::Ready(()));
+        assert!(
+            poll_once(odd.as_mut()).is_pending(),
+            "due at 111, not 110.5"
+        );
+        assert_eq!(driven.advance_to(ms(111)), 1);
+        assert_eq!(poll_once(odd.as_mut()), Poll::Ready(Err(Elapsed)));
+        // A timeout whose future finishes first is its future's.
+        let mut done = Box::pin(timeout(ms(1), std::future::ready(7)));
+        assert_eq!(poll_once(done.as_mut()), Poll::Ready(Ok(7)));
+        // Time never goes back; a timer already due is ready at once.
+        driven.advance_to(ms(3));
+        assert_eq!(driven.now(), ms(111));
+        assert_eq!(
+            poll_once(Box::pin(sleep(Duration::ZERO)).as_mut()),
+            Poll::Ready(())
+        );
+        drop(never_polled);
+        assert_eq!(driven.earliest(), Some(ms(150)));
+        drop(long);
+        assert_eq!(driven.earliest(), None, "a dropped timer is disarmed");
+        drop(driven);
+        assert_eq!(driven_now(), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "one simulated world at a time")]
+    fn one_driver_per_thread() {
+        let _first = drive();
+        let _second = drive();
     }
 
     #[tokio::test(start_paused = true)]
-    async fn armed_timers_report_their_deadlines_until_they_fire_or_drop() {
-        let observing = observe(fixed_now);
-        assert!(observing.is_current());
-        let never_polled = sleep(Duration::from_millis(5));
-        assert_eq!(observing.earliest(), None, "an unpolled timer is not armed");
-        // Boxed, so that dropping it drops the timer.
-        let mut long = Box::pin(sleep(Duration::from_millis(50)));
-        let short = sleep(Duration::from_millis(10));
-        assert!(futures_poll(long.as_mut()).is_pending());
-        assert_eq!(observing.earliest(), Some(Duration::from_millis(150)));
-        short.await;
-        assert_eq!(observing.armed(), 1, "a fired timer is disarmed");
-        let timed_out = timeout(Duration::from_millis(1), std::future::pending::<()>()).await;
-        assert!(timed_out.is_err());
-        drop(never_polled);
-        assert_eq!(observing.earliest(), Some(Duration::from_millis(150)));
-        drop(long);
-        assert_eq!(observing.earliest(), None);
-        let newer = observe(fixed_now);
-        assert!(!observing.is_current());
-        drop(observing);
-        assert!(
-            newer.is_current(),
-            "an older observer leaves a newer one alone"
-        );
-        drop(newer);
-        // Without an observer, timers are plain tokio timers.
-        sleep(Duration::from_millis(1)).await;
-    }
-
-    fn futures_poll<F: Future>(future: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        future.poll(&mut cx)
+    async fn without_a_driver_timers_are_tokio_timers() {
+        sleep(ms(1)).await;
+        let timed_out = timeout(ms(1), std::future::pending::<()>()).await;
+        assert_eq!(timed_out, Err(Elapsed));
     }
 }

@@ -11,11 +11,11 @@
 //! go only to providers with a valid contract certificate.
 //!
 //! Each attempt runs as a task of its own, at most `attempts_concurrent_max`
-//! at once: a poll starts what the free slots allow and does not wait for
-//! them, so a provider that stalls until the deadline holds one slot, not
-//! the jobs queued behind it.
+//! at once *per provider*: a poll starts what the free slots allow and does
+//! not wait for them, and a provider that stalls until the deadline holds
+//! only its own slots, never those of the other providers' jobs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -93,22 +93,23 @@ struct WorkerInner {
     engine: Engine,
     providers: ProviderSet,
     config: WorkerConfig,
-    /// One permit per attempt that may run at once.
-    slots: Arc<Semaphore>,
+    /// Per provider, one permit per attempt that may run at once on it
+    /// (and one pool for attempts on providers without a client).
+    slots: BTreeMap<String, Arc<Semaphore>>,
+    unknown_slots: Arc<Semaphore>,
     /// Jobs a task of this worker holds, so that a poll does not hand the
     /// same job to a second task before the first has started its attempt.
     /// At most `attempts_concurrent_max` entries.
     held: Mutex<BTreeSet<JobId>>,
 }
 
-/// A job a task of this worker holds, and the slot it runs in. Dropping it
-/// (the task finished, panicked or was cancelled with its host) releases
-/// both: a job left marked as held would never be polled again by this
-/// worker, which outlives its tasks.
+/// A job a task of this worker holds. Dropping it (the task finished,
+/// panicked or was cancelled with its host) releases it: a job left marked
+/// as held would never be polled again by this worker, which outlives its
+/// tasks.
 struct Held {
     worker: Worker,
     job: JobId,
-    _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for Held {
@@ -125,18 +126,39 @@ enum CallOutcome {
 
 impl Worker {
     pub fn new(engine: Engine, providers: ProviderSet, config: WorkerConfig) -> Self {
-        let slots = Arc::new(Semaphore::new(
-            usize::try_from(config.attempts_concurrent_max.max(1)).unwrap_or(1),
-        ));
+        let per_provider = usize::try_from(config.attempts_concurrent_max.max(1)).unwrap_or(1);
+        let slots = providers
+            .keys()
+            .map(|name| (name.clone(), Arc::new(Semaphore::new(per_provider))))
+            .collect();
         Self {
             inner: Arc::new(WorkerInner {
                 engine,
                 providers,
                 config,
                 slots,
+                unknown_slots: Arc::new(Semaphore::new(per_provider)),
                 held: Mutex::default(),
             }),
         }
+    }
+
+    /// The slots of attempts on `provider`.
+    fn slots(&self, provider: &str) -> &Arc<Semaphore> {
+        self.inner
+            .slots
+            .get(provider)
+            .unwrap_or(&self.inner.unknown_slots)
+    }
+
+    /// Free slots over every provider.
+    fn free_slots(&self) -> usize {
+        self.inner
+            .slots
+            .values()
+            .chain([&self.inner.unknown_slots])
+            .map(|s| s.available_permits())
+            .sum()
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -173,7 +195,7 @@ impl Worker {
     /// slots (at most `jobs_per_tick_max`), each as a task in `running`,
     /// without waiting for them.
     async fn poll(&self, running: &mut JoinSet<()>) {
-        let free = self.inner.slots.available_permits();
+        let free = self.free_slots();
         if free == 0 {
             return;
         }
@@ -188,16 +210,12 @@ impl Worker {
             }
         };
         for job in jobs {
-            let Ok(slot) = self.inner.slots.clone().try_acquire_owned() else {
-                break;
-            };
             if !self.hold(job.id) {
                 continue;
             }
             let held = Held {
                 worker: self.clone(),
                 job: job.id,
-                _slot: slot,
             };
             running.spawn(async move {
                 let id = job.id;
@@ -273,6 +291,11 @@ impl Worker {
             });
         }
         let provider = self.choose_provider(&job, &attempts).await?;
+        // The attempt runs in a slot of its provider; with none free, the
+        // job waits for a later poll.
+        let Ok(_slot) = Arc::clone(self.slots(&provider)).try_acquire_owned() else {
+            return Ok(AttemptEnd::Skipped);
+        };
         match self
             .engine()
             .start_attempt(&job, Some(&provider), Trigger::Worker)
@@ -317,7 +340,7 @@ impl Worker {
                     job.id,
                     None,
                     EventKind::FailoverRefused,
-                    json!({"provider": candidate, "trigger": Trigger::Worker, "reason": status.reason()}),
+                    status.refusal(candidate, Trigger::Worker),
                 )
                 .await;
         }
@@ -488,13 +511,14 @@ impl Worker {
 }
 
 impl AttemptRunner for Worker {
-    /// Runs the attempt in one of the worker's slots, waiting for one if
+    /// Runs the attempt in one of its provider's slots, waiting for one if
     /// all are taken (the attempt holds its job's open slot meanwhile, so
     /// at most one waits per job).
     fn launch(&self, job: Job, attempt: Attempt) {
         let worker = self.clone();
         tokio::spawn(async move {
-            let Ok(_slot) = worker.inner.slots.clone().acquire_owned().await else {
+            let slots = Arc::clone(worker.slots(&attempt.provider));
+            let Ok(_slot) = slots.acquire_owned().await else {
                 return;
             };
             if let Err(e) = worker.execute(job, attempt, Hedging::Never).await {

@@ -23,6 +23,8 @@
 //!   feature's P(fail | present) against P(fail | absent), with Wilson
 //!   intervals, ranked into triggers and suppressors.
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
+//! - [`real`]: real mode: a scenario against real processes, a real
+//!   PostgreSQL and real TCP, judged by the same oracle.
 //! - [`output`]: writing outputs, with an error that names the path.
 //! - [`cli`]: the `idem` command line: arguments in, text out.
 
@@ -40,6 +42,7 @@ pub mod load;
 pub mod mutants;
 pub mod output;
 pub mod pgbench;
+pub mod real;
 pub mod record;
 pub mod review;
 pub mod run;

@@ -32,7 +32,7 @@ struct SimTime;
 
 impl FormatTime for SimTime {
     fn format_time(&self, w: &mut Writer<'_>) -> std::fmt::Result {
-        match idem_sim::quiet::sim_elapsed() {
+        match idem_sim::scheduler::sim_elapsed() {
             Some(elapsed) => write!(w, "{:>9}ms", elapsed.as_millis()),
             None => write!(w, "{:>11}", "driver"),
         }

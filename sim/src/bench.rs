@@ -1,221 +1,28 @@
 //! What `idem bench` measures the simulator against: a bare turmoil
 //! program with no idem code in it, replaying one run's traffic.
 //!
-//! While a [`Capture`] lives, every TCP connection a simulated host opens or
-//! accepts ([`Metered`] wraps them all: the clients' calls to the API, the
-//! hosts' calls to the store, the workers' calls to providers) is recorded:
-//! when it opened, between which hosts, and how many segments of how many
-//! bytes each side wrote (turmoil sends one network message per write).
-//! [`replay`] then builds a turmoil world with the same hosts, the same
-//! tick and latencies, opens the same connections at the same simulated
-//! milliseconds, writes the same number of segments of the same sizes each
-//! way, and steps it for the same simulated time. What the idem run costs
-//! beyond it is idem's own cost in the simulator. Fault plans (partitions,
-//! crashes, slow links) are not replayed: the replay's traffic is what got
-//! through, at the base latency. A connection a poller kept open for many
-//! calls is replayed as one connection carrying all their segments.
+//! A metered run ([`crate::run::run_metered`]) records every TCP connection
+//! its hosts opened (when, between which hosts) and how many segments of
+//! how many bytes each side wrote, as the scheduler sees them on the wire
+//! ([`crate::scheduler::meter`]). [`replay`] then builds a turmoil world
+//! with the same hosts, the same tick and latencies, opens the same
+//! connections at the same simulated milliseconds, writes the same number
+//! of segments of the same sizes each way, and steps it for the same
+//! simulated time. What the idem run costs beyond it is idem's own cost in
+//! the simulator. Fault plans (partitions, crashes, slow links) are not
+//! replayed: the replay's traffic is what got on the wire, at the base
+//! latency. A connection a poller kept open for many calls is replayed as
+//! one connection carrying all their segments.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::io;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub use crate::scheduler::meter::{Connection, Traffic};
 
 /// The port every host listens on in the replay.
 const REPLAY_PORT: u16 = 80;
-
-/// One connection of a run, as both of its ends wrote to it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Connection {
-    /// Simulated ms when one of its ends first saw it.
-    pub at_ms: u64,
-    pub from: String,
-    pub to: String,
-    /// Segments (writes) and bytes the opening side wrote.
-    pub client_writes: u64,
-    pub client_bytes: u64,
-    /// Segments and bytes the accepting side wrote.
-    pub server_writes: u64,
-    pub server_bytes: u64,
-}
-
-/// A run's traffic.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// In the order they were first seen.
-    pub connections: Vec<Connection>,
-}
-
-impl Traffic {
-    /// Network messages the run's hosts wrote (data segments only).
-    pub fn segments(&self) -> u64 {
-        self.connections
-            .iter()
-            .map(|c| c.client_writes + c.server_writes)
-            .sum()
-    }
-}
-
-/// (the opening end, the accepting end).
-type Key = (SocketAddr, SocketAddr);
-
-#[derive(Debug, Default)]
-struct Log {
-    index: BTreeMap<Key, usize>,
-    traffic: Traffic,
-}
-
-thread_local! {
-    /// The capture of the run on this thread, if one is on.
-    static LOG: RefCell<Option<Log>> = const { RefCell::new(None) };
-}
-
-/// While it lives, the connections of the run on this thread are recorded.
-#[derive(Debug)]
-pub struct Capture(());
-
-impl Capture {
-    /// Starts recording (dropping any capture left on this thread).
-    pub fn start() -> Self {
-        LOG.with(|l| *l.borrow_mut() = Some(Log::default()));
-        Capture(())
-    }
-
-    /// Stops recording; what was recorded.
-    pub fn finish(self) -> Traffic {
-        LOG.with(|l| l.borrow_mut().take())
-            .map(|log| log.traffic)
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        LOG.with(|l| l.borrow_mut().take());
-    }
-}
-
-/// Which end of a connection a [`Metered`] stream is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Side {
-    Client,
-    Server,
-}
-
-/// A turmoil TCP stream whose writes are recorded while a [`Capture`] is
-/// on (and which is a plain stream otherwise).
-#[derive(Debug)]
-pub struct Metered {
-    inner: turmoil::net::TcpStream,
-    key: Option<Key>,
-    side: Side,
-}
-
-impl Metered {
-    /// The end that opened `stream`.
-    pub fn client(stream: turmoil::net::TcpStream) -> Self {
-        let key = match (stream.local_addr(), stream.peer_addr()) {
-            (Ok(local), Ok(peer)) => Some((local, peer)),
-            _ => None,
-        };
-        Self::seen(stream, key, Side::Client)
-    }
-
-    /// The end that accepted `stream`.
-    pub fn server(stream: turmoil::net::TcpStream) -> Self {
-        let key = match (stream.peer_addr(), stream.local_addr()) {
-            (Ok(peer), Ok(local)) => Some((peer, local)),
-            _ => None,
-        };
-        Self::seen(stream, key, Side::Server)
-    }
-
-    fn seen(inner: turmoil::net::TcpStream, key: Option<Key>, side: Side) -> Self {
-        let key = key.filter(|key| {
-            LOG.with(|l| {
-                let mut log = l.borrow_mut();
-                let Some(log) = log.as_mut() else {
-                    return false;
-                };
-                if !log.index.contains_key(key) {
-                    let at_ms = crate::quiet::sim_elapsed().map_or(0, |d| {
-                        u64::try_from(d.as_millis()).expect("simulated time fits u64 ms")
-                    });
-                    log.index.insert(*key, log.traffic.connections.len());
-                    log.traffic.connections.push(Connection {
-                        at_ms,
-                        from: turmoil::reverse_lookup(key.0.ip()).unwrap_or_default(),
-                        to: turmoil::reverse_lookup(key.1.ip()).unwrap_or_default(),
-                        ..Connection::default()
-                    });
-                }
-                true
-            })
-        });
-        Self { inner, key, side }
-    }
-
-    fn wrote(&self, bytes: usize) {
-        let Some(key) = self.key else { return };
-        LOG.with(|l| {
-            if let Some(log) = l.borrow_mut().as_mut()
-                && let Some(&index) = log.index.get(&key)
-            {
-                let c = &mut log.traffic.connections[index];
-                let bytes = bytes as u64;
-                match self.side {
-                    Side::Client => {
-                        c.client_writes += 1;
-                        c.client_bytes += bytes;
-                    }
-                    Side::Server => {
-                        c.server_writes += 1;
-                        c.server_bytes += bytes;
-                    }
-                }
-            }
-        });
-    }
-}
-
-impl AsyncRead for Metered {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Metered {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = poll
-            && n > 0
-        {
-            self.wrote(n);
-        }
-        poll
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
 
 /// How a replayed world is built: the run's own.
 #[derive(Clone, Debug)]

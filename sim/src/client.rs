@@ -145,51 +145,9 @@ impl Client {
                 ..
             } => {
                 let body = serde_json::to_value(&request).expect("a job request serializes");
-                for attempt in 0..=retries {
-                    if attempt > 0 {
-                        idem_core::timer::sleep(Duration::from_millis(retry_after_ms)).await;
-                    }
-                    let answer = self
-                        .request(
-                            "POST",
-                            "/v1/jobs".to_owned(),
-                            Some(&key),
-                            Some(body.clone()),
-                        )
-                        .await;
-                    match answer {
-                        Some(answer) if (200..300).contains(&answer.status) => {
-                            if let Some(id) = job_id_of(&answer.body) {
-                                self.ctx
-                                    .known_jobs
-                                    .lock()
-                                    .unwrap_or_else(PoisonError::into_inner)
-                                    .insert((self.name().to_owned(), key.clone()), id);
-                            }
-                            return;
-                        }
-                        // A definitive refusal: retrying would not change it.
-                        Some(answer) if answer.status < 500 => return,
-                        _ => {}
-                    }
-                }
+                self.click(&key, &body, retries, retry_after_ms).await;
             }
-            Action::Backup { key, provider, .. } => {
-                let mut job = self.own_job(&key);
-                for _ in 0..JOB_ID_POLLS_MAX {
-                    if job.is_some() {
-                        break;
-                    }
-                    idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
-                    job = self.own_job(&key);
-                }
-                let Some(job) = job else {
-                    return;
-                };
-                let body = provider.map(|p| json!({"provider": p}));
-                self.request("POST", format!("/v1/jobs/{job}/attempts"), None, body)
-                    .await;
-            }
+            Action::Backup { key, provider, .. } => self.backup(&key, provider).await,
             Action::Get { key, .. } => {
                 if let Some(job) = self.own_job(&key) {
                     self.request("GET", format!("/v1/jobs/{job}"), None, None)
@@ -205,6 +163,52 @@ impl Client {
                 }
             }
         }
+    }
+
+    /// A create with `key`, retried on a timeout or a 5xx as a browser or
+    /// SDK would; the job id it names is remembered.
+    async fn click(&self, key: &str, body: &Value, retries: u32, retry_after_ms: u64) {
+        for attempt in 0..=retries {
+            if attempt > 0 {
+                idem_core::timer::sleep(Duration::from_millis(retry_after_ms)).await;
+            }
+            let answer = self
+                .request("POST", "/v1/jobs".to_owned(), Some(key), Some(body.clone()))
+                .await;
+            match answer {
+                Some(answer) if (200..300).contains(&answer.status) => {
+                    if let Some(id) = job_id_of(&answer.body) {
+                        self.ctx
+                            .known_jobs
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert((self.name().to_owned(), key.to_owned()), id);
+                    }
+                    return;
+                }
+                // A definitive refusal: retrying would not change it.
+                Some(answer) if answer.status < 500 => return,
+                _ => {}
+            }
+        }
+    }
+
+    /// The backup button, once the job of `key` is known (bounded wait).
+    async fn backup(&self, key: &str, provider: Option<String>) {
+        let mut job = self.own_job(key);
+        for _ in 0..JOB_ID_POLLS_MAX {
+            if job.is_some() {
+                break;
+            }
+            idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            job = self.own_job(key);
+        }
+        let Some(job) = job else {
+            return;
+        };
+        let body = provider.map(|p| json!({"provider": p}));
+        self.request("POST", format!("/v1/jobs/{job}/attempts"), None, body)
+            .await;
     }
 
     /// Polls each of this client's jobs until it is terminal; bounded.
@@ -251,6 +255,7 @@ impl Client {
         let replica =
             self.ctx.replicas[usize::try_from(replica_index).expect("small index")].clone();
         let request_id = self.next_request_id.fetch_add(1, Ordering::SeqCst);
+        let is_create = method == "POST" && path == "/v1/jobs";
         self.ctx.recorder.record(
             &self.host,
             TraceBody::HttpRequest {
@@ -260,7 +265,7 @@ impl Client {
                 method: method.to_owned(),
                 path: path.clone(),
                 idempotency_key: key.map(str::to_owned),
-                body_fingerprint: (method == "POST" && path == "/v1/jobs")
+                body_fingerprint: is_create
                     .then(|| body.as_ref().map(|b| fingerprint(&canonicalize(b))))
                     .flatten(),
             },
@@ -270,62 +275,58 @@ impl Client {
         let result = idem_core::timer::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Err("timed out".to_owned()));
-        match result {
-            Ok(answer) => {
-                let attempt_created =
-                    method == "POST" && path.ends_with("/attempts") && answer.status == 201;
-                let (job_id, attempt_id) = if attempt_created {
-                    (
-                        answer
-                            .body
-                            .get("job_id")
-                            .and_then(Value::as_str)
-                            .and_then(|s| s.parse().ok()),
-                        answer
-                            .body
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .and_then(|s| s.parse::<AttemptId>().ok()),
-                    )
-                } else {
-                    (job_id_of(&answer.body), None)
-                };
-                self.ctx.recorder.record(
-                    &self.host,
-                    TraceBody::HttpResponse {
-                        client: self.name().to_owned(),
-                        request_id,
-                        status: answer.status,
-                        job_id,
-                        attempt_id,
-                        replayed: answer.replayed,
-                        problem: answer
-                            .body
-                            .get("type")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned),
-                        blocking_attempt: answer
-                            .body
-                            .get("blocking_attempt")
-                            .and_then(Value::as_str)
-                            .and_then(|s| s.parse().ok()),
-                    },
-                );
-                Some(answer)
-            }
-            Err(error) => {
-                self.ctx.recorder.record(
-                    &self.host,
-                    TraceBody::HttpFailed {
-                        client: self.name().to_owned(),
-                        request_id,
-                        error,
-                    },
-                );
-                None
-            }
-        }
+        let attempt_created = method == "POST" && path.ends_with("/attempts");
+        self.record_answer(request_id, attempt_created, result)
     }
+
+    /// Records what came back for request `request_id`: the answer, or why
+    /// there was none.
+    fn record_answer(
+        &self,
+        request_id: u64,
+        attempt_created: bool,
+        result: Result<Answer, String>,
+    ) -> Option<Answer> {
+        let client = self.name().to_owned();
+        let answer = match result {
+            Ok(answer) => answer,
+            Err(error) => {
+                let failed = TraceBody::HttpFailed {
+                    client,
+                    request_id,
+                    error,
+                };
+                self.ctx.recorder.record(&self.host, failed);
+                return None;
+            }
+        };
+        let (job_id, attempt_id) = if attempt_created && answer.status == 201 {
+            (
+                str_field(&answer.body, "job_id").and_then(|s| s.parse().ok()),
+                str_field(&answer.body, "id").and_then(|s| s.parse::<AttemptId>().ok()),
+            )
+        } else {
+            (job_id_of(&answer.body), None)
+        };
+        let response = TraceBody::HttpResponse {
+            client,
+            request_id,
+            status: answer.status,
+            job_id,
+            attempt_id,
+            replayed: answer.replayed,
+            problem: str_field(&answer.body, "type"),
+            blocking_attempt: str_field(&answer.body, "blocking_attempt")
+                .and_then(|s| s.parse().ok()),
+        };
+        self.ctx.recorder.record(&self.host, response);
+        Some(answer)
+    }
+}
+
+/// A string field of a JSON body.
+fn str_field(body: &Value, field: &str) -> Option<String> {
+    body.get(field).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// The job id a job response names: its `id`, when it has a `state`.
@@ -347,10 +348,9 @@ async fn http_call(
     let stream = turmoil::net::TcpStream::connect(authority.as_str())
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(crate::bench::Metered::client(stream)))
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
     let mut builder = http::Request::builder()
         .method(method)

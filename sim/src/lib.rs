@@ -20,12 +20,12 @@ pub mod bench;
 pub mod certify;
 pub mod client;
 pub mod determinism;
+pub mod faults;
 pub mod net;
-pub mod quiet;
 pub mod rpc;
 pub mod run;
 pub mod scenario;
-pub mod slow;
+pub mod scheduler;
 pub mod trace;
 pub mod world;
 

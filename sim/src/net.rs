@@ -12,8 +12,6 @@ use idem_core::model::Timestamp;
 use idem_core::provider::connect::Connector;
 use sha2::{Digest, Sha256};
 
-use crate::bench::Metered;
-
 /// The port every simulated service listens on.
 pub const SERVICE_PORT: u16 = 80;
 
@@ -37,13 +35,13 @@ impl SimListener {
 }
 
 impl axum::serve::Listener for SimListener {
-    type Io = Metered;
+    type Io = turmoil::net::TcpStream;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             match self.0.accept().await {
-                Ok((stream, peer)) => return (Metered::server(stream), peer),
+                Ok(accepted) => return accepted,
                 // A failed accept is transient in the simulator; try again
                 // after a beat rather than spin.
                 Err(_) => idem_core::timer::sleep(Duration::from_millis(1)).await,
@@ -61,15 +59,11 @@ impl axum::serve::Listener for SimListener {
 pub struct SimConnector;
 
 impl Connector for SimConnector {
-    type Stream = Metered;
+    type Stream = turmoil::net::TcpStream;
 
     fn connect(&self, authority: &str) -> impl Future<Output = io::Result<Self::Stream>> + Send {
         let authority = authority.to_owned();
-        async move {
-            turmoil::net::TcpStream::connect(authority.as_str())
-                .await
-                .map(Metered::client)
-        }
+        async move { turmoil::net::TcpStream::connect(authority.as_str()).await }
     }
 }
 
@@ -104,7 +98,7 @@ impl SimClock {
 
 /// Simulated microseconds since the run started (0 outside a host).
 fn true_elapsed_us() -> i64 {
-    crate::quiet::sim_elapsed().map_or(0, |d| {
+    crate::scheduler::sim_elapsed().map_or(0, |d| {
         i64::try_from(d.as_micros()).expect("simulated time fits i64 microseconds")
     })
 }

@@ -9,7 +9,7 @@
 //! What a fault does to a call stays what it was with a connection per
 //! call: an open connection is reused only while no
 //! network fault is on and no fault has fired, healed or restarted a host
-//! since it was opened ([`ReuseGate`]); otherwise the call opens a fresh
+//! since it was opened ([`ReuseGate`], the scheduler's); otherwise the call opens a fresh
 //! one, so a partition or a crashed store is still "unavailable" (nothing
 //! applied) and never a request held on an old connection and applied
 //! late.
@@ -29,16 +29,18 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use turmoil::net::TcpStream;
 
 use idem_core::fingerprint::fingerprint;
-use idem_core::model::{AttemptId, AttemptState};
+use idem_core::model::{AttemptId, AttemptState, JobId};
 use idem_core::store::call::{CallStore, StoreCall, StoreReply};
 use idem_core::store::faults::{FaultPlan, Injected, apply_with_faults};
 use idem_core::store::{
-    CompleteOutcome, CreateOutcome, FailJobOutcome, StartOutcome, Store, StoreError,
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, StartOutcome, Store, StoreError,
     TransitionOutcome,
 };
 
+use crate::scheduler::reuse::ReuseGate;
 use crate::trace::{Recorder, TraceBody};
 
 /// The largest frame either side accepts.
@@ -54,52 +56,10 @@ const IDLE_CONNECTIONS_MAX: usize = 8;
 /// Calls one connection carries before it is closed, on either side.
 const CALLS_PER_CONNECTION_MAX: u32 = 10_000;
 
-/// The driver's say on reusing open store connections: every fault fired
-/// or healed and every restart starts a new epoch (connections opened
-/// before it are closed, not reused), and while a network fault is on no
-/// connection is reused at all. One per world, shared by every caller.
-#[derive(Clone, Debug, Default)]
-pub struct ReuseGate(Arc<Mutex<Gate>>);
-
-#[derive(Debug, Default)]
-struct Gate {
-    epoch: u64,
-    network_faults_on: u32,
-}
-
-impl ReuseGate {
-    /// The driver acted (a fault fired or healed, a host restarted).
-    pub fn new_epoch(&self) {
-        self.lock().epoch += 1;
-    }
-
-    /// A network fault (latency, hold, partition) began or ended.
-    pub fn network_fault(&self, on: bool) {
-        let mut gate = self.lock();
-        gate.network_faults_on = if on {
-            gate.network_faults_on + 1
-        } else {
-            gate.network_faults_on
-                .checked_sub(1)
-                .expect("a network fault healed that never fired")
-        };
-    }
-
-    /// The epoch in which a connection opened now may be reused, if any.
-    fn reusable_epoch(&self) -> Option<u64> {
-        let gate = self.lock();
-        (gate.network_faults_on == 0).then_some(gate.epoch)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// An open connection between calls.
 #[derive(Debug)]
 struct Idle {
-    stream: crate::bench::Metered,
+    stream: TcpStream,
     epoch: u64,
     calls: u32,
 }
@@ -218,7 +178,7 @@ impl RemoteStore {
         let connect = turmoil::net::TcpStream::connect(self.address.as_str());
         match idem_core::timer::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), connect).await {
             Ok(Ok(stream)) => Ok(Idle {
-                stream: crate::bench::Metered::client(stream),
+                stream,
                 // No epoch (a network fault was on): never reused.
                 epoch: epoch.unwrap_or(u64::MAX),
                 calls: 0,
@@ -277,63 +237,21 @@ impl StoreObserver {
         let Ok(response) = result else {
             return Vec::new();
         };
-        let mut out = Vec::new();
         match (request, response) {
             (StoreCall::CreateJob { new }, StoreReply::CreateJob(outcome)) => {
-                out.push(match outcome {
-                    CreateOutcome::Created(job) => TraceBody::JobCreated {
-                        job_id: job.id,
-                        owner: job.owner_id.0.clone(),
-                        key: job.idempotency_key.to_string(),
-                        fingerprint: job.request_fingerprint.clone(),
-                    },
-                    CreateOutcome::Existing(job) => TraceBody::JobReplayed {
-                        job_id: job.id,
-                        offered_fingerprint: new.request_fingerprint.clone(),
-                    },
-                    CreateOutcome::KeyReused {
-                        existing,
-                        differing_pointers,
-                    } => TraceBody::KeyReused {
-                        job_id: *existing,
-                        offered_fingerprint: new.request_fingerprint.clone(),
-                        differing_pointers: differing_pointers.clone(),
-                    },
-                })
+                vec![created(&new.request_fingerprint, outcome)]
             }
-            (StoreCall::StartAttempt { new }, StoreReply::StartAttempt(outcome)) => match outcome {
-                StartOutcome::Started(attempt) => {
-                    // A re-run after a lost acknowledgement returns the same
-                    // attempt; it started once.
-                    if attempts.insert(attempt.id, attempt.state).is_none() {
-                        out.push(TraceBody::AttemptStarted {
-                            job_id: attempt.job_id,
-                            attempt_id: attempt.id,
-                            attempt_seq: attempt.seq,
-                            provider: attempt.provider.clone(),
-                            read_version: attempt.read_version,
-                        });
-                    }
-                }
-                StartOutcome::InFlight { attempt, state } => out.push(TraceBody::AttemptRefused {
-                    job_id: new.job_id,
-                    reason: "attempt_in_flight".to_owned(),
-                    blocking_attempt: Some(*attempt),
-                    blocking_state: Some(*state),
-                }),
-                StartOutcome::Completed { .. } => out.push(TraceBody::AttemptRefused {
-                    job_id: new.job_id,
-                    reason: "job_completed".to_owned(),
-                    blocking_attempt: None,
-                    blocking_state: None,
-                }),
-            },
+            (StoreCall::StartAttempt { new }, StoreReply::StartAttempt(outcome)) => {
+                started(&mut attempts, new.job_id, outcome)
+                    .into_iter()
+                    .collect()
+            }
             (
                 StoreCall::TransitionAttempt { error, .. },
                 StoreReply::TransitionAttempt(TransitionOutcome::Moved { attempt, from }),
             ) => {
                 attempts.insert(attempt.id, attempt.state);
-                out.push(TraceBody::AttemptTransition {
+                vec![TraceBody::AttemptTransition {
                     job_id: attempt.job_id,
                     attempt_id: attempt.id,
                     from: *from,
@@ -343,59 +261,126 @@ impl StoreObserver {
                         .and_then(|e| e.get("reason"))
                         .and_then(Value::as_str)
                         .map(str::to_owned),
-                });
+                }]
             }
             (StoreCall::Complete { completion }, StoreReply::Complete(outcome)) => {
-                let from = attempts
-                    .get(&completion.attempt_id)
-                    .copied()
-                    .unwrap_or(AttemptState::Running);
-                match outcome {
-                    CompleteOutcome::Won(job) => {
-                        attempts.insert(completion.attempt_id, AttemptState::Succeeded);
-                        out.push(TraceBody::CompletionWon {
-                            job_id: job.id,
-                            attempt_id: completion.attempt_id,
-                            from,
-                            version: job.version,
-                            out_of_band: completion.out_of_band,
-                            result_sha256: job.result.as_ref().map(fingerprint).unwrap_or_default(),
-                        });
-                    }
-                    CompleteOutcome::Lost { winner } => {
-                        attempts.insert(completion.attempt_id, AttemptState::Lost);
-                        out.push(TraceBody::CompletionLost {
-                            job_id: completion.job_id,
-                            attempt_id: completion.attempt_id,
-                            from,
-                            winner: *winner,
-                            discarded_sha256: fingerprint(&completion.output),
-                        });
-                    }
-                    CompleteOutcome::NotOpen { state } => out.push(TraceBody::CompletionRefused {
-                        job_id: completion.job_id,
-                        attempt_id: completion.attempt_id,
-                        state: *state,
-                    }),
-                }
+                vec![completed(&mut attempts, completion, outcome)]
             }
             (StoreCall::FailJob { .. }, StoreReply::FailJob(FailJobOutcome::Failed(job))) => {
-                out.push(TraceBody::JobFailed {
+                vec![TraceBody::JobFailed {
                     job_id: job.id,
                     version: job.version,
-                });
+                }]
             }
             (StoreCall::RecordEvent { event }, StoreReply::RecordEvent(())) => {
-                out.push(TraceBody::NoteRecorded {
+                vec![TraceBody::NoteRecorded {
                     job_id: event.job_id,
                     attempt_id: event.attempt_id,
                     event: event.kind,
                     detail: event.detail.clone(),
-                })
+                }]
             }
-            _ => {}
+            _ => Vec::new(),
         }
-        out
+    }
+}
+
+/// A create's event: a new job, a replay, or a key bound to another body.
+fn created(offered_fingerprint: &str, outcome: &CreateOutcome) -> TraceBody {
+    let offered_fingerprint = offered_fingerprint.to_owned();
+    match outcome {
+        CreateOutcome::Created(job) => TraceBody::JobCreated {
+            job_id: job.id,
+            owner: job.owner_id.0.clone(),
+            key: job.idempotency_key.to_string(),
+            fingerprint: job.request_fingerprint.clone(),
+        },
+        CreateOutcome::Existing(job) => TraceBody::JobReplayed {
+            job_id: job.id,
+            offered_fingerprint,
+        },
+        CreateOutcome::KeyReused {
+            existing,
+            differing_pointers,
+        } => TraceBody::KeyReused {
+            job_id: *existing,
+            offered_fingerprint,
+            differing_pointers: differing_pointers.clone(),
+        },
+    }
+}
+
+/// A start's event: the attempt started (once: a re-run after a lost
+/// acknowledgement returns the same attempt), or the refusal and why.
+fn started(
+    attempts: &mut BTreeMap<AttemptId, AttemptState>,
+    job_id: JobId,
+    outcome: &StartOutcome,
+) -> Option<TraceBody> {
+    match outcome {
+        StartOutcome::Started(attempt) => attempts
+            .insert(attempt.id, attempt.state)
+            .is_none()
+            .then(|| TraceBody::AttemptStarted {
+                job_id: attempt.job_id,
+                attempt_id: attempt.id,
+                attempt_seq: attempt.seq,
+                provider: attempt.provider.clone(),
+                read_version: attempt.read_version,
+            }),
+        StartOutcome::InFlight { attempt, state } => Some(TraceBody::AttemptRefused {
+            job_id,
+            reason: "attempt_in_flight".to_owned(),
+            blocking_attempt: Some(*attempt),
+            blocking_state: Some(*state),
+        }),
+        StartOutcome::Completed { .. } => Some(TraceBody::AttemptRefused {
+            job_id,
+            reason: "job_completed".to_owned(),
+            blocking_attempt: None,
+            blocking_state: None,
+        }),
+    }
+}
+
+/// A completion's event: it won the job, lost to another attempt, or came
+/// from an attempt that had already ended.
+fn completed(
+    attempts: &mut BTreeMap<AttemptId, AttemptState>,
+    completion: &Completion,
+    outcome: &CompleteOutcome,
+) -> TraceBody {
+    let from = attempts
+        .get(&completion.attempt_id)
+        .copied()
+        .unwrap_or(AttemptState::Running);
+    match outcome {
+        CompleteOutcome::Won(job) => {
+            attempts.insert(completion.attempt_id, AttemptState::Succeeded);
+            TraceBody::CompletionWon {
+                job_id: job.id,
+                attempt_id: completion.attempt_id,
+                from,
+                version: job.version,
+                out_of_band: completion.out_of_band,
+                result_sha256: job.result.as_ref().map(fingerprint).unwrap_or_default(),
+            }
+        }
+        CompleteOutcome::Lost { winner } => {
+            attempts.insert(completion.attempt_id, AttemptState::Lost);
+            TraceBody::CompletionLost {
+                job_id: completion.job_id,
+                attempt_id: completion.attempt_id,
+                from,
+                winner: *winner,
+                discarded_sha256: fingerprint(&completion.output),
+            }
+        }
+        CompleteOutcome::NotOpen { state } => TraceBody::CompletionRefused {
+            job_id: completion.job_id,
+            attempt_id: completion.attempt_id,
+            state: *state,
+        },
     }
 }
 
@@ -413,10 +398,9 @@ pub async fn serve_store(
 ) -> std::io::Result<()> {
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", port)).await?;
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
+        let Ok((mut stream, peer)) = listener.accept().await else {
             continue;
         };
-        let mut stream = crate::bench::Metered::server(stream);
         // The calling host, for the trace (reports draw the call as an
         // arrow from it); turmoil names every simulated address.
         let caller = turmoil::reverse_lookup(peer.ip());
@@ -457,7 +441,7 @@ impl Served {
     /// the plan holds for it, if any) and answers; false when the
     /// connection is done: closed by the caller, cut short, or dropped by
     /// an injected fault.
-    async fn answer_one(&self, stream: &mut crate::bench::Metered, caller: Option<&str>) -> bool {
+    async fn answer_one(&self, stream: &mut TcpStream, caller: Option<&str>) -> bool {
         let Self {
             store,
             plan,

@@ -115,8 +115,8 @@ pub struct Timing {
     /// Message latency on every link, drawn per message from the seed.
     pub latency_ms_min: u64,
     pub latency_ms_max: u64,
-    /// Skip simulated time in which every host waits on a timer and no
-    /// message is in flight (`crate::quiet`).
+    /// Step from one event (a timer's deadline, a message's due time) to
+    /// the next instead of one tick at a time (`crate::scheduler`).
     #[serde(default = "skip_quiet_default")]
     pub skip_quiet: bool,
 }

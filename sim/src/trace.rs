@@ -40,7 +40,7 @@ fn trigger(body: &TraceBody) -> Option<TriggerKind> {
 
 /// Simulated milliseconds since the run started (0 outside a host).
 fn sim_now_ms() -> u64 {
-    crate::quiet::sim_elapsed().map_or(0, |d| {
+    crate::scheduler::sim_elapsed().map_or(0, |d| {
         u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
     })
 }

@@ -8,7 +8,6 @@
 //! source (a restarted host must not mint the ids it minted before).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
@@ -17,10 +16,10 @@ use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
-use crate::quiet::Quiet;
-use crate::rpc::{RemoteStore, ReuseGate, StoreObserver, serve_store};
-use crate::scenario::{Fault, ProviderProfile, Scenario, host};
-use crate::slow::{LatencyRange, SlowLinks};
+use crate::rpc::{RemoteStore, StoreObserver, serve_store};
+use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::scheduler::Scheduler;
+use crate::scheduler::reuse::ReuseGate;
 use crate::trace::{Recorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
 use idem_core::certify::{Contract, SpecialTokens};
@@ -50,19 +49,15 @@ pub struct World {
     pub providers: BTreeMap<String, ProviderServer>,
     /// Each provider's behaviour as the scenario set it, to restore after a fault.
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
-    /// The scenario's maximum message latency, to restore after a fault.
-    pub base_latency_ms_max: u64,
     /// The realtime clock of every host that reads one (API replicas,
     /// workers, the reconciler), by host name: clock faults change them.
     pub clocks: BTreeMap<String, HostClock>,
     pub facts: WorldFacts,
-    /// Skips of quiet simulated time; every host's software runs inside it.
-    pub quiet: Quiet,
-    /// Whether hosts may reuse their open store connections (the driver
-    /// closes that door on every fault).
-    pub store_reuse: ReuseGate,
-    /// Links under a latency fault whose messages the driver delivers.
-    pub slow: SlowLinks,
+    /// What happens next and when: the timers, the links' messages, the
+    /// store connections' reuse.
+    pub scheduler: Scheduler,
+    /// Every host, in registration (and therefore stepping) order.
+    pub hosts: Vec<String>,
 }
 
 impl World {
@@ -72,15 +67,19 @@ impl World {
         F: Fn() -> Fut + 'static,
         Fut: Future<Output = turmoil::Result> + 'static,
     {
-        let (quiet, slot) = (self.quiet.clone(), self.quiet.slot(name));
-        self.sim.host(name, move || quiet.hosted(slot, software()));
+        self.hosts.push(name.to_owned());
+        self.sim.host(name, software);
     }
 
     /// Registers client `name` running `future` once.
     fn client(&mut self, name: &str, future: impl Future<Output = turmoil::Result> + 'static) {
-        let slot = self.quiet.slot(name);
-        let future = self.quiet.hosted(slot, future);
+        self.hosts.push(name.to_owned());
         self.sim.client(name, future);
+    }
+
+    /// The clock of host `name`, made on first use.
+    fn clock(&mut self, name: &str) -> HostClock {
+        self.clocks.entry(name.to_owned()).or_default().clone()
     }
 }
 
@@ -89,13 +88,6 @@ impl std::fmt::Debug for World {
         f.debug_struct("World")
             .field("facts", &self.facts)
             .finish_non_exhaustive()
-    }
-}
-
-impl World {
-    /// The clock of host `name`, made on first use.
-    fn clock(&mut self, name: &str) -> HostClock {
-        self.clocks.entry(name.to_owned()).or_default().clone()
     }
 }
 
@@ -119,8 +111,45 @@ pub fn ready<F: Future>(future: F) -> F::Output {
 
 /// Builds the world for `scenario` under `seed`, running `design`.
 pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
+    let store = Arc::new(MemStore::with_constraints(Constraints::for_design(design)));
+    let recorder = Recorder::new();
+    let contract = contract_of(scenario);
+    // Certification before any client clicks, and before the scheduler
+    // drives this thread's timers: it runs a world of its own.
+    let certified = certify_providers(scenario, &contract, &store, &recorder);
+    let mut world = World {
+        sim: simulation(scenario, seed),
+        store,
+        store_plan: FaultPlan::default(),
+        recorder,
+        providers: BTreeMap::new(),
+        provider_profiles: provider_profiles(scenario, seed),
+        clocks: BTreeMap::new(),
+        facts: facts_of(scenario, certified),
+        scheduler: Scheduler::new(&scenario.timing, child_seed(seed, "links")),
+        hosts: Vec::new(),
+    };
+    register_store(&mut world);
+    register_providers(&mut world, scenario);
+    let engine_parts = EngineParts {
+        design,
+        contract,
+        policy: scenario.policy,
+        store_timeout_ms: scenario.topology.store_timeout_ms,
+        store_reuse: world.scheduler.reuse_gate(),
+        clients: provider_clients(scenario),
+    };
+    register_apis(&mut world, scenario, seed, &engine_parts);
+    register_workers(&mut world, scenario, seed, &engine_parts);
+    register_clients(&mut world, scenario, seed);
+    world.scheduler.attach(&world.sim, &world.hosts);
+    world
+}
+
+/// The turmoil simulation of a run: its seed, epoch, tick and latencies.
+fn simulation(scenario: &Scenario, seed: u64) -> turmoil::Sim<'static> {
     let timing = scenario.timing;
-    let sim = turmoil::Builder::new()
+    turmoil::Builder::new()
         .rng_seed(child_seed(seed, "turmoil"))
         .epoch(UNIX_EPOCH + Duration::from_micros(FIXED_EPOCH_US.unsigned_abs()))
         .tick_duration(Duration::from_millis(timing.tick_ms))
@@ -129,97 +158,96 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         .simulation_duration(Duration::from_millis(timing.settle_ms + 60_000))
         .min_message_latency(Duration::from_millis(timing.latency_ms_min))
         .max_message_latency(Duration::from_millis(timing.latency_ms_max))
-        .build();
-    let mut world = World {
-        sim,
-        store: Arc::new(MemStore::with_constraints(Constraints::for_design(design))),
-        store_plan: FaultPlan::default(),
-        recorder: Recorder::new(),
-        providers: BTreeMap::new(),
-        provider_profiles: scenario
+        .build()
+}
+
+/// Each provider's behaviour, its draws seeded by the run's seed (the
+/// file's seed alone would repeat them on every run).
+fn provider_profiles(
+    scenario: &Scenario,
+    seed: u64,
+) -> BTreeMap<String, idem_core::provider::server::Behaviour> {
+    scenario
+        .topology
+        .providers
+        .iter()
+        .map(|p| {
+            let mut behaviour = p.behaviour.clone();
+            behaviour.seed = child_seed(seed ^ behaviour.seed, &format!("provider/{}", p.name));
+            (p.name.clone(), behaviour)
+        })
+        .collect()
+}
+
+/// What the oracle is told of the world; `certified` maps each provider
+/// whose certification passed to the model it certified.
+fn facts_of(scenario: &Scenario, certified: BTreeMap<String, String>) -> WorldFacts {
+    WorldFacts {
+        client_owners: scenario
+            .clients
+            .iter()
+            .map(|c| (c.name.clone(), c.owner.clone()))
+            .collect(),
+        certified: certified.keys().cloned().collect::<BTreeSet<_>>(),
+        certified_models: certified,
+        defects: scenario
             .topology
             .providers
             .iter()
-            .map(|p| {
-                // The run's seed reaches the provider's own draws (jitter,
-                // errors): the file's seed alone would repeat them on every run.
-                let mut behaviour = p.behaviour.clone();
-                behaviour.seed = child_seed(seed ^ behaviour.seed, &format!("provider/{}", p.name));
-                (p.name.clone(), behaviour)
-            })
+            .map(|p| (p.name.clone(), declared_defects(p)))
             .collect(),
-        base_latency_ms_max: timing.latency_ms_max,
-        clocks: BTreeMap::new(),
-        store_reuse: ReuseGate::default(),
-        slow: SlowLinks::new(
-            child_seed(seed, "slow-links"),
-            LatencyRange {
-                min_ms: timing.latency_ms_min,
-                max_ms: timing.latency_ms_max,
-            },
-        ),
-        // A zero latency can deliver a message in the step that sent it,
-        // where the in-flight check cannot see it: no skips then.
-        quiet: Quiet::new(
-            timing.skip_quiet && timing.latency_ms_min > 0,
-            Duration::from_millis(timing.tick_ms),
-        ),
-        facts: WorldFacts {
-            client_owners: scenario
-                .clients
-                .iter()
-                .map(|c| (c.name.clone(), c.owner.clone()))
-                .collect(),
-            certified: BTreeSet::new(),
-            certified_models: BTreeMap::new(),
-            defects: scenario
-                .topology
-                .providers
-                .iter()
-                .map(|p| (p.name.clone(), declared_defects(p)))
-                .collect(),
-            policy: scenario.policy,
-            reconciler: scenario.topology.reconciler,
-            reconciler_config: Some(scenario.topology.reconciler_config.clone()),
-        },
-    };
+        policy: scenario.policy,
+        reconciler: scenario.topology.reconciler,
+        reconciler_config: Some(scenario.topology.reconciler_config.clone()),
+    }
+}
+
+/// The contract every provider of the scenario is held to.
+fn contract_of(scenario: &Scenario) -> Providers {
     let shipped = Contract::shipped();
-    let contract = Providers {
+    Providers {
         specs: scenario
             .topology
             .providers
             .iter()
             .map(|p| {
-                (
-                    p.name.clone(),
-                    ProviderSpec {
-                        model: p.model.clone(),
-                        endpoint: None,
-                    },
-                )
+                let spec = ProviderSpec {
+                    model: p.model.clone(),
+                    endpoint: None,
+                };
+                (p.name.clone(), spec)
             })
             .collect(),
         prompt_version: shipped.prompt_version.clone(),
         schema_version: shipped.schema_version.clone(),
-    };
-    // Certification before any client clicks: the product's run, against
-    // each provider the scenario asks to certify. Its outcome, not the
-    // scenario's flag, is what goes on file.
+    }
+}
+
+/// Certifies each provider the scenario asks to: the product's run. Its
+/// outcome, not the scenario's flag, goes on file (and in the trace);
+/// returns the providers that passed, with the model each was certified as.
+fn certify_providers(
+    scenario: &Scenario,
+    contract: &Providers,
+    store: &MemStore,
+    recorder: &Recorder,
+) -> BTreeMap<String, String> {
     let epoch = SimClock::new(FIXED_EPOCH_US);
+    let mut certified = BTreeMap::new();
     for profile in scenario.topology.providers.iter().filter(|p| p.certified) {
         let certification = certify_profile(profile);
         let key = contract
             .certificate_key(&profile.name)
             .expect("every profile is in the contract");
         let passed = certification.passed();
-        ready(world.store.put_certificate(Certificate {
+        ready(store.put_certificate(Certificate {
             key,
             passed,
             evidence: certification.evidence("simulation"),
             at: epoch.now(),
         }))
         .expect("the in-process store takes a certificate");
-        world.recorder.record_at(
+        recorder.record_at(
             0,
             CERTIFIER,
             TraceBody::Certification {
@@ -235,51 +263,14 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
             },
         );
         if passed {
-            world.facts.certified.insert(profile.name.clone());
-            world.facts.certified_models.insert(
+            let model = certification.model_identity.clone();
+            certified.insert(
                 profile.name.clone(),
-                certification
-                    .model_identity
-                    .clone()
-                    .unwrap_or_else(|| profile.model.clone()),
+                model.unwrap_or_else(|| profile.model.clone()),
             );
         }
     }
-    register_store(&mut world);
-    register_providers(&mut world, scenario);
-    let engine_parts = EngineParts {
-        design,
-        contract,
-        policy: scenario.policy,
-        store_timeout_ms: scenario.topology.store_timeout_ms,
-        store_reuse: world.store_reuse.clone(),
-        clients: provider_clients(scenario),
-    };
-    register_apis(&mut world, scenario, seed, &engine_parts);
-    register_workers(&mut world, scenario, seed, &engine_parts);
-    register_clients(&mut world, scenario, seed);
-    let hosts: Vec<IpAddr> = world
-        .quiet
-        .hosts()
-        .iter()
-        .map(|name| world.sim.lookup(name.as_str()))
-        .collect();
-    let all = hosts
-        .iter()
-        .flat_map(|a| hosts.iter().filter(move |b| a < *b).map(move |b| (*a, *b)));
-    // Hold and partition faults rewrite a link's held messages: their
-    // links keep turmoil's own latency, and so does a run that takes
-    // every step (the simulator as it was before skips).
-    let mut excluded: BTreeSet<(IpAddr, IpAddr)> = BTreeSet::new();
-    for spec in &scenario.faults {
-        if let Fault::Hold { a, b, .. } | Fault::Partition { a, b, .. } = &spec.fault {
-            excluded.extend(crate::quiet::pairs(&world.sim, a, b));
-        }
-    }
-    if world.quiet.enabled() {
-        world.slow.set_eligible(all, &excluded);
-    }
-    world
+    certified
 }
 
 /// What every engine-running host shares.

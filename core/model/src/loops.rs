@@ -20,9 +20,9 @@ pub struct WorkerConfig {
     pub attempts_max: u32,
     /// Jobs picked up per poll.
     pub jobs_per_tick_max: u32,
-    /// Attempts this worker runs at once: those its polls start and those
-    /// the backup button hands it. A poll starts no more than the free
-    /// slots allow.
+    /// Attempts this worker runs at once on each provider: those its polls
+    /// start and those the backup button hands it. A poll starts no more
+    /// than the free slots allow.
     pub attempts_concurrent_max: u32,
 }
 

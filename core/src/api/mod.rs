@@ -4,47 +4,47 @@
 //! simulator.
 
 pub mod auth;
+mod body;
+mod list;
+pub mod openapi;
+mod probes;
 pub mod problem;
+mod serve;
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use bytes::Bytes;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::clock::{IdSource, SeededIds};
 use crate::engine::{Created, Engine, Resolution, Resolved, Trigger};
-use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp};
 use crate::worker::AttemptRunner;
 pub use auth::{Auth, Principal};
+use body::{json_body, json_document, typed};
+pub use list::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
+pub use probes::{CensusGate, LoopHealth, METRICS_CENSUS_WAIT_MS};
 pub use problem::{ApiError, PROBLEM_JSON, ProblemType};
+pub use serve::{
+    ConnectionLimits, GuardedIo, HEADER_READ_TIMEOUT_MS_DEFAULT, SHUTDOWN_DRAIN_MS_DEFAULT,
+    WRITE_STALL_TIMEOUT_MS_DEFAULT, serve, serve_with,
+};
 
 /// The default request body limit: 64 KiB.
 pub const BODY_LIMIT_BYTES_DEFAULT: usize = 64 * 1024;
 /// How long a request body may take to arrive, by default.
 pub const BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
-/// How long a connection may take to send a request's headers, and how
-/// long it may sit idle between requests, by default.
-pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
-/// How long a shutdown waits for requests in flight, by default.
-pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 30_000;
 /// The most header fields, and header bytes (names, values and the target),
 /// a request may have; past them it gets a 431 problem. hyper's own limits
-/// ([`HYPER_HEADERS_MAX`] fields, and its read buffer) sit above these, as a
-/// backstop that answers with a bare 431.
+/// sit above these, as a backstop.
 pub const HEADERS_MAX: usize = 100;
 pub const HEADER_BYTES_MAX: usize = 16 * 1024;
-const HYPER_HEADERS_MAX: usize = 256;
 
 /// The header that carries the client's idempotency key.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -66,6 +66,16 @@ pub struct AppState {
     /// default, so that the simulator stays deterministic; the service
     /// gives it time-ordered random ids.
     pub request_ids: Arc<dyn IdSource>,
+    /// The background loops that stopped: `/readyz` is not ready while any has.
+    pub loops: LoopHealth,
+    /// One `/metrics` census read at a time.
+    pub census_gate: CensusGate,
+    /// How long a request's store work may take in all (every retry of
+    /// every call); past it the answer is 503 and the client retries with
+    /// the same key. `None`: only each store call's own bound holds.
+    pub store_deadline_ms: Option<u64>,
+    /// `GET /openapi.json`, rendered once.
+    pub openapi: openapi::RenderedDocument,
 }
 
 impl AppState {
@@ -77,7 +87,23 @@ impl AppState {
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS_DEFAULT,
             runner: None,
             request_ids: Arc::new(SeededIds::new(0)),
+            loops: LoopHealth::default(),
+            census_gate: CensusGate::default(),
+            store_deadline_ms: None,
+            openapi: openapi::RenderedDocument::default(),
         }
+    }
+
+    /// Bounds each request's store work by `deadline_ms` in all.
+    pub fn with_store_deadline_ms(mut self, deadline_ms: u64) -> Self {
+        self.store_deadline_ms = Some(deadline_ms);
+        self
+    }
+
+    /// Shares `loops` with whoever runs the background loops.
+    pub fn with_loop_health(mut self, loops: LoopHealth) -> Self {
+        self.loops = loops;
+        self
     }
 
     pub fn with_request_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
@@ -105,23 +131,29 @@ impl AppState {
 /// table and the OpenAPI test compares the table with `core/openapi.json`.
 pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
     vec![
-        (Method::GET, "/healthz", get(healthz)),
-        (Method::GET, "/readyz", get(readyz)),
-        (Method::GET, "/metrics", get(metrics)),
-        (Method::GET, "/v1/jobs", get(list_jobs)),
+        (Method::GET, "/healthz", get(probes::healthz)),
+        (Method::GET, "/readyz", get(probes::readyz)),
+        (Method::GET, "/metrics", get(probes::metrics)),
+        (Method::GET, "/openapi.json", get(openapi::openapi)),
+        (Method::GET, "/v1/jobs", get(list::list_jobs)),
         (Method::POST, "/v1/jobs", post(create_job)),
         (Method::GET, "/v1/jobs/{id}", get(get_job)),
         (Method::GET, "/v1/jobs/{id}/attempts", get(list_attempts)),
         (Method::POST, "/v1/jobs/{id}/attempts", post(start_attempt)),
         (Method::GET, "/v1/jobs/{id}/events", get(list_events)),
-        (Method::GET, "/v1/attempts", get(list_attempts_in_state)),
+        (
+            Method::GET,
+            "/v1/attempts",
+            get(list::list_attempts_in_state),
+        ),
         (Method::POST, "/v1/attempts/{id}/resolution", post(resolve)),
+        (
+            Method::GET,
+            "/v1/certificates",
+            get(list::list_certificates),
+        ),
     ]
 }
-
-/// The page size of the list endpoints, by default and at most.
-pub const PAGE_LIMIT_DEFAULT: u32 = 20;
-pub const PAGE_LIMIT_MAX: u32 = 100;
 
 /// The API router.
 pub fn router(state: AppState) -> Router {
@@ -169,96 +201,6 @@ async fn guard_requests(
     problem::tag_server_error(response, &request_id, &method, &path)
 }
 
-/// Bounds on each connection (see [`serve_with`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ConnectionLimits {
-    /// How long a connection may take to send a request's headers. hyper
-    /// starts this clock when it begins waiting for a request, so it also
-    /// bounds an idle keep-alive connection; past it the connection is
-    /// closed.
-    pub header_read_timeout_ms: u64,
-    /// How long a shutdown waits for requests in flight before it returns.
-    pub shutdown_drain_ms: u64,
-}
-
-impl Default for ConnectionLimits {
-    fn default() -> Self {
-        Self {
-            header_read_timeout_ms: HEADER_READ_TIMEOUT_MS_DEFAULT,
-            shutdown_drain_ms: SHUTDOWN_DRAIN_MS_DEFAULT,
-        }
-    }
-}
-
-/// [`serve_with`] under the default [`ConnectionLimits`].
-pub async fn serve<L>(
-    listener: L,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    serve_with(listener, router, shutdown, &ConnectionLimits::default()).await
-}
-
-/// Serves `router` on `listener` over HTTP/1 until `shutdown` resolves,
-/// then lets requests in flight finish, for at most
-/// `limits.shutdown_drain_ms`.
-///
-/// hyper is driven directly rather than through `axum::serve`, which offers
-/// no header read timeout: a client that opens connections and never
-/// finishes its headers (or leaves them idle) would hold them forever.
-pub async fn serve_with<L>(
-    mut listener: L,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    limits: &ConnectionLimits,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(crate::timer::HyperTimer)
-        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
-        .max_headers(HYPER_HEADERS_MAX)
-        .keep_alive(true);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (io, _addr) = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            accepted = listener.accept() => accepted,
-        };
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let connection =
-            graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(io), service));
-        tokio::spawn(async move {
-            // A client that goes away, or is timed out, ends its connection;
-            // there is nobody to tell.
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended");
-            }
-        });
-    }
-    drop(listener);
-    let drain = Duration::from_millis(limits.shutdown_drain_ms);
-    if crate::timer::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            drain_ms = limits.shutdown_drain_ms,
-            "requests still in flight at shutdown"
-        );
-    }
-    Ok(())
-}
-
 /// A job as clients see it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobView {
@@ -302,175 +244,13 @@ struct AttemptRequest {
     provider: Option<String>,
 }
 
-async fn healthz() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok"}))
-}
-
-/// Ready when the store answers a primary-key read of the jobs table.
-async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let probe = JobId(uuid::Uuid::nil());
-    match state.engine.store().job(probe).await {
-        Ok(_) => Ok(axum::Json(json!({"status": "ready"})).into_response()),
-        Err(e) => Err(ApiError::Engine(crate::engine::EngineError::Store(
-            crate::store::StoreError::Unavailable(e.to_string()),
-        ))),
-    }
-}
-
-/// The metrics in the Prometheus text format; the attempt gauges are read
-/// from the store now.
-async fn metrics(State(state): State<AppState>) -> Response {
-    let engine = &state.engine;
-    let census = match engine.store().attempt_census().await {
-        Ok(census) => Some(census),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics: the store did not answer the census");
-            None
-        }
-    };
-    engine
-        .metrics()
-        .census(census.as_ref(), engine.clock().now());
-    (
-        [(header::CONTENT_TYPE, crate::metrics::Metrics::CONTENT_TYPE)],
-        engine.metrics().encode(),
-    )
-        .into_response()
-}
-
-/// The query of a list endpoint: `limit`, `cursor` and (for attempts)
-/// `state`; anything else is refused.
-#[derive(Debug, Default)]
-struct ListQuery {
-    limit: u32,
-    cursor: Option<(Timestamp, uuid::Uuid)>,
-    state: Option<String>,
-}
-
-fn list_query(raw: Option<&str>, allow_state: bool) -> Result<ListQuery, ApiError> {
-    let mut query = ListQuery {
-        limit: PAGE_LIMIT_DEFAULT,
-        ..ListQuery::default()
-    };
-    for pair in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "limit" => {
-                query.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=PAGE_LIMIT_MAX).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::InvalidQuery(format!("limit is 1 to {PAGE_LIMIT_MAX}"))
-                    })?;
-            }
-            "cursor" => query.cursor = Some(decode_cursor(value)?),
-            "state" if allow_state => query.state = Some(value.to_owned()),
-            other => {
-                return Err(ApiError::InvalidQuery(format!(
-                    "unknown parameter {other:?}"
-                )));
-            }
-        }
-    }
-    Ok(query)
-}
-
-/// A page cursor: the sort time (microseconds) and id of the last row of
-/// the page, hex-encoded so that clients treat it as opaque.
-fn encode_cursor(at: Timestamp, id: uuid::Uuid) -> String {
-    hex::encode(format!("{}.{id}", at.timestamp_micros()))
-}
-
-fn decode_cursor(raw: &str) -> Result<(Timestamp, uuid::Uuid), ApiError> {
-    let invalid = || ApiError::InvalidQuery("the cursor is not one this API gave".to_owned());
-    let text =
-        String::from_utf8(hex::decode(raw).map_err(|_| invalid())?).map_err(|_| invalid())?;
-    let (micros, id) = text.split_once('.').ok_or_else(invalid)?;
-    let micros: i64 = micros.parse().map_err(|_| invalid())?;
-    Ok((
-        crate::clock::micros_to_timestamp(micros),
-        id.parse().map_err(|_| invalid())?,
-    ))
-}
-
-/// `GET /v1/jobs`: the caller's jobs, newest first, a page at a time.
-async fn list_jobs(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    let owner = owner(&state, &headers)?;
-    let query = list_query(raw.as_deref(), false)?;
-    let after = query.cursor.map(|(at, id)| (at, JobId(id)));
-    // One more than the page: whether there is a next page.
-    let mut jobs = state
-        .engine
-        .store()
-        .jobs_of_owner(owner, after, query.limit + 1)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
-    let more = jobs.len() > query.limit as usize;
-    jobs.truncate(query.limit as usize);
-    let next_cursor = jobs
-        .last()
-        .filter(|_| more)
-        .map(|j| encode_cursor(j.created_at, j.id.0));
-    let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
-    Ok(axum::Json(json!({"jobs": views, "next_cursor": next_cursor})).into_response())
-}
-
-/// `GET /v1/attempts?state=unknown` (operator): the attempts in a state
-/// that holds a job (starting, running or unknown), oldest first, a page at
-/// a time. `started_at` is when each began to hold its job.
-async fn list_attempts_in_state(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
-    if principal(&state, &headers)? != &Principal::Operator {
-        return Err(ApiError::Forbidden);
-    }
-    let query = list_query(raw.as_deref(), true)?;
-    let attempt_state = match query.state.as_deref() {
-        Some("starting") => AttemptState::Starting,
-        Some("running") => AttemptState::Running,
-        Some("unknown") => AttemptState::Unknown,
-        _ => {
-            return Err(ApiError::InvalidQuery(
-                "state is starting, running or unknown".to_owned(),
-            ));
-        }
-    };
-    let after = query.cursor.map(|(at, id)| (at, AttemptId(id)));
-    let mut attempts = state
-        .engine
-        .store()
-        .attempts_page(attempt_state, after, query.limit + 1)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
-    let more = attempts.len() > query.limit as usize;
-    attempts.truncate(query.limit as usize);
-    let next_cursor = attempts
-        .last()
-        .filter(|_| more)
-        .map(|a| encode_cursor(a.started_at, a.id.0));
-    let now = state.engine.clock().now();
-    let items: Vec<Value> = attempts
-        .iter()
-        .map(|a| {
-            let mut item = serde_json::to_value(a).unwrap_or(Value::Null);
-            item["age_ms"] = json!((now - a.started_at).num_milliseconds().max(0));
-            item
-        })
-        .collect();
-    Ok(
-        axum::Json(json!({"state": attempt_state, "attempts": items, "next_cursor": next_cursor}))
-            .into_response(),
-    )
-}
-
+/// Who is calling: one `Authorization` header with a known bearer token.
+/// Two headers are refused: which one a proxy or the server reads first is
+/// not something a client should rely on.
 fn principal<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Principal, ApiError> {
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        return Err(ApiError::DuplicateAuthorization);
+    }
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -480,11 +260,39 @@ fn principal<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a Princip
         .ok_or(ApiError::Unauthorized)
 }
 
+fn operator(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match principal(state, headers)? {
+        Principal::Operator => Ok(()),
+        Principal::Owner(_) => Err(ApiError::Forbidden),
+    }
+}
+
 fn owner<'a>(state: &'a AppState, headers: &HeaderMap) -> Result<&'a OwnerId, ApiError> {
     match principal(state, headers)? {
         Principal::Owner(owner) => Ok(owner),
         Principal::Operator => Err(ApiError::Forbidden),
     }
+}
+
+/// `work` (a request's store work), within the state's store deadline: an
+/// engine that retries a store that does not answer could otherwise keep a
+/// client for each retry's bound in turn.
+async fn within<T>(
+    state: &AppState,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let Some(deadline_ms) = state.store_deadline_ms else {
+        return work.await;
+    };
+    let deadline = std::time::Duration::from_millis(deadline_ms);
+    crate::timer::timeout(deadline, work)
+        .await
+        .unwrap_or_else(|_| {
+            let why = format!("the request's store work took over {deadline_ms} ms");
+            Err(ApiError::Engine(crate::engine::EngineError::Store(
+                crate::store::StoreError::Unavailable(why),
+            )))
+        })
 }
 
 fn parse_id<T: std::str::FromStr>(raw: &str) -> Result<T, ApiError> {
@@ -498,88 +306,13 @@ async fn callers_job(state: &AppState, headers: &HeaderMap, id: &str) -> Result<
     Ok(state.engine.job_for(owner, parse_id(id)?).await?)
 }
 
-/// Reads a JSON body: 415 unless it is declared JSON, 413 past the limit,
-/// 408 unless it arrives within `body_read_timeout_ms`, 400 unless it is
-/// strict JSON ([`crate::json`]: no duplicate key, no NUL character, numbers
-/// in range) that reads as a `T`. An empty body is `None`.
-async fn json_body<T: serde::de::DeserializeOwned>(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Option<T>, ApiError> {
-    let Some(document) = json_document(state, headers, body).await? else {
-        return Ok(None);
-    };
-    typed(&document).map(Some)
-}
-
-/// A document read as a `T` (unknown fields, missing ones and wrong types
-/// are refused as serde says).
-fn typed<T: serde::de::DeserializeOwned>(document: &Json) -> Result<T, ApiError> {
-    serde_json::from_value(document.to_value()).map_err(|e| ApiError::MalformedJson(e.to_string()))
-}
-
-/// Reads a JSON body as an exact document (see [`json_body`]).
-async fn json_document(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Option<Json>, ApiError> {
-    let declared_len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared_len.is_some_and(|len| len > state.body_limit_bytes) {
-        return Err(ApiError::PayloadTooLarge {
-            limit_bytes: state.body_limit_bytes,
-        });
-    }
-    let read = Limited::new(body, state.body_limit_bytes).collect();
-    let timeout = Duration::from_millis(state.body_read_timeout_ms);
-    let Ok(collected) = crate::timer::timeout(timeout, read).await else {
-        return Err(ApiError::RequestTimeout {
-            timeout_ms: state.body_read_timeout_ms,
-        });
-    };
-    let bytes: Bytes = match collected {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(ApiError::PayloadTooLarge {
-                limit_bytes: state.body_limit_bytes,
-            });
-        }
-        Err(e) => return Err(ApiError::MalformedJson(format!("unreadable body: {e}"))),
-    };
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    if !is_json(headers) {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    Ok(Some(crate::json::parse(&bytes)?))
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let essence = value.split(';').next().unwrap_or("").trim();
-    essence.eq_ignore_ascii_case("application/json")
-        || essence
-            .rsplit_once('+')
-            .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json"))
-}
-
 async fn create_job(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let owner = owner(&state, &headers)?;
-    if !is_json(&headers) {
+    if !body::is_json(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
     if headers.get_all(IDEMPOTENCY_KEY).iter().count() > 1 {
@@ -595,10 +328,14 @@ async fn create_job(
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
     let request = typed(&document)?;
-    let created = state
-        .engine
-        .create_job_exact(owner, &key, request, document.get("params"))
-        .await?;
+    let params = document.get("params");
+    let created = within(&state, async {
+        Ok(state
+            .engine
+            .create_job_exact(owner, &key, request, params)
+            .await?)
+    })
+    .await?;
     let view = JobView::from(created.job());
     let response = match created {
         Created::New(job) => {
@@ -628,7 +365,7 @@ async fn get_job(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
+    let job = within(&state, callers_job(&state, &headers, &id)).await?;
     Ok(axum::Json(JobView::from(&job)).into_response())
 }
 
@@ -637,13 +374,12 @@ async fn list_attempts(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
-    let attempts = state
-        .engine
-        .store()
-        .attempts(job.id)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+    let (job, attempts) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let attempts = state.engine.store().attempts(job.id).await;
+        Ok((job, attempts.map_err(|e| ApiError::Engine(e.into()))?))
+    })
+    .await?;
     Ok(axum::Json(json!({"job_id": job.id, "attempts": attempts})).into_response())
 }
 
@@ -652,13 +388,12 @@ async fn list_events(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = callers_job(&state, &headers, &id).await?;
-    let events = state
-        .engine
-        .store()
-        .events(job.id)
-        .await
-        .map_err(|e| ApiError::Engine(e.into()))?;
+    let (job, events) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let events = state.engine.store().events(job.id).await;
+        Ok((job, events.map_err(|e| ApiError::Engine(e.into()))?))
+    })
+    .await?;
     Ok(axum::Json(json!({"job_id": job.id, "events": events})).into_response())
 }
 
@@ -670,11 +405,16 @@ async fn start_attempt(
 ) -> Result<Response, ApiError> {
     owner(&state, &headers)?;
     let request: AttemptRequest = json_body(&state, &headers, body).await?.unwrap_or_default();
-    let job = callers_job(&state, &headers, &id).await?;
-    let attempt = state
-        .engine
-        .start_attempt(&job, request.provider.as_deref(), Trigger::Manual)
-        .await?;
+    let (job, attempt) = within(&state, async {
+        let job = callers_job(&state, &headers, &id).await?;
+        let provider = request.provider.as_deref();
+        let attempt = state
+            .engine
+            .start_attempt(&job, provider, Trigger::Manual)
+            .await?;
+        Ok((job, attempt))
+    })
+    .await?;
     tracing::info!(job = %job.id, attempt = %attempt.id, provider = %attempt.provider, "backup attempt started");
     if let Some(runner) = &state.runner {
         runner.launch(job.clone(), attempt.clone());
@@ -695,17 +435,13 @@ async fn resolve(
     Path(id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    if principal(&state, &headers)? != &Principal::Operator {
-        return Err(ApiError::Forbidden);
-    }
+    operator(&state, &headers)?;
     let attempt_id: AttemptId = parse_id(&id)?;
     let resolution: Resolution = json_body(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
-    let resolved = state
-        .engine
-        .resolve_out_of_band(attempt_id, resolution)
-        .await?;
+    let resolve = state.engine.resolve_out_of_band(attempt_id, resolution);
+    let resolved = within(&state, async { Ok(resolve.await?) }).await?;
     tracing::info!(attempt = %attempt_id, "attempt resolved out of band");
     let body = match resolved {
         Resolved::Won(job) => json!({

@@ -14,83 +14,65 @@ use crate::store::StoreError;
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// The stable problem types, as `urn:idem:problem:<slug>`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ProblemType {
-    Unauthorized,
-    Forbidden,
-    MissingIdempotencyKey,
-    InvalidIdempotencyKey,
-    MalformedJson,
-    NulCharacter,
-    InvalidQuery,
-    UnsupportedMediaType,
-    PayloadTooLarge,
-    RequestTimeout,
-    HeaderFieldsTooLarge,
-    MethodNotAllowed,
-    IdempotencyKeyReused,
-    UnknownProvider,
-    ProviderNotCertified,
-    NotFound,
-    AttemptInFlight,
-    JobCompleted,
-    NotResolvable,
-    StoreUnavailable,
-    Internal,
+/// Declares the stable problem types: each variant, its slug (the `type`
+/// is `urn:idem:problem:<slug>`) and its title, in one table.
+macro_rules! problem_types {
+    ($($variant:ident => $slug:literal, $title:literal;)*) => {
+        /// The stable problem types, as `urn:idem:problem:<slug>`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum ProblemType {
+            $($variant,)*
+        }
+
+        impl ProblemType {
+            pub const ALL: &'static [ProblemType] = &[$(ProblemType::$variant,)*];
+
+            pub fn slug(self) -> &'static str {
+                match self {
+                    $(ProblemType::$variant => $slug,)*
+                }
+            }
+
+            /// The problem's title: the same for every occurrence.
+            pub fn title(self) -> &'static str {
+                match self {
+                    $(ProblemType::$variant => $title,)*
+                }
+            }
+        }
+    };
+}
+
+problem_types! {
+    Unauthorized => "unauthorized", "Unauthorized";
+    Forbidden => "forbidden", "Forbidden";
+    InvalidAuthorization => "invalid-authorization", "Authorization header invalid";
+    MissingIdempotencyKey => "missing-idempotency-key", "Idempotency-Key header missing";
+    InvalidIdempotencyKey => "invalid-idempotency-key", "Idempotency-Key header invalid";
+    MalformedJson => "malformed-json", "Malformed request body";
+    NulCharacter => "nul-character", "NUL character in a JSON string";
+    InvalidQuery => "invalid-query", "Invalid query parameters";
+    BadRequest => "bad-request", "Request not readable as HTTP/1.1";
+    UriTooLong => "uri-too-long", "Request target too long";
+    UnsupportedMediaType => "unsupported-media-type", "Unsupported media type";
+    PayloadTooLarge => "payload-too-large", "Request body too large";
+    RequestTimeout => "request-timeout", "Request body not received in time";
+    HeaderFieldsTooLarge => "header-fields-too-large", "Request header fields too large";
+    MethodNotAllowed => "method-not-allowed", "Method not allowed";
+    IdempotencyKeyReused => "idempotency-key-reused", "Idempotency key reused with a different request";
+    UnknownProvider => "unknown-provider", "Unknown provider";
+    InvalidFallbacks => "invalid-fallbacks", "Invalid fallbacks";
+    ProviderNotCertified => "provider-not-certified", "Provider not certified for failover";
+    NotFound => "not-found", "Not found";
+    AttemptInFlight => "attempt-in-flight", "An attempt is in flight";
+    JobCompleted => "job-completed", "Job already completed";
+    NotResolvable => "not-resolvable", "Attempt cannot be resolved";
+    StoreUnavailable => "store-unavailable", "Store unavailable";
+    NotReady => "not-ready", "Not ready";
+    Internal => "internal", "Internal error";
 }
 
 impl ProblemType {
-    pub const ALL: &'static [ProblemType] = &[
-        ProblemType::Unauthorized,
-        ProblemType::Forbidden,
-        ProblemType::MissingIdempotencyKey,
-        ProblemType::InvalidIdempotencyKey,
-        ProblemType::MalformedJson,
-        ProblemType::NulCharacter,
-        ProblemType::InvalidQuery,
-        ProblemType::UnsupportedMediaType,
-        ProblemType::PayloadTooLarge,
-        ProblemType::RequestTimeout,
-        ProblemType::HeaderFieldsTooLarge,
-        ProblemType::MethodNotAllowed,
-        ProblemType::IdempotencyKeyReused,
-        ProblemType::UnknownProvider,
-        ProblemType::ProviderNotCertified,
-        ProblemType::NotFound,
-        ProblemType::AttemptInFlight,
-        ProblemType::JobCompleted,
-        ProblemType::NotResolvable,
-        ProblemType::StoreUnavailable,
-        ProblemType::Internal,
-    ];
-
-    pub fn slug(self) -> &'static str {
-        match self {
-            ProblemType::Unauthorized => "unauthorized",
-            ProblemType::Forbidden => "forbidden",
-            ProblemType::MissingIdempotencyKey => "missing-idempotency-key",
-            ProblemType::InvalidIdempotencyKey => "invalid-idempotency-key",
-            ProblemType::MalformedJson => "malformed-json",
-            ProblemType::NulCharacter => "nul-character",
-            ProblemType::InvalidQuery => "invalid-query",
-            ProblemType::UnsupportedMediaType => "unsupported-media-type",
-            ProblemType::PayloadTooLarge => "payload-too-large",
-            ProblemType::RequestTimeout => "request-timeout",
-            ProblemType::HeaderFieldsTooLarge => "header-fields-too-large",
-            ProblemType::MethodNotAllowed => "method-not-allowed",
-            ProblemType::IdempotencyKeyReused => "idempotency-key-reused",
-            ProblemType::UnknownProvider => "unknown-provider",
-            ProblemType::ProviderNotCertified => "provider-not-certified",
-            ProblemType::NotFound => "not-found",
-            ProblemType::AttemptInFlight => "attempt-in-flight",
-            ProblemType::JobCompleted => "job-completed",
-            ProblemType::NotResolvable => "not-resolvable",
-            ProblemType::StoreUnavailable => "store-unavailable",
-            ProblemType::Internal => "internal",
-        }
-    }
-
     pub fn uri(self) -> String {
         format!("urn:idem:problem:{}", self.slug())
     }
@@ -103,6 +85,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("this token may not do that")]
     Forbidden,
+    #[error("the Authorization header may be sent only once")]
+    DuplicateAuthorization,
     #[error("the Idempotency-Key header is required")]
     MissingIdempotencyKey,
     #[error("the Idempotency-Key header may be sent only once")]
@@ -129,6 +113,9 @@ pub enum ApiError {
     NotFound,
     #[error("this resource does not support this method")]
     MethodNotAllowed,
+    /// Background loops of the service have stopped (their names).
+    #[error("not ready: {} stopped", .0.join(", "))]
+    NotReady(Vec<&'static str>),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -146,169 +133,128 @@ pub struct Problem {
     pub extensions: serde_json::Map<String, Value>,
 }
 
+/// An error's status, problem type and extension members.
+type Mapped = (StatusCode, ProblemType, Value);
+
 impl ApiError {
     /// The one place where errors become statuses.
-    pub fn problem(&self) -> (StatusCode, ProblemType, Value) {
-        use EngineError as E;
+    pub fn problem(&self) -> Mapped {
+        use ProblemType as P;
+        use StatusCode as S;
+        let none = json!({});
         match self {
-            ApiError::Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                ProblemType::Unauthorized,
-                json!({}),
-            ),
-            ApiError::Forbidden => (StatusCode::FORBIDDEN, ProblemType::Forbidden, json!({})),
-            ApiError::MissingIdempotencyKey => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::MissingIdempotencyKey,
-                json!({}),
-            ),
-            ApiError::DuplicateIdempotencyKey => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::InvalidIdempotencyKey,
-                json!({}),
-            ),
-            ApiError::Json(e @ JsonError::NulCharacter { pointer }) => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::NulCharacter,
-                json!({"pointer": pointer, "reason": e.to_string()}),
-            ),
-            ApiError::Json(e) => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::MalformedJson,
-                match e.pointer() {
-                    Some(pointer) => json!({"pointer": pointer}),
-                    None => json!({}),
-                },
-            ),
-            ApiError::InvalidQuery(_) => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::InvalidQuery,
-                json!({}),
-            ),
+            ApiError::Engine(e) => engine_problem(e),
+            ApiError::Json(e) => json_problem(e),
+            ApiError::Unauthorized => (S::UNAUTHORIZED, P::Unauthorized, none),
+            ApiError::Forbidden => (S::FORBIDDEN, P::Forbidden, none),
+            ApiError::DuplicateAuthorization => (S::BAD_REQUEST, P::InvalidAuthorization, none),
+            ApiError::MissingIdempotencyKey => (S::BAD_REQUEST, P::MissingIdempotencyKey, none),
+            ApiError::DuplicateIdempotencyKey => (S::BAD_REQUEST, P::InvalidIdempotencyKey, none),
+            ApiError::InvalidQuery(_) => (S::BAD_REQUEST, P::InvalidQuery, none),
+            ApiError::MalformedJson(_) => (S::BAD_REQUEST, P::MalformedJson, none),
             ApiError::RequestTimeout { timeout_ms } => (
-                StatusCode::REQUEST_TIMEOUT,
-                ProblemType::RequestTimeout,
+                S::REQUEST_TIMEOUT,
+                P::RequestTimeout,
                 json!({"timeout_ms": timeout_ms}),
             ),
             ApiError::HeaderFieldsTooLarge {
                 headers_max,
                 bytes_max,
             } => (
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                ProblemType::HeaderFieldsTooLarge,
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                P::HeaderFieldsTooLarge,
                 json!({"headers_max": headers_max, "bytes_max": bytes_max}),
             ),
-            ApiError::MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                ProblemType::MethodNotAllowed,
-                json!({}),
-            ),
-            ApiError::UnsupportedMediaType => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ProblemType::UnsupportedMediaType,
-                json!({}),
-            ),
+            ApiError::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, P::MethodNotAllowed, none),
+            ApiError::UnsupportedMediaType => {
+                (S::UNSUPPORTED_MEDIA_TYPE, P::UnsupportedMediaType, none)
+            }
             ApiError::PayloadTooLarge { limit_bytes } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ProblemType::PayloadTooLarge,
+                S::PAYLOAD_TOO_LARGE,
+                P::PayloadTooLarge,
                 json!({"limit_bytes": limit_bytes}),
             ),
-            ApiError::MalformedJson(_) => (
-                StatusCode::BAD_REQUEST,
-                ProblemType::MalformedJson,
-                json!({}),
+            ApiError::NotFound => (S::NOT_FOUND, P::NotFound, none),
+            ApiError::NotReady(stopped) => (
+                S::SERVICE_UNAVAILABLE,
+                P::NotReady,
+                json!({"stopped_tasks": stopped}),
             ),
-            ApiError::NotFound | ApiError::Engine(E::JobNotFound(_) | E::AttemptNotFound(_)) => {
-                (StatusCode::NOT_FOUND, ProblemType::NotFound, json!({}))
-            }
-            ApiError::Engine(e) => match e {
-                E::InvalidKey(_) => (
-                    StatusCode::BAD_REQUEST,
-                    ProblemType::InvalidIdempotencyKey,
-                    json!({}),
-                ),
-                E::KeyReused {
-                    differing_pointers, ..
-                } => (
-                    StatusCode::CONFLICT,
-                    ProblemType::IdempotencyKeyReused,
-                    json!({"differing_pointers": differing_pointers}),
-                ),
-                E::UnknownProvider { provider } => (
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    ProblemType::UnknownProvider,
-                    json!({"provider": provider}),
-                ),
-                E::ProviderNotCertified { provider } => (
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    ProblemType::ProviderNotCertified,
-                    json!({"provider": provider}),
-                ),
-                E::AttemptInFlight { attempt, state } => (
-                    StatusCode::CONFLICT,
-                    ProblemType::AttemptInFlight,
-                    json!({"blocking_attempt": attempt, "blocking_state": state}),
-                ),
-                E::JobCompleted { state } => (
-                    StatusCode::CONFLICT,
-                    ProblemType::JobCompleted,
-                    json!({"job_state": state}),
-                ),
-                E::NotResolvable { attempt, state }
-                | E::IllegalTransition {
-                    attempt,
-                    current: state,
-                    ..
-                } => (
-                    StatusCode::CONFLICT,
-                    ProblemType::NotResolvable,
-                    json!({"attempt": attempt, "attempt_state": state}),
-                ),
-                E::Store(
-                    StoreError::Unavailable(_)
-                    | StoreError::Indeterminate(_)
-                    | StoreError::Contended { .. },
-                ) => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ProblemType::StoreUnavailable,
-                    json!({}),
-                ),
-                E::Store(_) => (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ProblemType::Internal,
-                    json!({}),
-                ),
-                E::JobNotFound(_) | E::AttemptNotFound(_) => {
-                    unreachable!("matched by the not-found arm above")
-                }
-            },
         }
     }
 }
 
-fn title(problem_type: ProblemType) -> &'static str {
-    match problem_type {
-        ProblemType::Unauthorized => "Unauthorized",
-        ProblemType::Forbidden => "Forbidden",
-        ProblemType::MissingIdempotencyKey => "Idempotency-Key header missing",
-        ProblemType::InvalidIdempotencyKey => "Idempotency-Key header invalid",
-        ProblemType::MalformedJson => "Malformed request body",
-        ProblemType::NulCharacter => "NUL character in a JSON string",
-        ProblemType::InvalidQuery => "Invalid query parameters",
-        ProblemType::UnsupportedMediaType => "Unsupported media type",
-        ProblemType::PayloadTooLarge => "Request body too large",
-        ProblemType::RequestTimeout => "Request body not received in time",
-        ProblemType::HeaderFieldsTooLarge => "Request header fields too large",
-        ProblemType::MethodNotAllowed => "Method not allowed",
-        ProblemType::IdempotencyKeyReused => "Idempotency key reused with a different request",
-        ProblemType::UnknownProvider => "Unknown provider",
-        ProblemType::ProviderNotCertified => "Provider not certified for failover",
-        ProblemType::NotFound => "Not found",
-        ProblemType::AttemptInFlight => "An attempt is in flight",
-        ProblemType::JobCompleted => "Job already completed",
-        ProblemType::NotResolvable => "Attempt cannot be resolved",
-        ProblemType::StoreUnavailable => "Store unavailable",
-        ProblemType::Internal => "Internal error",
+/// A body the strict JSON reader refused.
+fn json_problem(error: &JsonError) -> Mapped {
+    match error {
+        JsonError::NulCharacter { pointer } => (
+            StatusCode::BAD_REQUEST,
+            ProblemType::NulCharacter,
+            json!({"pointer": pointer, "reason": error.to_string()}),
+        ),
+        other => (
+            StatusCode::BAD_REQUEST,
+            ProblemType::MalformedJson,
+            match other.pointer() {
+                Some(pointer) => json!({"pointer": pointer}),
+                None => json!({}),
+            },
+        ),
+    }
+}
+
+/// What the engine refused, or could not do.
+fn engine_problem(error: &EngineError) -> Mapped {
+    use EngineError as E;
+    use ProblemType as P;
+    use StatusCode as S;
+    match error {
+        E::JobNotFound(_) | E::AttemptNotFound(_) => (S::NOT_FOUND, P::NotFound, json!({})),
+        E::InvalidKey(_) => (S::BAD_REQUEST, P::InvalidIdempotencyKey, json!({})),
+        E::KeyReused {
+            differing_pointers, ..
+        } => (
+            S::CONFLICT,
+            P::IdempotencyKeyReused,
+            json!({"differing_pointers": differing_pointers}),
+        ),
+        E::UnknownProvider { provider } => (
+            S::UNPROCESSABLE_ENTITY,
+            P::UnknownProvider,
+            json!({"provider": provider}),
+        ),
+        E::InvalidFallbacks { reason } => (
+            S::UNPROCESSABLE_ENTITY,
+            P::InvalidFallbacks,
+            json!({"reason": reason}),
+        ),
+        E::ProviderNotCertified { provider } => (
+            S::UNPROCESSABLE_ENTITY,
+            P::ProviderNotCertified,
+            json!({"provider": provider}),
+        ),
+        E::AttemptInFlight { attempt, state } => (
+            S::CONFLICT,
+            P::AttemptInFlight,
+            json!({"blocking_attempt": attempt, "blocking_state": state}),
+        ),
+        E::JobCompleted { state } => (S::CONFLICT, P::JobCompleted, json!({"job_state": state})),
+        E::NotResolvable { attempt, state }
+        | E::IllegalTransition {
+            attempt,
+            current: state,
+            ..
+        } => (
+            S::CONFLICT,
+            P::NotResolvable,
+            json!({"attempt": attempt, "attempt_state": state}),
+        ),
+        E::Store(
+            StoreError::Unavailable(_)
+            | StoreError::Indeterminate(_)
+            | StoreError::Contended { .. },
+        ) => (S::SERVICE_UNAVAILABLE, P::StoreUnavailable, json!({})),
+        E::Store(_) => (S::INTERNAL_SERVER_ERROR, P::Internal, json!({})),
     }
 }
 
@@ -316,7 +262,7 @@ fn title(problem_type: ProblemType) -> &'static str {
 /// extensions, never in its body, and [`tag_server_error`] logs it under the
 /// request id that the body names.
 #[derive(Clone, Debug)]
-pub struct ServerErrorDetail(pub String);
+pub struct ServerErrorDetail(pub String, pub ProblemType, pub Value);
 
 impl Problem {
     /// The response carrying this problem.
@@ -336,7 +282,7 @@ impl Problem {
     ) -> Self {
         Problem {
             problem_type: problem_type.uri(),
-            title: title(problem_type),
+            title: problem_type.title(),
             status: status.as_u16(),
             detail,
             extensions: match extensions {
@@ -350,6 +296,7 @@ impl Problem {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, problem_type, extensions) = self.problem();
+        let kept = extensions.clone();
         // A server error's own text (a database's message, a connection
         // error) is for the operator, not the client.
         let detail = if status.is_server_error() {
@@ -374,9 +321,11 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         if status.is_server_error() {
-            response
-                .extensions_mut()
-                .insert(ServerErrorDetail(self.to_string()));
+            response.extensions_mut().insert(ServerErrorDetail(
+                self.to_string(),
+                problem_type,
+                kept,
+            ));
         }
         response
     }
@@ -396,16 +345,24 @@ pub fn tag_server_error(
     if !status.is_server_error() {
         return response;
     }
-    let detail = response
-        .extensions_mut()
-        .remove::<ServerErrorDetail>()
-        .map_or_else(
-            || "a server error outside the API's errors".to_owned(),
-            |d| d.0,
-        );
+    let known = response.extensions_mut().remove::<ServerErrorDetail>();
+    let detail = known.as_ref().map_or_else(
+        || "a server error outside the API's errors".to_owned(),
+        |d| d.0.clone(),
+    );
     tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
-    let (problem_type, problem_detail) = match status {
-        StatusCode::SERVICE_UNAVAILABLE => (
+    let mut extensions = json!({"request_id": request_id});
+    if let Some(ServerErrorDetail(_, ProblemType::NotReady, Value::Object(kept))) = &known
+        && let Some(e) = extensions.as_object_mut()
+    {
+        e.extend(kept.clone());
+    }
+    let (problem_type, problem_detail) = match (status, known.map(|d| d.1)) {
+        (_, Some(ProblemType::NotReady)) => (
+            ProblemType::NotReady,
+            "a background task of the service has stopped; see the log",
+        ),
+        (StatusCode::SERVICE_UNAVAILABLE, _) => (
             ProblemType::StoreUnavailable,
             "the store is unavailable; retry with the same Idempotency-Key",
         ),
@@ -415,13 +372,8 @@ pub fn tag_server_error(
         ),
     };
     let headers = std::mem::take(response.headers_mut());
-    let mut tagged = Problem::of(
-        problem_type,
-        status,
-        problem_detail.to_owned(),
-        json!({"request_id": request_id}),
-    )
-    .into_response_with(status);
+    let mut tagged = Problem::of(problem_type, status, problem_detail.to_owned(), extensions)
+        .into_response_with(status);
     for (name, value) in &headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             tagged.headers_mut().insert(name, value.clone());

@@ -5,13 +5,14 @@
 //! Exit codes: 0 on a clean shutdown (or, for `certify`, a certified
 //! provider), 1 for a provider that failed certification, 2 on a usage or
 //! configuration error (bad flags or contract, an unreachable database or
-//! provider, an address that cannot be bound).
+//! provider, an address that cannot be bound, a certification that learnt
+//! nothing).
 
 use std::process::ExitCode;
 use std::sync::LazyLock;
 
 use clap::{Parser, Subcommand};
-use idem_core::cli::{self, CertifyArgs, MigrateArgs, ServeArgs};
+use idem_core::cli::{self, CertificatesArgs, CertifyArgs, MigrateArgs, ServeArgs};
 
 /// `--version`: the version, the commit and whether the tree was dirty.
 static VERSION: LazyLock<String> = LazyLock::new(|| idem_core::build_stamp!().to_string());
@@ -35,8 +36,11 @@ enum Command {
     /// Apply the database migrations.
     Migrate(MigrateArgs),
     /// Certify a provider against the operating contract (exit 0 certified,
-    /// 1 not certified, 2 bad flags, contract or unreachable provider).
+    /// 1 not certified, 2 bad flags, contract, unreachable provider or an
+    /// inconclusive run).
     Certify(CertifyArgs),
+    /// List, show or revoke the stored certificates.
+    Certificates(CertificatesArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => cli::serve(args).map(|()| 0),
         Command::Migrate(args) => cli::migrate(args).map(|()| 0),
         Command::Certify(args) => cli::certify(args).map(|outcome| outcome.exit_code()),
+        Command::Certificates(args) => cli::certificates(args).map(|()| 0),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

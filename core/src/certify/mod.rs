@@ -14,18 +14,23 @@
 //! - [`tokenizer`]: the prompt through the provider's real vocabulary;
 //! - [`run`]: the run itself, over any [`run::ChatEndpoint`] (the real
 //!   OpenAI-compatible client, on real or simulated sockets);
-//! - [`report`]: the table, the failures and the certificate's evidence.
+//! - [`report`]: the table, the failures and the certificate's evidence;
+//! - [`manage`]: recording, listing and revoking certificates.
 //!
 //! This is product code: `idem-server serve --certify NAME` runs it at
 //! start, and `idem certify` / `idem-server certify` on demand.
 
 pub mod business;
+pub mod manage;
 pub mod report;
 pub mod run;
 pub mod spec;
 pub mod tokenizer;
 
 pub use report::{Certification, Check, Target};
-pub use run::{CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunLimits, certify};
+pub use run::{
+    CERTIFY_DEADLINE_MS_DEFAULT, CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunBounds,
+    RunLimits, certify, certify_bounded,
+};
 pub use spec::{Contract, ContractError};
 pub use tokenizer::{Encoding, SpecialTokens, TokenizerProfile};

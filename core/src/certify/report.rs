@@ -270,24 +270,35 @@ impl Certification {
 
     /// The table (check by input), the failures and the verdict, as text.
     pub fn to_text(&self) -> String {
-        let mut out = String::new();
+        self.to_text_with_verdict(&self.verdict())
+    }
+
+    /// [`Certification::to_text`] under another verdict line (a run cut
+    /// short is inconclusive, whatever its table says).
+    pub fn to_text_with_verdict(&self, verdict: &str) -> String {
+        let mut out = self.header_text();
+        out.push('\n');
+        out.push_str(&self.table_text());
+        out.push_str(&self.failures_text());
+        let _ = writeln!(out, "\nverdict: {verdict}");
+        out
+    }
+
+    /// What was certified against what, in two lines.
+    fn header_text(&self) -> String {
         let target = &self.target;
-        let _ = writeln!(
-            out,
-            "provider {} model {} ({}), tokenizer {} with a {}-token window, special tokens {}",
+        let identity = match &self.model_identity {
+            Some(identity) => format!("serving {identity}"),
+            None => "identity not reported".to_owned(),
+        };
+        format!(
+            "provider {} model {} ({identity}), tokenizer {} with a {}-token window, special tokens {}\n\
+             contract {} ({}): prompt {}, schema {}, temperature {}, {} inputs x {} samples, output budget {} tokens\n",
             target.provider,
             target.model,
-            match &self.model_identity {
-                Some(identity) => format!("serving {identity}"),
-                None => "identity not reported".to_owned(),
-            },
             target.tokenizer.encoding,
             target.tokenizer.context_window_tokens,
             target.tokenizer.special_tokens.name(),
-        );
-        let _ = writeln!(
-            out,
-            "contract {} ({}): prompt {}, schema {}, temperature {}, {} inputs x {} samples, output budget {} tokens",
             self.contract,
             self.contract_source,
             self.prompt_version,
@@ -296,8 +307,12 @@ impl Certification {
             self.rows.len(),
             self.samples_per_input,
             self.max_output_tokens,
-        );
-        out.push('\n');
+        )
+    }
+
+    /// One line per input, one column per check.
+    fn table_text(&self) -> String {
+        let mut out = String::new();
         let name_width = self
             .rows
             .iter()
@@ -321,27 +336,30 @@ impl Certification {
             }
             out.push('\n');
         }
-        if !self.failures.is_empty() {
-            let _ = writeln!(out, "\nfailures ({}):", self.failures.len());
-            for failure in self.failures.iter().take(FAILURE_LINES_MAX) {
-                let sample = failure
-                    .sample
-                    .map_or_else(String::new, |s| format!(" sample {s}"));
-                let _ = writeln!(
-                    out,
-                    "  {} {}{sample}: {}",
-                    failure.check, failure.input, failure.detail
-                );
-            }
-            if self.failures.len() > FAILURE_LINES_MAX {
-                let _ = writeln!(
-                    out,
-                    "  ... and {} more",
-                    self.failures.len() - FAILURE_LINES_MAX
-                );
-            }
+        out
+    }
+
+    /// The failures, at most [`FAILURE_LINES_MAX`] of them.
+    fn failures_text(&self) -> String {
+        let mut out = String::new();
+        if self.failures.is_empty() {
+            return out;
         }
-        let _ = writeln!(out, "\nverdict: {}", self.verdict());
+        let _ = writeln!(out, "\nfailures ({}):", self.failures.len());
+        for failure in self.failures.iter().take(FAILURE_LINES_MAX) {
+            let sample = failure
+                .sample
+                .map_or_else(String::new, |s| format!(" sample {s}"));
+            let _ = writeln!(
+                out,
+                "  {} {}{sample}: {}",
+                failure.check, failure.input, failure.detail
+            );
+        }
+        if self.failures.len() > FAILURE_LINES_MAX {
+            let more = self.failures.len() - FAILURE_LINES_MAX;
+            let _ = writeln!(out, "  ... and {more} more");
+        }
         out
     }
 }

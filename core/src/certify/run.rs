@@ -8,9 +8,16 @@
 //! not depend on the order answers come back in; idempotency keys are drawn
 //! from the injected id source before any call, in corpus order, so a
 //! simulated run is reproducible.
+//!
+//! The product's runs ([`certify_bounded`]) have one overall deadline and
+//! stop early when the first calls all get no answer; a run that got no
+//! answer to some calls and found nothing wrong with the rest is
+//! [`CertifyError::Inconclusive`]: nothing was learnt, and no certificate
+//! should change because of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +27,15 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
-use super::spec::{Contract, RenderedPrompt};
+use super::spec::{Contract, CorpusInput, RenderedPrompt};
 use super::tokenizer;
 use crate::clock::IdSource;
 use crate::provider::ProviderError;
 
 /// Schema errors kept per failing sample.
 const SCHEMA_ERRORS_MAX: usize = 3;
+/// How long a product certification may take in all, by default.
+pub const CERTIFY_DEADLINE_MS_DEFAULT: u64 = 90_000;
 
 /// One chat completion as the certifier (and the worker) sends it.
 #[derive(Clone, Debug, PartialEq)]
@@ -79,16 +88,50 @@ impl Default for RunLimits {
     }
 }
 
+/// How a run ends when the provider does not answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunBounds {
+    /// The whole run's deadline; past it the calls not answered are
+    /// abandoned. `None`: only the per-call bounds hold.
+    pub deadline_ms: Option<u64>,
+    /// Stop once the first [`RunLimits::concurrency`] calls (every try of
+    /// each) got no answer, rather than wait for every call to time out.
+    pub stop_when_silent: bool,
+    /// A run with calls that got no answer and no contract finding is
+    /// [`CertifyError::Inconclusive`] rather than a failed certification.
+    pub inconclusive_is_error: bool,
+}
+
+impl RunBounds {
+    /// Only the per-call bounds: the simulator's certification, whose world
+    /// bounds it in simulated time.
+    pub const PER_CALL: RunBounds = RunBounds {
+        deadline_ms: None,
+        stop_when_silent: false,
+        inconclusive_is_error: false,
+    };
+
+    /// The product's: a deadline, an early stop, and no verdict from a run
+    /// that could not be made.
+    pub fn product(deadline_ms: u64) -> Self {
+        Self {
+            deadline_ms: Some(deadline_ms),
+            stop_when_silent: true,
+            inconclusive_is_error: true,
+        }
+    }
+}
+
 /// The most calls in flight at once.
 pub const CONCURRENCY_MAX: usize = 64;
 /// The most tries of one sample.
 pub const CALL_TRIES_MAX: u32 = 5;
 
-/// A run that could not be made at all (exit code 2): as opposed to a run
-/// that was made and found the provider wanting.
+/// A run that could not be made at all, or learnt nothing (exit code 2):
+/// as opposed to a run that was made and found the provider wanting.
 #[derive(Debug, thiserror::Error)]
 pub enum CertifyError {
-    #[error("provider {provider:?} is unreachable: {detail}")]
+    #[error("provider {provider:?} cannot be reached: {detail}")]
     Unreachable { provider: String, detail: String },
     /// The provider refused the credentials (401 or 403): a configuration
     /// to fix, not a finding about the contract.
@@ -96,19 +139,58 @@ pub enum CertifyError {
         "provider {provider:?} refused the API key ({detail}): check the variable its api_key_env names"
     )]
     Unauthorized { provider: String, detail: String },
+    /// Every call was answered 404, 405 or 501: no chat completions there.
+    #[error(
+        "provider {provider:?} serves no chat completions at this URL (every call got status {status}): check the URL"
+    )]
+    NotServed { provider: String, status: u16 },
+    /// Some calls got no answer and the others showed nothing wrong.
+    #[error("provider {provider:?}: inconclusive, {why}")]
+    Inconclusive {
+        provider: String,
+        why: String,
+        /// What the run found before it stopped.
+        certification: Box<Certification>,
+    },
     #[error("bad run limits: {0}")]
     Limits(String),
 }
 
-/// 401 and 403: the provider refuses who is asking, whatever is asked.
-fn is_unauthorized(error: &ProviderError) -> bool {
-    matches!(
-        error,
-        ProviderError::Rejected {
-            status: 401 | 403,
-            ..
+/// A provider error as a certification reports it.
+pub fn describe(error: &ProviderError) -> String {
+    match error {
+        ProviderError::Unreachable(detail) => with_tls_hint(format!("cannot connect: {detail}")),
+        ProviderError::Rejected { status, detail } => {
+            format!("refused with status {status}: {detail}")
         }
-    )
+        ProviderError::Broken(detail) => format!("no definitive answer: {detail}"),
+        ProviderError::Invalid(detail) => format!("not a chat completion: {detail}"),
+        ProviderError::Unsupported(what) => format!("does not support {what}"),
+    }
+}
+
+/// A TLS failure that a CA file would fix says so.
+fn with_tls_hint(detail: String) -> String {
+    if detail.contains("UnknownIssuer") {
+        format!(
+            "{detail} (the server's certificate is not signed by a trusted authority: \
+             give its CA with ca_file in the provider's configuration, or --ca-file)"
+        )
+    } else if detail.contains("NotValidForName") {
+        format!("{detail} (the certificate does not name the host in the URL)")
+    } else {
+        detail
+    }
+}
+
+/// Statuses that say who or where, not what: a run all of whose calls get
+/// one of these learnt nothing about the contract.
+fn refuses_the_caller(status: u16) -> bool {
+    matches!(status, 401 | 403)
+}
+
+fn serves_nothing_here(status: u16) -> bool {
+    matches!(status, 404 | 405 | 501)
 }
 
 /// The outcome of one sample's call.
@@ -116,11 +198,22 @@ fn is_unauthorized(error: &ProviderError) -> bool {
 struct SampleAnswer {
     answer: Result<ChatAnswer, String>,
     tries: u32,
-    /// The refusal, when the provider refused the credentials.
-    unauthorized: Option<String>,
+    /// The status of a definitive refusal.
+    refused: Option<u16>,
 }
 
-/// Certifies `target` against `contract` through `endpoint`.
+impl SampleAnswer {
+    /// No answer at all: not reached, timed out, broke, or not sent.
+    fn silent(&self) -> bool {
+        self.answer.is_err() && self.refused.is_none()
+    }
+}
+
+/// One call to make: input, sample, idempotency key and request.
+type Call = (usize, u32, String, ChatRequest);
+
+/// Certifies `target` against `contract` through `endpoint`, bounded per
+/// call only ([`RunBounds::PER_CALL`]).
 pub async fn certify(
     endpoint: Arc<dyn ChatEndpoint>,
     contract: Arc<Contract>,
@@ -128,6 +221,56 @@ pub async fn certify(
     ids: &dyn IdSource,
     limits: RunLimits,
 ) -> Result<Certification, CertifyError> {
+    certify_bounded(endpoint, contract, target, ids, limits, RunBounds::PER_CALL).await
+}
+
+/// Certifies `target` against `contract` through `endpoint` within `bounds`.
+pub async fn certify_bounded(
+    endpoint: Arc<dyn ChatEndpoint>,
+    contract: Arc<Contract>,
+    target: &Target,
+    ids: &dyn IdSource,
+    limits: RunLimits,
+    bounds: RunBounds,
+) -> Result<Certification, CertifyError> {
+    check_limits(limits)?;
+    let mut deadline = Deadline::start(bounds.deadline_ms);
+    let model_identity = probe(endpoint.as_ref(), target, limits).await?;
+    let (mut rows, mut failures, prompts) = render_inputs(&contract, target);
+    let calls = plan_calls(&contract, target, &prompts, ids);
+    let (answers, stopped) = run_calls(&endpoint, calls, limits, bounds, &mut deadline).await;
+    check_refusals(target, &answers)?;
+    let mut judged = Judged {
+        rows: &mut rows,
+        failures: &mut failures,
+        served_models: BTreeSet::new(),
+    };
+    for (index, input) in contract.inputs.iter().enumerate() {
+        let sent = prompts[index].is_some();
+        judged.input(&contract, index, input, sent, &answers, stopped.as_deref());
+    }
+    let served_models = judged.served_models;
+    let certification = Certification {
+        target: target.clone(),
+        contract: contract.name.clone(),
+        contract_source: contract.source.clone(),
+        prompt_version: contract.prompt_version.clone(),
+        schema_version: contract.schema_version.clone(),
+        temperature: contract.temperature,
+        samples_per_input: contract.samples_per_input,
+        max_output_tokens: contract.max_output_tokens,
+        model_identity,
+        served_models,
+        rows,
+        failures,
+    };
+    if bounds.inconclusive_is_error {
+        return conclusive(certification, &answers, stopped);
+    }
+    Ok(certification)
+}
+
+fn check_limits(limits: RunLimits) -> Result<(), CertifyError> {
     if limits.concurrency == 0 || limits.concurrency > CONCURRENCY_MAX {
         return Err(CertifyError::Limits(format!(
             "concurrency must be 1 to {CONCURRENCY_MAX}"
@@ -138,36 +281,58 @@ pub async fn certify(
             "call tries must be 1 to {CALL_TRIES_MAX}"
         )));
     }
-    let unreachable = |e: ProviderError| CertifyError::Unreachable {
-        provider: target.provider.clone(),
-        detail: e.to_string(),
-    };
-    let timeout = Duration::from_millis(limits.call_timeout_ms);
-    crate::timer::timeout(timeout, endpoint.reach())
-        .await
-        .unwrap_or_else(|_| Err(ProviderError::Unreachable("connect timed out".to_owned())))
-        .map_err(unreachable)?;
-    let model_identity =
-        match crate::timer::timeout(timeout, endpoint.model_identity(&target.model)).await {
-            Ok(Ok(identity)) => identity,
-            Ok(Err(e)) if is_unauthorized(&e) => {
-                return Err(CertifyError::Unauthorized {
-                    provider: target.provider.clone(),
-                    detail: e.to_string(),
-                });
-            }
-            // The lookup is optional: a provider that cannot answer it is
-            // certified without an identity, and its certificate then follows
-            // the configured model name alone.
-            Ok(Err(_)) | Err(_) => None,
-        };
+    if limits.call_timeout_ms == 0 {
+        return Err(CertifyError::Limits(
+            "the call timeout must be at least 1 ms".to_owned(),
+        ));
+    }
+    Ok(())
+}
 
-    // Render and check every input's prompt first: the tokenizer checks
-    // need no provider, and an input that does not fit the window is not
-    // sent (the provider would refuse or truncate it).
-    let mut rows: Vec<InputRow> = Vec::with_capacity(contract.inputs.len());
-    let mut failures: Vec<Failure> = Vec::new();
-    let mut prompts: Vec<Option<RenderedPrompt>> = Vec::with_capacity(contract.inputs.len());
+/// Can the provider be reached, and what does it say it serves?
+async fn probe(
+    endpoint: &dyn ChatEndpoint,
+    target: &Target,
+    limits: RunLimits,
+) -> Result<Option<String>, CertifyError> {
+    let timeout = Duration::from_millis(limits.call_timeout_ms);
+    let unreachable = |detail: String| CertifyError::Unreachable {
+        provider: target.provider.clone(),
+        detail,
+    };
+    match crate::timer::timeout(timeout, endpoint.reach()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(unreachable(describe(&e))),
+        Err(_) => {
+            let ms = limits.call_timeout_ms;
+            return Err(unreachable(format!("no connection within {ms} ms")));
+        }
+    }
+    match crate::timer::timeout(timeout, endpoint.model_identity(&target.model)).await {
+        Ok(Ok(identity)) => Ok(identity),
+        Ok(Err(e @ ProviderError::Rejected { status, .. })) if refuses_the_caller(status) => {
+            Err(CertifyError::Unauthorized {
+                provider: target.provider.clone(),
+                detail: describe(&e),
+            })
+        }
+        // The lookup is optional: a provider that cannot answer it is
+        // certified without an identity, and its certificate then follows
+        // the configured model name alone.
+        Ok(Err(_)) | Err(_) => Ok(None),
+    }
+}
+
+/// Renders and checks every input's prompt: the tokenizer checks need no
+/// provider, and an input that does not fit the window is not sent (the
+/// provider would refuse or truncate it).
+fn render_inputs(
+    contract: &Contract,
+    target: &Target,
+) -> (Vec<InputRow>, Vec<Failure>, Vec<Option<RenderedPrompt>>) {
+    let mut rows = Vec::with_capacity(contract.inputs.len());
+    let mut failures = Vec::new();
+    let mut prompts = Vec::with_capacity(contract.inputs.len());
     for input in &contract.inputs {
         let mut row = InputRow::new(&input.name);
         match contract.render(&input.params) {
@@ -191,191 +356,281 @@ pub async fn certify(
             // The contract compiled, so every corpus input rendered once;
             // report it rather than assume.
             Err(e) => {
-                failures.push(Failure::new(
-                    Check::TokenizerLossless,
-                    &input.name,
-                    None,
-                    e.to_string(),
-                ));
-                row.record(Check::TokenizerLossless, false);
+                let check = Check::TokenizerLossless;
+                failures.push(Failure::new(check, &input.name, None, e.to_string()));
+                row.record(check, false);
                 prompts.push(None);
             }
         }
         rows.push(row);
     }
+    (rows, failures, prompts)
+}
 
-    // Keys in corpus order, before any call.
-    let samples = contract.samples_per_input;
-    let mut calls: Vec<(usize, u32, String, ChatRequest)> = Vec::new();
+/// The calls, with their keys drawn in corpus order before any call.
+fn plan_calls(
+    contract: &Contract,
+    target: &Target,
+    prompts: &[Option<RenderedPrompt>],
+    ids: &dyn IdSource,
+) -> Vec<Call> {
+    let mut calls = Vec::new();
     for (index, prompt) in prompts.iter().enumerate() {
         let Some(prompt) = prompt else { continue };
-        for sample in 1..=samples {
-            calls.push((
-                index,
-                sample,
-                ids.attempt_id().to_string(),
-                ChatRequest {
-                    model: target.model.clone(),
-                    prompt: prompt.clone(),
-                    temperature: contract.temperature,
-                    max_output_tokens: contract.max_output_tokens,
-                },
-            ));
+        for sample in 1..=contract.samples_per_input {
+            let request = ChatRequest {
+                model: target.model.clone(),
+                prompt: prompt.clone(),
+                temperature: contract.temperature,
+                max_output_tokens: contract.max_output_tokens,
+            };
+            calls.push((index, sample, ids.attempt_id().to_string(), request));
         }
     }
-    let answers = run_calls(&endpoint, calls, limits).await;
-    // Every call refused for its credentials: nothing was learnt about the
-    // contract (a provider without the model lookup shows it only here).
-    if let Some(refused) = answers.values().next().and_then(|a| a.unauthorized.clone())
-        && answers.values().all(|a| a.unauthorized.is_some())
-    {
-        return Err(CertifyError::Unauthorized {
-            provider: target.provider.clone(),
-            detail: refused,
-        });
-    }
+    calls
+}
 
-    let mut served_models: BTreeSet<String> = BTreeSet::new();
-    for (index, input) in contract.inputs.iter().enumerate() {
-        let mut results: Vec<(u32, Value)> = Vec::new();
-        for sample in 1..=samples {
-            let row = &mut rows[index];
-            let mut failed = |row: &mut InputRow, check: Check, detail: String| {
-                row.record(check, false);
-                failures.push(Failure::new(check, &input.name, Some(sample), detail));
-            };
-            let Some(answer) = answers.get(&(index, sample)) else {
-                if prompts[index].is_some() {
-                    failed(row, Check::Transport, "the call did not run".to_owned());
-                }
-                continue;
-            };
-            let content = match &answer.answer {
-                Ok(ChatAnswer {
-                    content: Some(content),
-                    model,
-                }) => {
-                    served_models.extend(model.iter().cloned());
-                    content
-                }
-                Ok(ChatAnswer { content: None, .. }) => {
-                    failed(
-                        row,
-                        Check::Transport,
-                        "the answer has no content".to_owned(),
-                    );
-                    continue;
-                }
-                Err(detail) => {
-                    let detail = format!("{detail} (after {} tries)", answer.tries);
-                    failed(row, Check::Transport, detail);
-                    continue;
-                }
-            };
-            row.record(Check::Transport, true);
-            let output: Value = match serde_json::from_str(content) {
-                Ok(output @ Value::Object(_)) => output,
-                Ok(_) => {
-                    let detail = format!("JSON but not an object: {}", excerpt(content));
-                    failed(row, Check::Parse, detail);
-                    continue;
-                }
-                Err(e) => {
-                    let detail = format!("not JSON ({e}): {}", excerpt(content));
-                    failed(row, Check::Parse, detail);
-                    continue;
-                }
-            };
-            row.record(Check::Parse, true);
-            let schema_errors = contract.schema_errors(&output, SCHEMA_ERRORS_MAX);
-            if !schema_errors.is_empty() {
-                failed(row, Check::Schema, schema_errors.join("; "));
-                continue;
-            }
-            row.record(Check::Schema, true);
-            let result = match contract.business_type.read(&output) {
-                Ok(result) => result,
-                Err(e) => {
-                    failed(row, Check::BusinessType, e);
-                    continue;
-                }
-            };
-            row.record(Check::BusinessType, true);
-            let differing: Vec<String> = input
-                .expect
-                .iter()
-                .filter(|(field, want)| result.get(field.as_str()) != Some(want))
-                .map(|(field, want)| {
-                    format!(
-                        "{field}: got {}, want {want}",
-                        result.get(field.as_str()).unwrap_or(&Value::Null)
-                    )
-                })
-                .collect();
-            if differing.is_empty() {
-                row.record(Check::RoundTrip, true);
-            } else {
-                failed(row, Check::RoundTrip, differing.join("; "));
-            }
-            results.push((sample, result));
-        }
-        // Consistency needs two results to compare.
-        if results.len() >= 2 {
-            let stable = |result: &Value| -> Value {
-                let mut result = result.clone();
-                if let Value::Object(fields) = &mut result {
-                    fields.retain(|name, _| !contract.varying_fields.contains(name));
-                }
-                result
-            };
-            let (first_sample, first) = (results[0].0, stable(&results[0].1));
-            let deviating: Vec<String> = results[1..]
-                .iter()
-                .filter(|(_, r)| stable(r) != first)
-                .map(|(sample, r)| {
-                    format!(
-                        "sample {sample} gave {} where sample {first_sample} gave {first}",
-                        stable(r)
-                    )
-                })
-                .collect();
-            let row = &mut rows[index];
-            if deviating.is_empty() {
-                row.record(Check::Consistency, true);
-            } else {
-                row.record(Check::Consistency, false);
-                failures.push(Failure::new(
-                    Check::Consistency,
-                    &input.name,
-                    None,
-                    deviating.join("; "),
-                ));
-            }
-        }
+/// Every call answered with a refusal of the caller, or of the URL, is an
+/// error: nothing was learnt about the contract (a provider without the
+/// model lookup shows it only here).
+fn check_refusals(
+    target: &Target,
+    answers: &BTreeMap<(usize, u32), SampleAnswer>,
+) -> Result<(), CertifyError> {
+    let first = answers.values().next().and_then(|a| a.refused);
+    let Some(status) = first else {
+        return Ok(());
+    };
+    if !answers.values().all(|a| a.refused == Some(status)) {
+        return Ok(());
     }
-    Ok(Certification {
-        target: target.clone(),
-        contract: contract.name.clone(),
-        contract_source: contract.source.clone(),
-        prompt_version: contract.prompt_version.clone(),
-        schema_version: contract.schema_version.clone(),
-        temperature: contract.temperature,
-        samples_per_input: samples,
-        max_output_tokens: contract.max_output_tokens,
-        model_identity,
-        served_models,
-        rows,
-        failures,
+    let provider = target.provider.clone();
+    if refuses_the_caller(status) {
+        let detail = answers
+            .values()
+            .next()
+            .and_then(|a| a.answer.clone().err())
+            .unwrap_or_default();
+        return Err(CertifyError::Unauthorized { provider, detail });
+    }
+    if serves_nothing_here(status) {
+        return Err(CertifyError::NotServed { provider, status });
+    }
+    Ok(())
+}
+
+/// The run as a verdict, or [`CertifyError::Inconclusive`] when calls got
+/// no answer and nothing else failed.
+fn conclusive(
+    certification: Certification,
+    answers: &BTreeMap<(usize, u32), SampleAnswer>,
+    stopped: Option<String>,
+) -> Result<Certification, CertifyError> {
+    let silent = answers.values().filter(|a| a.silent()).count();
+    let transport_only = certification
+        .failed_checks()
+        .iter()
+        .all(|c| *c == Check::Transport);
+    if certification.passed() || !transport_only {
+        return Ok(certification);
+    }
+    let why = stopped.unwrap_or_else(|| {
+        format!(
+            "{silent} of {} calls got no answer and the rest showed no fault",
+            answers.len()
+        )
+    });
+    Err(CertifyError::Inconclusive {
+        provider: certification.target.provider.clone(),
+        why,
+        certification: Box::new(certification),
     })
 }
 
-/// Runs every call, at most `limits.concurrency` at a time.
+/// The rows and failures being filled in from the answers.
+struct Judged<'a> {
+    rows: &'a mut [InputRow],
+    failures: &'a mut Vec<Failure>,
+    served_models: BTreeSet<String>,
+}
+
+impl Judged<'_> {
+    /// Judges every sample of the input at `index`, then their consistency.
+    fn input(
+        &mut self,
+        contract: &Contract,
+        index: usize,
+        input: &CorpusInput,
+        sent: bool,
+        answers: &BTreeMap<(usize, u32), SampleAnswer>,
+        stopped: Option<&str>,
+    ) {
+        let mut results: Vec<(u32, Value)> = Vec::new();
+        for sample in 1..=contract.samples_per_input {
+            let judged = match answers.get(&(index, sample)) {
+                Some(answer) => self.sample(contract, index, answer),
+                None if sent => Err((
+                    Check::Transport,
+                    stopped.unwrap_or("the call did not run").to_owned(),
+                )),
+                None => continue,
+            };
+            match judged.and_then(|result| round_trip(input, result)) {
+                Ok(result) => {
+                    self.rows[index].record(Check::RoundTrip, true);
+                    results.push((sample, result));
+                }
+                Err((check, detail)) => {
+                    self.rows[index].record(check, false);
+                    let failure = Failure::new(check, &input.name, Some(sample), detail);
+                    self.failures.push(failure);
+                }
+            }
+        }
+        if let Some(deviating) = inconsistency(contract, &results) {
+            self.rows[index].record(Check::Consistency, false);
+            let failure = Failure::new(Check::Consistency, &input.name, None, deviating);
+            self.failures.push(failure);
+        } else if results.len() >= 2 {
+            self.rows[index].record(Check::Consistency, true);
+        }
+    }
+
+    /// One sample through transport, parse, schema and business type: its
+    /// business result, or the first check it failed and why.
+    fn sample(
+        &mut self,
+        contract: &Contract,
+        index: usize,
+        answer: &SampleAnswer,
+    ) -> Result<Value, (Check, String)> {
+        let row = &mut self.rows[index];
+        let content = match &answer.answer {
+            Ok(ChatAnswer { content, model }) => {
+                self.served_models.extend(model.iter().cloned());
+                content
+            }
+            Err(detail) => {
+                let tries = answer.tries;
+                let times = if tries == 1 { "try" } else { "tries" };
+                return Err((
+                    Check::Transport,
+                    format!("{detail} (after {tries} {times})"),
+                ));
+            }
+        };
+        row.record(Check::Transport, true);
+        let Some(content) = content else {
+            return Err((Check::Parse, "the answer has no content".to_owned()));
+        };
+        let output: Value = match serde_json::from_str(content) {
+            Ok(output @ Value::Object(_)) => output,
+            Ok(_) => {
+                let detail = format!("JSON but not an object: {}", excerpt(content));
+                return Err((Check::Parse, detail));
+            }
+            Err(e) => {
+                return Err((
+                    Check::Parse,
+                    format!("not JSON ({e}): {}", excerpt(content)),
+                ));
+            }
+        };
+        row.record(Check::Parse, true);
+        let schema_errors = contract.schema_errors(&output, SCHEMA_ERRORS_MAX);
+        if !schema_errors.is_empty() {
+            return Err((Check::Schema, schema_errors.join("; ")));
+        }
+        row.record(Check::Schema, true);
+        let result = contract
+            .business_type
+            .read(&output)
+            .map_err(|e| (Check::BusinessType, e))?;
+        row.record(Check::BusinessType, true);
+        Ok(result)
+    }
+}
+
+/// The business result, if it has the fields the corpus expects.
+fn round_trip(input: &CorpusInput, result: Value) -> Result<Value, (Check, String)> {
+    let differing: Vec<String> = input
+        .expect
+        .iter()
+        .filter(|(field, want)| result.get(field.as_str()) != Some(want))
+        .map(|(field, want)| {
+            let got = result.get(field.as_str()).unwrap_or(&Value::Null);
+            format!("{field}: got {got}, want {want}")
+        })
+        .collect();
+    if differing.is_empty() {
+        Ok(result)
+    } else {
+        Err((Check::RoundTrip, differing.join("; ")))
+    }
+}
+
+/// How the samples of one input disagree, outside the fields that may
+/// vary; `None` when they agree (or fewer than two can be compared).
+fn inconsistency(contract: &Contract, results: &[(u32, Value)]) -> Option<String> {
+    let stable = |result: &Value| -> Value {
+        let mut result = result.clone();
+        if let Value::Object(fields) = &mut result {
+            fields.retain(|name, _| !contract.varying_fields.contains(name));
+        }
+        result
+    };
+    let ((first_sample, first), rest) = results.split_first()?;
+    let first = stable(first);
+    let deviating: Vec<String> = rest
+        .iter()
+        .filter(|(_, r)| stable(r) != first)
+        .map(|(sample, r)| {
+            format!(
+                "sample {sample} gave {} where sample {first_sample} gave {first}",
+                stable(r)
+            )
+        })
+        .collect();
+    (!deviating.is_empty()).then(|| deviating.join("; "))
+}
+
+/// The run's deadline, armed when there is one.
+struct Deadline {
+    sleep: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    ms: u64,
+}
+
+impl Deadline {
+    fn start(deadline_ms: Option<u64>) -> Self {
+        Self {
+            sleep: deadline_ms.map(|ms| {
+                let sleep = crate::timer::sleep(Duration::from_millis(ms));
+                Box::pin(sleep) as Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+            }),
+            ms: deadline_ms.unwrap_or(0),
+        }
+    }
+
+    /// Resolves when the deadline passes; never without one.
+    async fn passed(&mut self) {
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Runs every call, at most `limits.concurrency` at a time, until they are
+/// all answered, the deadline passes, or (with `stop_when_silent`) the
+/// first wave got no answer at all. Says why it stopped early, if it did.
 async fn run_calls(
     endpoint: &Arc<dyn ChatEndpoint>,
-    calls: Vec<(usize, u32, String, ChatRequest)>,
+    calls: Vec<Call>,
     limits: RunLimits,
-) -> BTreeMap<(usize, u32), SampleAnswer> {
-    let mut answers = BTreeMap::new();
+    bounds: RunBounds,
+    deadline: &mut Deadline,
+) -> (BTreeMap<(usize, u32), SampleAnswer>, Option<String>) {
+    let mut answers: BTreeMap<(usize, u32), SampleAnswer> = BTreeMap::new();
     let mut running = JoinSet::new();
     let mut pending = calls.into_iter();
     loop {
@@ -389,17 +644,33 @@ async fn run_calls(
                 ((index, sample), answer)
             });
         }
-        match running.join_next().await {
+        let joined = tokio::select! {
+            joined = running.join_next() => joined,
+            () = deadline.passed() => {
+                let why = format!("the certification's deadline of {} ms passed", deadline.ms);
+                return (answers, Some(why));
+            }
+        };
+        match joined {
             Some(Ok((at, answer))) => {
                 answers.insert(at, answer);
             }
             // A call task that panicked: its sample is reported missing as
-            // a transport failure below, never silently passed.
+            // a transport failure, never silently passed.
             Some(Err(e)) => tracing::error!(error = %e, "a certification call failed to run"),
-            None => break,
+            None => return (answers, None),
+        }
+        if bounds.stop_when_silent
+            && answers.len() >= limits.concurrency
+            && answers.values().all(SampleAnswer::silent)
+        {
+            let why = format!(
+                "the first {} calls got no answer; the rest were not sent",
+                answers.len()
+            );
+            return (answers, Some(why));
         }
     }
-    answers
 }
 
 async fn call_with_retries(
@@ -418,7 +689,7 @@ async fn call_with_retries(
                 return SampleAnswer {
                     answer: Ok(answer),
                     tries,
-                    unauthorized: None,
+                    refused: None,
                 };
             }
             // The content was judged by the provider and refused: a finding,
@@ -428,19 +699,19 @@ async fn call_with_retries(
                 if status != 429 && status < 500 =>
             {
                 return SampleAnswer {
-                    answer: Err(e.to_string()),
+                    answer: Err(describe(&e)),
                     tries,
-                    unauthorized: is_unauthorized(&e).then(|| e.to_string()),
+                    refused: Some(status),
                 };
             }
-            Ok(Err(e)) => last = e.to_string(),
+            Ok(Err(e)) => last = describe(&e),
             Err(_) => last = format!("no answer within {} ms", limits.call_timeout_ms),
         }
     }
     SampleAnswer {
         answer: Err(last),
         tries: limits.call_tries_max,
-        unauthorized: None,
+        refused: None,
     }
 }
 

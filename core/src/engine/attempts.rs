@@ -1,7 +1,7 @@
 //! Starting an attempt and moving it: dispatched, unknown after its
 //! deadline or presumed orphaned, failed.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 #[cfg(feature = "bench")]
 use crate::design::Design;
@@ -34,11 +34,7 @@ impl Engine {
                         attempt_id: None,
                         at,
                         kind: EventKind::FailoverRefused,
-                        detail: json!({
-                            "provider": provider,
-                            "trigger": trigger,
-                            "reason": status.reason(),
-                        }),
+                        detail: status.refusal(&provider, trigger),
                     })
                     .await?;
                 return Err(EngineError::ProviderNotCertified { provider });

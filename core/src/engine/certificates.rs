@@ -2,14 +2,14 @@
 //! certificate, checked against the model the provider serves now.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::contract::Certificate;
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::provider::ProviderSet;
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, Trigger};
 
 /// Where a provider stands with its contract certificate, as a failover
 /// decision sees it.
@@ -22,8 +22,13 @@ pub enum CertificateStatus {
     /// No certificate for the provider's current (model, prompt version,
     /// schema version).
     Missing,
-    /// The certification run failed, or the certificate was revoked.
+    /// The certification run failed.
     Failed,
+    /// The certificate was revoked (by an operator, or on a model switch).
+    Revoked,
+    /// A certification of the provider is running in this process; until
+    /// it passes, failover to the provider is refused.
+    Pending,
     /// The provider now serves another model than the one certified: the
     /// certificate is revoked from here on.
     Stale { certified: String, serving: String },
@@ -48,10 +53,75 @@ impl CertificateStatus {
             CertificateStatus::Valid => "valid",
             CertificateStatus::Missing => "no_certificate",
             CertificateStatus::Failed => "certificate_failed",
+            CertificateStatus::Revoked => "certificate_revoked",
+            CertificateStatus::Pending => "certification_pending",
             CertificateStatus::Stale { .. } => "certificate_stale",
             CertificateStatus::Unverified { .. } => "model_unverified",
             CertificateStatus::OtherEndpoint { .. } => "certificate_other_endpoint",
         }
+    }
+
+    /// What a refused failover records: the reason, and what was certified
+    /// against what is there now, where that is known.
+    pub fn detail(&self) -> serde_json::Map<String, Value> {
+        let mut detail = serde_json::Map::new();
+        detail.insert("reason".to_owned(), self.reason().into());
+        match self {
+            CertificateStatus::Stale { certified, serving } => {
+                detail.insert("certified_model".to_owned(), certified.clone().into());
+                detail.insert("serving_model".to_owned(), serving.clone().into());
+            }
+            CertificateStatus::OtherEndpoint {
+                certified,
+                configured,
+            } => {
+                detail.insert("certified_endpoint".to_owned(), certified.clone().into());
+                detail.insert("configured_endpoint".to_owned(), configured.clone().into());
+            }
+            CertificateStatus::Unverified { detail: why } => {
+                detail.insert("detail".to_owned(), why.clone().into());
+            }
+            _ => {}
+        }
+        detail
+    }
+
+    /// The decision-trace detail of a refused failover to `provider`.
+    pub fn refusal(&self, provider: &str, trigger: Trigger) -> Value {
+        let mut detail = serde_json::Map::new();
+        detail.insert("provider".to_owned(), provider.into());
+        detail.insert("trigger".to_owned(), json!(trigger));
+        detail.extend(self.detail());
+        let detail = Value::Object(detail);
+        tracing::info!(provider, %detail, "failover refused");
+        detail
+    }
+}
+
+/// Providers whose certification is running in this process: failover to
+/// them is refused until it passes (see [`CertificateStatus::Pending`]).
+#[derive(Clone, Debug, Default)]
+pub struct PendingCertifications(
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+);
+
+impl PendingCertifications {
+    pub fn start(&self, provider: &str) {
+        self.lock().insert(provider.to_owned());
+    }
+
+    pub fn finish(&self, provider: &str) {
+        self.lock().remove(provider);
+    }
+
+    pub fn contains(&self, provider: &str) -> bool {
+        self.lock().contains(provider)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -118,12 +188,18 @@ impl Engine {
                 CertificateStatus::Missing
             });
         }
+        if self.pending.contains(provider) {
+            return Ok(CertificateStatus::Pending);
+        }
         let Some(key) = self.providers.certificate_key(provider) else {
             return Ok(CertificateStatus::Missing);
         };
         let Some(certificate) = self.store.certificate(&key).await? else {
             return Ok(CertificateStatus::Missing);
         };
+        if crate::certify::manage::is_revoked(&certificate) {
+            return Ok(CertificateStatus::Revoked);
+        }
         if !certificate.passed {
             return Ok(CertificateStatus::Failed);
         }
@@ -149,20 +225,25 @@ impl Engine {
         match probes.identity(provider).await {
             Ok(Some(serving)) if serving == certified => Ok(CertificateStatus::Valid),
             Ok(Some(serving)) => {
+                let reason = "the provider serves another model than the one certified";
+                let evidence = crate::certify::manage::revocation_evidence(
+                    reason,
+                    "model probe",
+                    &certificate,
+                    json!({"certified_model_identity": certified, "serving_model_identity": serving}),
+                );
                 self.store
                     .put_certificate(Certificate {
                         key: certificate.key.clone(),
                         passed: false,
-                        evidence: json!({
-                            "source": "revoked",
-                            "reason": "the provider serves another model than the one certified",
-                            "certified_model_identity": certified,
-                            "serving_model_identity": serving,
-                            "revoked_evidence": certificate.evidence,
-                        }),
+                        evidence,
                         at: self.clock.now(),
                     })
                     .await?;
+                tracing::warn!(
+                    provider, certified = %certified, serving = %serving,
+                    "certificate revoked: {reason}"
+                );
                 Ok(CertificateStatus::Stale { certified, serving })
             }
             // It no longer says: nothing shows it is still what was certified.

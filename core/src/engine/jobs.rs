@@ -42,6 +42,9 @@ impl Engine {
             Err(EngineError::UnknownProvider { .. }) => {
                 self.metrics.job_refused("unknown_provider");
             }
+            Err(EngineError::InvalidFallbacks { .. }) => {
+                self.metrics.job_refused("invalid_fallbacks");
+            }
             Err(_) => {}
         }
         created
@@ -64,6 +67,7 @@ impl Engine {
                 });
             }
         }
+        check_fallbacks(&request)?;
         let new = self.new_job(owner, key, request, params);
         #[cfg(feature = "bench")]
         if let Some(found) = self.naive_check_before_insert(&new).await? {
@@ -134,4 +138,30 @@ impl Engine {
             _ => Err(EngineError::JobNotFound(id)),
         }
     }
+}
+
+/// The most fallbacks a job may name: each is a provider the service is
+/// configured with, named once.
+pub const FALLBACKS_MAX: usize = 8;
+
+/// A job's fallbacks are other providers than its primary, each named once,
+/// at most [`FALLBACKS_MAX`] of them.
+fn check_fallbacks(request: &JobRequest) -> Result<(), EngineError> {
+    let invalid = |reason: String| Err(EngineError::InvalidFallbacks { reason });
+    if request.fallbacks.len() > FALLBACKS_MAX {
+        return invalid(format!("at most {FALLBACKS_MAX} fallbacks"));
+    }
+    if request.fallbacks.contains(&request.provider) {
+        return invalid(format!(
+            "the primary {:?} cannot be its own fallback",
+            request.provider
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for fallback in &request.fallbacks {
+        if !seen.insert(fallback) {
+            return invalid(format!("{fallback:?} is named twice"));
+        }
+    }
+    Ok(())
 }

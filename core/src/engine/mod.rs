@@ -31,7 +31,8 @@ use crate::metrics::Metrics;
 use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, KeyError};
 use crate::store::{Store, StoreError};
 
-pub use certificates::{CertificateStatus, ModelProbes};
+pub use certificates::{CertificateStatus, ModelProbes, PendingCertifications};
+pub use jobs::FALLBACKS_MAX;
 
 /// The attempt policy is vocabulary (the oracle reads it); it lives in idem-model.
 pub use idem_model::policy::Policy;
@@ -94,6 +95,8 @@ pub enum EngineError {
     },
     #[error("unknown provider {provider:?}")]
     UnknownProvider { provider: String },
+    #[error("invalid fallbacks: {reason}")]
+    InvalidFallbacks { reason: String },
     #[error("provider {provider:?} holds no valid contract certificate")]
     ProviderNotCertified { provider: String },
     #[error("job {0} not found")]
@@ -215,6 +218,8 @@ pub struct Engine {
     /// its certificate was earned on. `None`: certificates are taken as
     /// they are stored.
     probes: Option<ModelProbes>,
+    /// Providers being certified in this process.
+    pending: PendingCertifications,
     /// Counts what the engine decides (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
     /// The design under test. Only the bench has naive designs: without
@@ -242,6 +247,7 @@ impl Engine {
             providers,
             policy,
             probes: None,
+            pending: PendingCertifications::default(),
             metrics: Arc::new(Metrics::new()),
             #[cfg(feature = "bench")]
             design: Design::Correct,
@@ -254,6 +260,12 @@ impl Engine {
     /// serves (see [`CertificateStatus::Stale`]).
     pub fn with_model_probes(mut self, probes: ModelProbes) -> Self {
         self.probes = Some(probes);
+        self
+    }
+
+    /// Refuses failover to the providers `pending` holds.
+    pub fn with_pending_certifications(mut self, pending: PendingCertifications) -> Self {
+        self.pending = pending;
         self
     }
 

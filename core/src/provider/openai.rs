@@ -50,19 +50,38 @@ const DETAIL_LEN_MAX_BYTES: usize = 512;
 /// The path of the chat-completions endpoint.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 
+/// The longest model name a client is built with, in bytes.
+pub const MODEL_LEN_MAX_BYTES: usize = 256;
+
+/// `text` as one path segment: every byte but RFC 3986's unreserved
+/// characters percent-encoded, and `.` too, so that a segment can never be
+/// `.` or `..`. A model name is operator text: `my model` or `a?b` must
+/// name that model, not break the request or ask for another path.
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// The path of the model lookup for `model`.
 pub fn model_path(model: &str) -> String {
-    format!("/v1/models/{model}")
+    format!("/v1/models/{}", path_segment(model))
 }
 
 /// The path of the status lookup for idempotency key `key`.
 pub fn execution_path(key: &str) -> String {
-    format!("/v1/executions/{key}")
+    format!("/v1/executions/{}", path_segment(key))
 }
 
 /// The path of the cancel request for idempotency key `key`.
 pub fn cancel_path(key: &str) -> String {
-    format!("/v1/executions/{key}/cancel")
+    format!("/v1/executions/{}/cancel", path_segment(key))
 }
 
 /// An API key. Read from the environment variable a provider's
@@ -91,6 +110,8 @@ impl ApiKey {
         }
     }
 
+    /// The key itself: for the `Authorization` header, and for cutting
+    /// it out of text a provider echoes.
     fn expose(&self) -> &str {
         &self.0
     }
@@ -186,6 +207,18 @@ pub enum ConfigError {
     ApiKey,
     #[error("the api key's environment variable: {0}")]
     ApiKeyEnv(String),
+    #[error("the model name {0:?} must be 1 to 256 bytes without control characters")]
+    Model(String),
+}
+
+/// A model name a client can ask for: not empty, bounded, no control
+/// characters (it goes into a path segment, escaped, and into JSON).
+pub fn check_model(model: &str) -> Result<(), ConfigError> {
+    if model.is_empty() || model.len() > MODEL_LEN_MAX_BYTES || model.chars().any(char::is_control)
+    {
+        return Err(ConfigError::Model(model.to_owned()));
+    }
+    Ok(())
 }
 
 /// The parts every request needs, checked once when the client is built so
@@ -198,7 +231,32 @@ struct Shared {
 }
 
 impl Shared {
-    fn request(&self, method: Method, path: &str, body: Bytes) -> Request<Full<Bytes>> {
+    /// `error` with the API key, and anything shaped like a credential,
+    /// cut from its text: a provider may echo what it was sent.
+    fn scrub(&self, error: ProviderError) -> ProviderError {
+        let key = self.config.api_key.as_ref().map(ApiKey::expose);
+        let clean = |text: String| crate::redact::redact(&text, key.as_slice());
+        match error {
+            ProviderError::Unreachable(d) => ProviderError::Unreachable(clean(d)),
+            ProviderError::Rejected { status, detail } => ProviderError::Rejected {
+                status,
+                detail: clean(detail),
+            },
+            ProviderError::Broken(d) => ProviderError::Broken(clean(d)),
+            ProviderError::Invalid(d) => ProviderError::Invalid(clean(d)),
+            unsupported @ ProviderError::Unsupported(_) => unsupported,
+        }
+    }
+
+    /// A request on `path`. Paths are built from escaped segments and the
+    /// headers were checked when the client was built, so this cannot fail
+    /// for a request of this client; if it did, nothing was sent.
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, ProviderError> {
         let mut builder = Request::builder()
             .method(method)
             .uri(path)
@@ -212,7 +270,7 @@ impl Shared {
         }
         builder
             .body(Full::new(body))
-            .expect("paths are built from uuids and header values were checked at construction")
+            .map_err(|e| ProviderError::Unreachable(format!("cannot build the request: {e}")))
     }
 }
 
@@ -247,6 +305,7 @@ impl<C: Connector> OpenAiClient<C> {
     ) -> Result<Self, ConfigError> {
         let host = HeaderValue::from_str(&config.authority)
             .map_err(|_| ConfigError::Authority(config.authority.clone()))?;
+        check_model(&config.model)?;
         let authorization = match &config.api_key {
             None => None,
             Some(key) => {
@@ -320,7 +379,7 @@ impl<C: Connector> OpenAiClient<C> {
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ProviderError> {
         let sender = self.open().await?;
-        let exchange = round_trip(sender, self.shared.request(method, path, body));
+        let exchange = round_trip(sender, self.shared.request(method, path, body)?);
         bounded(&self.shared, exchange).await
     }
 }
@@ -381,11 +440,12 @@ fn refusal(status: StatusCode, body: &[u8]) -> ProviderError {
     }
 }
 
-/// The start of `body` as text, cut at a character boundary.
+/// The start of `body` as text, cut at a character boundary, with
+/// anything shaped like a credential cut out (see [`crate::redact`]).
 fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
+    let text = crate::redact::redact(&String::from_utf8_lossy(body), &[]);
     if text.len() <= DETAIL_LEN_MAX_BYTES {
-        return text.into_owned();
+        return text;
     }
     let mut end = DETAIL_LEN_MAX_BYTES;
     while !text.is_char_boundary(end) {
@@ -571,9 +631,10 @@ async fn complete_on(
     body: Bytes,
     key: &str,
 ) -> Result<(StatusCode, Bytes), ProviderError> {
-    let mut request = shared.request(Method::POST, CHAT_COMPLETIONS_PATH, body);
-    let key = HeaderValue::from_str(key)
-        .map_err(|_| ProviderError::Unreachable(format!("{key:?} is not a header value")))?;
+    let mut request = shared.request(Method::POST, CHAT_COMPLETIONS_PATH, body)?;
+    let key = HeaderValue::from_str(key).map_err(|_| {
+        ProviderError::Unreachable("the idempotency key is not a header value".to_owned())
+    })?;
     request.headers_mut().insert("idempotency-key", key);
     bounded(shared, round_trip(sender, request)).await
 }
@@ -595,28 +656,33 @@ async fn bounded(
 #[async_trait]
 impl<C: Connector> ChatEndpoint for OpenAiClient<C> {
     async fn reach(&self) -> Result<(), ProviderError> {
-        self.open().await.map(drop)
+        let shared = &self.shared;
+        self.open().await.map(drop).map_err(|e| shared.scrub(e))
     }
 
     async fn model_identity(&self, model: &str) -> Result<Option<String>, ProviderError> {
-        self.identity_of(model).await
+        let shared = &self.shared;
+        self.identity_of(model).await.map_err(|e| shared.scrub(e))
     }
 
     async fn chat(&self, request: &ChatRequest, key: &str) -> Result<ChatAnswer, ProviderError> {
-        let sender = self.open().await?;
-        let (status, body) = self.complete(sender, chat_body(request, None), key).await?;
-        if status.is_success() {
-            answer_of(&body)
-        } else {
-            Err(refusal(status, &body))
-        }
+        let chat = async {
+            let sender = self.open().await?;
+            let (status, body) = self.complete(sender, chat_body(request, None), key).await?;
+            if status.is_success() {
+                answer_of(&body)
+            } else {
+                Err(refusal(status, &body))
+            }
+        };
+        chat.await.map_err(|e| self.shared.scrub(e))
     }
 }
 
 #[async_trait]
 impl<C: Connector> Provider for OpenAiClient<C> {
     async fn connect(&self) -> Result<Box<dyn Dispatch>, ProviderError> {
-        let sender = self.open().await?;
+        let sender = self.open().await.map_err(|e| self.shared.scrub(e))?;
         Ok(Box::new(OpenAiDispatch {
             sender,
             shared: Arc::clone(&self.shared),
@@ -628,7 +694,10 @@ impl<C: Connector> Provider for OpenAiClient<C> {
             return Err(ProviderError::Unsupported("status"));
         }
         let path = execution_path(&key.to_string());
-        let (status, body) = self.call(Method::GET, &path, Bytes::new()).await?;
+        let (status, body) = self
+            .call(Method::GET, &path, Bytes::new())
+            .await
+            .map_err(|e| self.shared.scrub(e))?;
         match status {
             StatusCode::OK => remote_status_of(&body),
             // Only a 404 that says "not found" in the execution vocabulary
@@ -648,7 +717,10 @@ impl<C: Connector> Provider for OpenAiClient<C> {
             return Err(ProviderError::Unsupported("cancel"));
         }
         let path = cancel_path(&key.to_string());
-        let (status, body) = self.call(Method::POST, &path, Bytes::new()).await?;
+        let (status, body) = self
+            .call(Method::POST, &path, Bytes::new())
+            .await
+            .map_err(|e| self.shared.scrub(e))?;
         match status {
             StatusCode::OK => serde_json::from_slice::<CancelBody>(&body)
                 .map(|answer| answer.cancelled)
@@ -659,7 +731,10 @@ impl<C: Connector> Provider for OpenAiClient<C> {
     }
 
     async fn model_identity(&self) -> Result<Option<String>, ProviderError> {
-        self.identity_of(&self.shared.config.model).await
+        let shared = &self.shared;
+        self.identity_of(&shared.config.model)
+            .await
+            .map_err(|e| shared.scrub(e))
     }
 }
 
@@ -699,14 +774,18 @@ impl OpenAiDispatch {
 #[async_trait]
 impl Dispatch for OpenAiDispatch {
     async fn send(self: Box<Self>, call: ProviderCall) -> Result<Value, ProviderError> {
+        let shared = Arc::clone(&self.shared);
         let body = self.body(&call)?;
         let key = call.attempt_id.to_string();
-        let (status, body) = complete_on(&self.shared, self.sender, body, &key).await?;
-        if status.is_success() {
-            output_of(&body)
-        } else {
-            Err(refusal(status, &body))
-        }
+        let sent = async {
+            let (status, body) = complete_on(&shared, self.sender, body, &key).await?;
+            if status.is_success() {
+                output_of(&body)
+            } else {
+                Err(refusal(status, &body))
+            }
+        };
+        sent.await.map_err(|e| shared.scrub(e))
     }
 }
 

@@ -103,6 +103,7 @@ bounded_operations! {
     Write fail_job(job_id: JobId, read_version: i64, reason: Value, at: Timestamp) -> FailJobOutcome;
     Write put_certificate(certificate: Certificate) -> ();
     Read certificate(key: &CertificateKey) -> Option<Certificate>;
+    Read certificates(after: Option<CertificateKey>, limit: u32) -> Vec<Certificate>;
     Write record_event(event: NewEvent) -> ();
     Read job(id: JobId) -> Option<Job>;
     Read job_by_key(owner: &OwnerId, key: &IdempotencyKey) -> Option<Job>;

@@ -131,6 +131,8 @@ store_operations! {
     put_certificate => PutCertificate { certificate: Certificate } -> (), PutCertificate;
     certificate => Certificate { key: &CertificateKey => CertificateKey }
         -> Option<Certificate>, Read;
+    certificates => Certificates { after: Option<CertificateKey>, limit: u32 }
+        -> Vec<Certificate>, Read;
     record_event => RecordEvent { event: NewEvent } -> (), RecordEvent;
     job => Job { id: JobId } -> Option<Job>, Read;
     job_by_key => JobByKey {

@@ -15,6 +15,8 @@ pub mod mem;
 pub mod pg;
 mod shared;
 
+pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX};
+
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -262,6 +264,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// The certificate stored for exactly this key.
     async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError>;
+
+    /// Stored certificates ordered by key, after the key `after` names; at
+    /// most `limit`. What an operator lists.
+    async fn certificates(
+        &self,
+        after: Option<CertificateKey>,
+        limit: u32,
+    ) -> Result<Vec<Certificate>, StoreError>;
 
     /// Append a decision-trace event.
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError>;

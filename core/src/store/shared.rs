@@ -10,6 +10,28 @@ use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, Event, EventKind, Job, NewEvent, Timestamp};
 use crate::transition;
 
+/// The most differing pointers a refused create reports and records: a
+/// body that differs everywhere is named by its first ones, not copied
+/// into the answer and the row.
+pub const DIFFERING_POINTERS_MAX: usize = 16;
+
+/// The most refusal events (`key_reused`, `attempt_refused`,
+/// `failover_refused`) recorded per job and kind: a client that retries a
+/// refused request for ever writes a bounded trace. Concurrent refusals
+/// may each see room for one more, so the bound holds up to the number of
+/// refusals in flight at once.
+pub const REFUSAL_EVENTS_PER_JOB_MAX: i64 = 32;
+
+/// The bound on events of `kind` per job, for the kinds that a client can
+/// make the service write again and again.
+pub(crate) fn events_per_job_max(kind: EventKind) -> Option<i64> {
+    matches!(
+        kind,
+        EventKind::KeyReused | EventKind::AttemptRefused | EventKind::FailoverRefused
+    )
+    .then_some(REFUSAL_EVENTS_PER_JOB_MAX)
+}
+
 /// A create found its key taken by `existing`, whose stored request is
 /// `existing_request` (exact): the same intent is replayed and nothing is
 /// recorded (a replay decides nothing; the engine counts it in its
@@ -24,14 +46,20 @@ pub(crate) fn found_key(
     if existing.request_fingerprint == new.request_fingerprint {
         return (CreateOutcome::Existing(existing.clone()), None);
     }
-    let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
+    let mut differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
+    let differing_total = differing_pointers.len();
+    differing_pointers.truncate(DIFFERING_POINTERS_MAX);
+    let mut detail = json!({"differing_pointers": differing_pointers,
+                            "offered_fingerprint": new.request_fingerprint});
+    if differing_total > DIFFERING_POINTERS_MAX {
+        detail["differing_total"] = json!(differing_total);
+    }
     let event = NewEvent {
         job_id: existing.id,
         attempt_id: None,
         at,
         kind: EventKind::KeyReused,
-        detail: json!({"differing_pointers": differing_pointers,
-                       "offered_fingerprint": new.request_fingerprint}),
+        detail,
     };
     let outcome = CreateOutcome::KeyReused {
         existing: existing.id,

@@ -7,12 +7,15 @@
 //! refuses to run as root. A detached watchdog stops the cluster and removes
 //! its directory once the test process has exited.
 //!
+//! [`Cluster`] is one such cluster on its own, for a caller that needs one
+//! per run and to crash and restart it (`idem real`).
+//!
 //! Each test gets its own database, cloned from a migrated template, so
 //! tests run concurrently without seeing each other's rows.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -34,6 +37,10 @@ pub struct PgCluster {
     /// URL of the maintenance database, without a database name's suffix.
     server_url: String,
     next_db: AtomicU32,
+    /// The cluster this process started, if it started one. Kept in a
+    /// static, which is never dropped: the watchdog removes it once the
+    /// process is gone.
+    _cluster: Option<Cluster>,
 }
 
 static CLUSTER: OnceLock<Result<PgCluster, String>> = OnceLock::new();
@@ -53,9 +60,11 @@ pub fn try_cluster() -> Result<&'static PgCluster, String> {
             // Initialization is async (migrating the template) but may be
             // called from inside a runtime, so it runs on a thread of its own.
             std::thread::spawn(|| {
-                let server_url = match std::env::var("DATABASE_URL") {
-                    Ok(url) if !url.is_empty() => server_part(&url),
-                    _ => start_cluster().map_err(|e| format!("cannot start PostgreSQL: {e}"))?,
+                let (server_url, cluster) = match std::env::var("DATABASE_URL") {
+                    Ok(url) if !url.is_empty() => (server_part(&url), None),
+                    _ => start_cluster()
+                        .map(|(url, cluster)| (url, Some(cluster)))
+                        .map_err(|e| format!("cannot start PostgreSQL: {e}"))?,
                 };
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -67,6 +76,7 @@ pub fn try_cluster() -> Result<&'static PgCluster, String> {
                 Ok(PgCluster {
                     server_url,
                     next_db: AtomicU32::new(0),
+                    _cluster: cluster,
                 })
             })
             .join()
@@ -210,86 +220,212 @@ fn free_port() -> Result<u16, String> {
     Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
 }
 
-fn start_cluster() -> Result<String, String> {
-    let bin = pg_bin_dir()?;
-    let root = is_root();
-    let dir = tempfile::Builder::new()
-        .prefix("idem-pg-")
-        .tempdir()
-        .map_err(|e| e.to_string())?
-        .keep();
-    let data = dir.join("data");
-    if root {
-        let status = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
+/// The settings every throwaway cluster starts with: loopback only, and
+/// durability switched off (a test database is disposable). `fsync = off`
+/// loses nothing while the machine stays up, so a crash of the server
+/// process alone (`pg_ctl stop -m immediate`) keeps every commit it
+/// acknowledged; `synchronous_commit = off` does not (a commit may be
+/// acknowledged before its WAL leaves shared memory), so a caller that
+/// crashes the server on purpose turns it back on.
+const SETTINGS_DEFAULT: &[(&str, &str)] = &[
+    ("listen_addresses", "127.0.0.1"),
+    ("fsync", "off"),
+    ("synchronous_commit", "off"),
+    ("full_page_writes", "off"),
+    ("max_connections", "400"),
+];
+
+/// One throwaway cluster, started from the installed binaries: `initdb`
+/// into a temporary directory, a free loopback port. It is stopped and its
+/// directory removed when dropped, and by a detached watchdog once this
+/// process is gone, however it went (even `kill -9`).
+#[derive(Debug)]
+pub struct Cluster {
+    bin: PathBuf,
+    root: bool,
+    /// The temporary directory: the data directory, the socket, the log.
+    dir: PathBuf,
+    port: u16,
+    /// `-c` settings, in order (a later one overrides an earlier one).
+    settings: Vec<(String, String)>,
+    server: Option<Child>,
+}
+
+impl Cluster {
+    /// Starts a cluster with [`SETTINGS_DEFAULT`] and then `settings`
+    /// (which override the defaults), and waits until it accepts
+    /// connections.
+    pub fn start(settings: &[(&str, &str)]) -> Result<Self, String> {
+        let bin = pg_bin_dir()?;
+        let root = is_root();
+        let dir = tempfile::Builder::new()
+            .prefix("idem-pg-")
+            .tempdir()
+            .map_err(|e| e.to_string())?
+            .keep();
+        // The watchdog first: from here on the directory is removed
+        // whatever happens to this process.
+        spawn_watchdog(&bin, root, &dir.join("data"), &dir)?;
+        let mut cluster = Self {
+            bin,
+            root,
+            dir,
+            port: free_port()?,
+            settings: SETTINGS_DEFAULT
+                .iter()
+                .chain(settings)
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            server: None,
+        };
+        cluster.init()?;
+        cluster.run_server()?;
+        Ok(cluster)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT`: the server, naming no database.
+    pub fn server_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The cluster's temporary directory (data directory, socket, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What the server has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn init(&self) -> Result<(), String> {
+        if self.root {
+            let status = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&self.dir)
+                .status()
+                .map_err(|e| e.to_string())?;
+            if !status.success() {
+                return Err(format!("chown {} to postgres failed", self.dir.display()));
+            }
+        }
+        let initdb = as_cluster_user(&self.bin.join("initdb"), self.root)
+            .arg("-D")
+            .arg(self.data())
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| format!("initdb: {e}"))?;
+        if !initdb.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&initdb.stderr)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the server on the cluster's data directory and port, and
+    /// waits until it accepts connections.
+    fn run_server(&mut self) -> Result<(), String> {
+        // pg_stat_statements, where it is installed, lets the speed bench
+        // count the statements each request costs; it changes no query's
+        // result.
+        let preload = if self.bin.join("../lib/pg_stat_statements.so").exists() {
+            "pg_stat_statements"
+        } else {
+            ""
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("postgres.log"))
             .map_err(|e| e.to_string())?;
-        if !status.success() {
-            return Err(format!("chown {} to postgres failed", dir.display()));
+        let mut server = as_cluster_user(&self.bin.join("postgres"), self.root);
+        server
+            .arg("-D")
+            .arg(self.data())
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args(["-c", &format!("shared_preload_libraries={preload}")]);
+        for (name, value) in &self.settings {
+            server.args(["-c", &format!("{name}={value}")]);
+        }
+        let child = server
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("postgres: {e}"))?;
+        self.server = Some(child);
+        for _ in 0..READY_POLLS_MAX {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "postgres did not accept connections on port {}:\n{}",
+            self.port,
+            self.log()
+        ))
+    }
+
+    /// Crashes the server as a power cut would its processes: `pg_ctl stop
+    /// -m immediate` (no checkpoint, no goodbye to clients; recovery runs
+    /// at the next start). The data directory stays.
+    pub fn stop_immediate(&mut self) -> Result<(), String> {
+        let stopped = as_cluster_user(&self.bin.join("pg_ctl"), self.root)
+            .arg("-D")
+            .arg(self.data())
+            .args(["stop", "-m", "immediate"])
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| format!("pg_ctl: {e}"))?;
+        if let Some(mut server) = self.server.take() {
+            // Reaped, so that no zombie is left behind.
+            let _ = server.wait();
+        }
+        if stopped.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_ctl stop failed: {}",
+                String::from_utf8_lossy(&stopped.stderr)
+            ))
         }
     }
-    let initdb = as_cluster_user(&bin.join("initdb"), root)
-        .arg("-D")
-        .arg(&data)
-        .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
-        .stdout(Stdio::null())
-        .output()
-        .map_err(|e| format!("initdb: {e}"))?;
-    if !initdb.status.success() {
-        return Err(format!(
-            "initdb failed: {}",
-            String::from_utf8_lossy(&initdb.stderr)
-        ));
+
+    /// Starts the server again after [`Cluster::stop_immediate`], on the
+    /// same data directory and port.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.run_server()
     }
-    let port = free_port()?;
-    // pg_stat_statements, where it is installed, lets the speed bench count
-    // the statements each request costs; it changes no query's result.
-    let preload = if bin.join("../lib/pg_stat_statements.so").exists() {
-        "shared_preload_libraries=pg_stat_statements"
-    } else {
-        "shared_preload_libraries="
-    };
-    let log = std::fs::File::create(dir.join("postgres.log")).map_err(|e| e.to_string())?;
-    let server = as_cluster_user(&bin.join("postgres"), root)
-        .arg("-D")
-        .arg(&data)
-        .args(["-p", &port.to_string(), "-k"])
-        .arg(&dir)
-        .args([
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "fsync=off",
-            "-c",
-            "synchronous_commit=off",
-            "-c",
-            "full_page_writes=off",
-            "-c",
-            "max_connections=400",
-            "-c",
-            preload,
-        ])
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("postgres: {e}"))?;
-    spawn_watchdog(&bin, root, &data, &dir)?;
-    for _ in 0..READY_POLLS_MAX {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            drop(server);
-            return Ok(format!("postgres://postgres@127.0.0.1:{port}"));
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.server.is_some() {
+            let _ = self.stop_immediate();
         }
-        std::thread::sleep(Duration::from_millis(100));
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
-    let log = std::fs::read_to_string(dir.join("postgres.log")).unwrap_or_default();
-    Err(format!(
-        "postgres did not accept connections on port {port}:\n{log}"
-    ))
+}
+
+fn start_cluster() -> Result<(String, Cluster), String> {
+    let cluster = Cluster::start(&[])?;
+    Ok((cluster.server_url(), cluster))
 }
 
 /// Stops the cluster and removes its directory once this process is gone.
-/// Detached with setsid so that it outlives the test process and its group.
+/// Detached with setsid so that it outlives this process and its group.
 fn spawn_watchdog(bin: &Path, root: bool, data: &Path, dir: &Path) -> Result<(), String> {
     let run_as = if root { "runuser -u postgres -- " } else { "" };
     let script = format!(

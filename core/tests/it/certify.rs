@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::certify::{
-    CertifyError, ChatEndpoint, Check, Contract, Encoding, RunLimits, SpecialTokens, Target,
-    TokenizerProfile, certify,
+    Certification, CertifyError, ChatEndpoint, Check, Contract, Encoding, RunBounds, RunLimits,
+    SpecialTokens, Target, TokenizerProfile, certify, certify_bounded,
 };
-use idem_core::clock::{ManualClock, SeededIds, SystemClock, UuidV7Ids};
+use idem_core::clock::{Clock, ManualClock, SeededIds, SystemClock, UuidV7Ids};
 use idem_core::contract::{Certificate, ProviderSpec, Providers};
 use idem_core::engine::{Engine, EngineError, ModelProbes, Policy, Trigger};
 use idem_core::model::{EventKind, JobRequest, JobState, OwnerId};
@@ -310,8 +310,49 @@ fn request() -> JobRequest {
     }
 }
 
+/// What the code under test logs on this thread, as plain text.
+#[derive(Clone, Default)]
+struct CapturedLogs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::ErrorKind::Other)?
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLogs {
+    /// Captures until the guard drops (the test's runtime is one thread).
+    fn start(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        )
+    }
+
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Also issue 22, item 5: the revocation and each refused failover are
+/// logged, naming what was certified and what is served.
 #[tokio::test]
 async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused() -> TestResult {
+    let logs = CapturedLogs::default();
+    let _capturing = logs.start();
     let store = fresh_store().await;
     let contract = Contract::shipped();
     let (addr, fallback) = start_provider(Behaviour::default()).await?;
@@ -408,10 +449,41 @@ async fn pg_a_model_switch_makes_the_certificate_stale_and_failover_is_refused()
         .find(|e| e.kind == EventKind::FailoverRefused)
         .ok_or("a failover_refused event")?;
     assert_eq!(refusal.detail["reason"], "certificate_stale");
+    // The event names what was certified and what is served now.
+    assert_eq!(refusal.detail["certified_model"], "fallback-model");
+    assert_eq!(refusal.detail["serving_model"], "fallback-model-2026-06");
     // Switching back does not restore it: a revoked certificate needs a new
-    // certification.
+    // certification, and a later refusal says it was revoked, not failed.
     fallback.set_behaviour(Behaviour::default());
     assert!(!engine.is_certified(FALLBACK).await?);
+    let third = engine.create_job(&alice, "k-3", request()).await?;
+    let refused = engine
+        .start_attempt(third.job(), Some(FALLBACK), Trigger::Manual)
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let events = store.events(third.job().id).await?;
+    let refusal = events
+        .iter()
+        .find(|e| e.kind == EventKind::FailoverRefused)
+        .ok_or("a failover_refused event")?;
+    assert_eq!(refusal.detail["reason"], "certificate_revoked");
+    let logged = logs.text();
+    let revoked = logged
+        .lines()
+        .find(|l| l.contains("certificate revoked"))
+        .ok_or_else(|| format!("no revocation logged: {logged}"))?;
+    assert!(revoked.contains("certified=fallback-model"), "{revoked}");
+    assert!(
+        revoked.contains("serving=fallback-model-2026-06"),
+        "{revoked}"
+    );
+    let refusals: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("failover refused"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{logged}");
+    assert!(refusals[0].contains("certificate_stale"), "{logged}");
+    assert!(refusals[1].contains("certificate_revoked"), "{logged}");
     Ok(())
 }
 
@@ -667,6 +739,314 @@ async fn a_certificate_stops_being_valid_when_its_key_or_endpoint_changes() -> T
     ];
     for case in cases {
         check_key(case).await?;
+    }
+    Ok(())
+}
+
+/// The shipped contract against `behaviour` within the product's bounds:
+/// each call `call_timeout_ms`, the whole run `deadline_ms`.
+async fn certify_within(
+    behaviour: Behaviour,
+    model: &str,
+    call_timeout_ms: u64,
+    deadline_ms: u64,
+) -> Result<Certification, CertifyError> {
+    let (addr, _server) = start_provider(behaviour)
+        .await
+        .map_err(|e| CertifyError::Limits(e.to_string()))?;
+    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(addr.to_string(), model))
+        .map_err(|e| CertifyError::Limits(e.to_string()))?;
+    let limits = RunLimits {
+        concurrency: 4,
+        call_timeout_ms,
+        call_tries_max: 3,
+    };
+    let target = Target {
+        provider: "candidate".to_owned(),
+        model: model.to_owned(),
+        tokenizer: TokenizerProfile::default(),
+    };
+    certify_bounded(
+        Arc::new(client),
+        Contract::shipped(),
+        &target,
+        &SeededIds::new(5),
+        limits,
+        RunBounds::product(deadline_ms),
+    )
+    .await
+}
+
+/// Issue 22, item 2: a provider that never answers (`--hang`: the work is
+/// done, the answer never sent; `--stall`: the work never ends) ends the
+/// certification within its deadline, inconclusive: once the first calls
+/// all time out (here 3 tries of 0.3 s each, where waiting for every call
+/// would take 69 x 3 x 0.3 s / 4 = 15.5 s), and by the deadline when each
+/// call may take longer than the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_never_answers_is_inconclusive_within_the_deadline() -> TestResult {
+    let hang = Behaviour {
+        hang: true,
+        ..Behaviour::default()
+    };
+    let stall = Behaviour {
+        stall: true,
+        ..Behaviour::default()
+    };
+    for (what, behaviour, call_timeout_ms, deadline_ms, within_ms) in [
+        ("hang, calls time out", hang.clone(), 300, 60_000, 8_000),
+        ("stall, calls time out", stall, 300, 60_000, 8_000),
+        ("hang, the deadline first", hang, 60_000, 1_500, 5_000),
+    ] {
+        let started = SystemClock.monotonic();
+        let outcome =
+            certify_within(behaviour, "candidate-model", call_timeout_ms, deadline_ms).await;
+        let took = SystemClock.monotonic().saturating_sub(started);
+        assert!(
+            took < Duration::from_millis(within_ms),
+            "{what}: took {took:?}"
+        );
+        let Err(CertifyError::Inconclusive {
+            why, certification, ..
+        }) = outcome
+        else {
+            panic!("{what}: not inconclusive: {outcome:?}");
+        };
+        assert!(!certification.passed(), "{what}");
+        assert!(
+            why.contains("no answer") || why.contains("deadline"),
+            "{what}: {why}"
+        );
+    }
+    Ok(())
+}
+
+/// Issue 22, item 1: a model name is one escaped path segment: a space
+/// does not panic, `?` does not cut the name short, and an empty name is
+/// refused when the client is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_names_are_escaped_not_trusted() -> TestResult {
+    for model in ["my model", "a?b", "../x", "%2e"] {
+        let certification = certify_within(Behaviour::default(), model, 10_000, 60_000).await?;
+        assert_eq!(certification.model_identity.as_deref(), Some(model));
+        assert!(
+            certification.passed(),
+            "{model}: {}",
+            certification.to_text()
+        );
+    }
+    for bad in ["", "a\nb"] {
+        let built = OpenAiClient::new(TcpConnector, OpenAiConfig::new("127.0.0.1:1", bad));
+        assert!(built.is_err(), "{bad:?} built a client");
+    }
+    Ok(())
+}
+
+/// A server that answers every request 401, echoing the credentials it
+/// was sent, as some gateways do.
+async fn echoing_gateway() -> Result<SocketAddr, Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = axum::Router::new().fallback(|headers: http::HeaderMap| async move {
+        let sent = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        (
+            http::StatusCode::UNAUTHORIZED,
+            format!(r#"{{"error": "invalid credentials: {sent}"}}"#),
+        )
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}
+
+/// Issue 22, item 4: a 401 that echoes the key prints no key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_provider_echoes_is_never_shown() -> TestResult {
+    const KEY: &str = "sk-test-0123456789abcdefSECRET";
+    let addr = echoing_gateway().await?;
+    let mut config = OpenAiConfig::new(addr.to_string(), "m");
+    config.api_key = Some(ApiKey::new(KEY));
+    let client = OpenAiClient::new(TcpConnector, config)?;
+    let outcome = certify_bounded(
+        Arc::new(client),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(5),
+        LIMITS,
+        RunBounds::product(30_000),
+    )
+    .await;
+    let Err(error @ CertifyError::Unauthorized { .. }) = outcome else {
+        panic!("not refused for its credentials: {outcome:?}");
+    };
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains("SECRET"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+    Ok(())
+}
+
+/// Issue 22, item 10: the messages say what happened once, in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_and_broken_providers_are_reported_plainly() -> TestResult {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let closed = listener.local_addr()?;
+    drop(listener);
+    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(closed.to_string(), "m"))?;
+    let outcome = certify_bounded(
+        Arc::new(client),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(5),
+        LIMITS,
+        RunBounds::product(30_000),
+    )
+    .await;
+    let text = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(text.contains("cannot be reached: cannot connect"), "{text}");
+    assert!(!text.contains("unreachable"), "{text}");
+    // A definitive 5xx is described as a refusal, and one try is one try.
+    let (addr, _server) = start_provider(Behaviour {
+        error_per_mille: 1000,
+        ..Behaviour::default()
+    })
+    .await?;
+    let client = OpenAiClient::new(TcpConnector, OpenAiConfig::new(addr.to_string(), "m"))?;
+    let limits = RunLimits {
+        call_tries_max: 1,
+        ..LIMITS
+    };
+    let certification = certify_bounded(
+        Arc::new(client),
+        Contract::shipped(),
+        &target(TokenizerProfile::default()),
+        &SeededIds::new(5),
+        limits,
+        RunBounds::PER_CALL,
+    )
+    .await?;
+    let detail = &certification.failures[0].detail;
+    assert!(detail.contains("(after 1 try)"), "{detail}");
+    assert!(!detail.contains("broke after dispatch"), "{detail}");
+    Ok(())
+}
+
+/// `idem certify` as its binaries parse it.
+#[derive(Debug, clap::Parser)]
+struct CertifyCommand {
+    #[command(flatten)]
+    args: idem_core::cli::CertifyArgs,
+}
+
+/// Five providers a certification cannot learn anything from: one that
+/// answers 404 to everything, a TLS server reached over plain HTTP, one
+/// that dies after its first answers, a plain server reached over HTTPS,
+/// and a TLS server whose certificate no known CA issued. Their addresses, served from a
+/// runtime of their own (the command line runs its own).
+fn useless_providers() -> Result<(tokio::runtime::Runtime, [String; 5]), Box<dyn std::error::Error>>
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let urls = runtime.block_on(async {
+        let not_found = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let not_found_addr = not_found.local_addr()?;
+        let app = axum::Router::new().fallback(|| async { http::StatusCode::NOT_FOUND });
+        tokio::spawn(async move { axum::serve(not_found, app).await });
+
+        let (cert_pem, key_pem) = localhost_certificate()?;
+        let dir = tempfile::tempdir()?;
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, cert_pem)?;
+        std::fs::write(&key, key_pem)?;
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let tls_addr = tcp.local_addr()?;
+        let listener = TlsListener::from_pem_files(tcp, &cert, &key)?;
+        let tls = ProviderServer::new(Behaviour::default());
+        tokio::spawn(idem_core::provider::server::serve(listener, tls));
+
+        let dying = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let dying_addr = dying.local_addr()?;
+        let server = ProviderServer::new(Behaviour::default());
+        let serving = tokio::spawn(idem_core::provider::server::serve(dying, server.clone()));
+        tokio::spawn(async move {
+            while server.executions().len() < 10 {
+                idem_core::timer::sleep(Duration::from_millis(5)).await;
+            }
+            serving.abort();
+        });
+        Ok::<_, Box<dyn std::error::Error>>([
+            format!("http://{not_found_addr}"),
+            format!("http://{tls_addr}"),
+            format!("http://{dying_addr}"),
+            format!("https://{not_found_addr}"),
+            format!("https://localhost:{}", tls_addr.port()),
+        ])
+    })?;
+    Ok((runtime, urls))
+}
+
+/// Issue 22, item 3: a certification that could not run (or learnt
+/// nothing) exits 2 and leaves the certificate on file as it was, over
+/// plain HTTP to a TLS port and over HTTPS to a plain one alike; and
+/// (item 10) a certificate no known CA issued says how to give its CA.
+#[test]
+fn a_certification_that_learnt_nothing_leaves_the_certificate() -> TestResult {
+    use clap::Parser;
+    let (servers, urls) = useless_providers()?;
+    let (url, key, before) = servers.block_on(async {
+        let url = idem_core::testing::pg::cluster().fresh_database_url().await;
+        let store = idem_core::store::pg::PgStore::connect(&url, "idem", 2).await?;
+        store.migrate().await?;
+        let contract = Contract::shipped();
+        let key = idem_core::contract::CertificateKey {
+            provider: "p".to_owned(),
+            model: "m".to_owned(),
+            prompt_version: contract.prompt_version.clone(),
+            schema_version: contract.schema_version.clone(),
+        };
+        let before = Certificate {
+            key: key.clone(),
+            passed: true,
+            evidence: json!({"source": "certification", "earlier": true}),
+            at: SystemClock.now(),
+        };
+        store.put_certificate(before.clone()).await?;
+        Ok::<_, Box<dyn std::error::Error>>((url, key, before))
+    })?;
+    for provider_url in &urls {
+        let provider = format!("p={provider_url}");
+        let parsed = CertifyCommand::try_parse_from([
+            "certify",
+            "--provider",
+            &provider,
+            "--model",
+            "m",
+            "--request-timeout-ms",
+            "2000",
+            "--deadline-ms",
+            "30000",
+            "--database-url",
+            &url,
+        ])?;
+        let outcome = idem_core::cli::certify(parsed.args);
+        assert!(outcome.is_err(), "{provider_url}: {outcome:?}");
+        if provider_url.starts_with("https://localhost") {
+            let said = outcome
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(said.contains("--ca-file"), "{said}");
+        }
+        let after = servers.block_on(async {
+            let store = idem_core::store::pg::PgStore::connect(&url, "idem", 1).await?;
+            Ok::<_, Box<dyn std::error::Error>>(store.certificate(&key).await?)
+        })?;
+        assert_eq!(after.as_ref(), Some(&before), "{provider_url}: {outcome:?}");
     }
     Ok(())
 }

@@ -811,7 +811,7 @@ async fn http_openapi_description_matches_the_router() -> TestResult {
         let concrete = path.replace("{id}", &sample.to_string());
         let reply = send(app.addr, method, &concrete, &[], None).await;
         // Probes and metrics are for the platform, not for callers.
-        let public = ["/healthz", "/readyz", "/metrics"].contains(&path.as_str());
+        let public = ["/healthz", "/readyz", "/metrics", "/openapi.json"].contains(&path.as_str());
         let expected = if public { 200 } else { 401 };
         assert_eq!(reply.status, expected, "{method} {path}");
         let documented_statuses = spec["paths"][path][method.to_lowercase()]["responses"]
@@ -822,5 +822,84 @@ async fn http_openapi_description_matches_the_router() -> TestResult {
             "{method} {path} documents {expected}"
         );
     }
+    Ok(())
+}
+
+/// Issue 22, item 21: the document the service serves is as strict as the
+/// service: its providers are the only `ProviderName`s, and each primary
+/// may name only the others as fallbacks; what it calls invalid the
+/// server refuses, and what it calls valid the server takes.
+#[tokio::test]
+async fn http_the_served_document_names_the_configured_providers() -> TestResult {
+    let app = start_app(
+        Policy::Strict,
+        vec![
+            ("primary", Behaviour::default()),
+            ("backup", Behaviour::default()),
+        ],
+        quiet_config(),
+    )
+    .await;
+    let served = send(app.addr, "GET", "/openapi.json", &[], None).await;
+    assert_eq!(served.status, 200);
+    let schemas = &served.body["components"]["schemas"];
+    assert_eq!(
+        schemas["ProviderName"]["enum"],
+        json!(["backup", "primary"])
+    );
+    assert_eq!(
+        schemas["JobRequest"]["oneOf"],
+        json!([
+            {"properties": {"provider": {"const": "backup"}, "fallbacks": {"items": {"enum": ["primary"]}}}},
+            {"properties": {"provider": {"const": "primary"}, "fallbacks": {"items": {"enum": ["backup"]}}}},
+        ])
+    );
+    let create = |key: &'static str, body: Value| {
+        let headers = [
+            ("authorization", ALICE),
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+        ];
+        let addr = app.addr;
+        async move {
+            send(
+                addr,
+                "POST",
+                "/v1/jobs",
+                &headers,
+                Some(body.to_string().into_bytes()),
+            )
+            .await
+        }
+    };
+    let valid = create(
+        "k-valid",
+        json!({"provider": "primary", "fallbacks": ["backup"]}),
+    )
+    .await;
+    assert_eq!(valid.status, 201, "{}", valid.body);
+    let unknown = create("k-unknown", json!({"provider": "elsewhere"})).await;
+    assert_eq!(unknown.status, 422, "{}", unknown.body);
+    let itself = create(
+        "k-itself",
+        json!({"provider": "primary", "fallbacks": ["primary"]}),
+    )
+    .await;
+    assert_eq!(itself.status, 422, "{}", itself.body);
+    // A backup press with `provider: null` is the primary's, as documented.
+    let id = valid.body["id"].as_str().unwrap_or_default().to_owned();
+    let press = send(
+        app.addr,
+        "POST",
+        &format!("/v1/jobs/{id}/attempts"),
+        &[
+            ("authorization", ALICE),
+            ("content-type", "application/json"),
+        ],
+        Some(br#"{"provider":null}"#.to_vec()),
+    )
+    .await;
+    assert_ne!(press.status, 400, "{}", press.body);
+    assert_ne!(press.status, 500, "{}", press.body);
     Ok(())
 }

@@ -11,9 +11,13 @@
 
 #[cfg(feature = "bench")]
 mod certify;
+#[cfg(feature = "bench")]
+mod cli;
 mod conformance;
 #[cfg(feature = "bench")]
 mod differential;
+#[cfg(feature = "bench")]
+mod hardening;
 #[cfg(feature = "bench")]
 mod http;
 #[cfg(feature = "bench")]

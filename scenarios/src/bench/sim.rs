@@ -10,8 +10,8 @@ use serde::Serialize;
 use idem_core::design::Design;
 use idem_reports::SweepSummary;
 use idem_reports::sweep::{SeedRange, Shard, SweepTally};
-use idem_sim::bench::{Capture, ReplayWorld, Traffic, replay};
-use idem_sim::run::RunOutcome;
+use idem_sim::bench::{ReplayWorld, Traffic, replay};
+use idem_sim::run::{RunOutcome, run_metered};
 
 use super::timing::timed;
 use crate::load::Loaded;
@@ -35,10 +35,10 @@ pub struct SimPlan {
 
 /// One scenario over `seeds` seeds, run one after another on one thread.
 /// Each seed runs three times, interleaved so that a change of load on the
-/// machine touches all three alike: idem as it runs by default (quiet
-/// time skipped), idem with every step taken (`timing.skip_quiet = false`,
-/// the simulator before skips), and the bare turmoil replay of the first
-/// run's traffic.
+/// machine touches all three alike: idem as it runs by default (stepping
+/// from event to event), idem with every step taken
+/// (`timing.skip_quiet = false`, one tick a step), and the bare turmoil
+/// replay of the first run's traffic.
 #[derive(Clone, Debug, Serialize)]
 pub struct ScenarioBench {
     pub scenario: String,
@@ -60,13 +60,10 @@ pub struct ScenarioBench {
     pub exact_wall_per_seed_ms: f64,
     pub exact_steps_per_seed: f64,
     pub exact_vs_turmoil_cost_ratio: f64,
-    /// Where the steps went, per seed: skipping ahead, held back by a
-    /// message in flight, by a timer or deadline within two ticks, or by
-    /// the driver's own action.
-    pub steps_skipping_per_seed: f64,
-    pub skipped_ms_per_seed: f64,
-    pub steps_in_flight_per_seed: f64,
-    pub steps_timer_due_per_seed: f64,
+    /// What the steps were taken for, per seed: a timer that fell due,
+    /// messages that fell due (and no timer), the driver's own action.
+    pub steps_timer_per_seed: f64,
+    pub steps_message_per_seed: f64,
     pub steps_driver_per_seed: f64,
     /// Runs that did not pass (either way of running); should be 0.
     pub not_passed: u64,
@@ -112,6 +109,10 @@ pub struct Memory {
 pub struct SimBench {
     pub seeds_per_scenario: u64,
     pub scenarios: Vec<ScenarioBench>,
+    /// A catalogue seed (every scenario once) against the bare replays of
+    /// its traffic: the sum of the scenarios' wall times per seed over the
+    /// sum of their replays'.
+    pub catalogue_seed_vs_turmoil_ratio: f64,
     pub sim_vs_turmoil_cost_ratio_max: f64,
     pub exact_vs_turmoil_cost_ratio_max: f64,
     /// The whole catalogue × 1000 seeds on `catalogue.jobs` threads.
@@ -178,8 +179,13 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
     let catalogue_x1000_seconds =
         catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
     let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
+    let sum = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).sum::<f64>();
+    let catalogue_seed_vs_turmoil_ratio =
+        sum(|b| b.wall_per_seed_ms) / sum(|b| b.turmoil_wall_per_seed_ms).max(f64::EPSILON);
+    eprintln!("  a catalogue seed: {catalogue_seed_vs_turmoil_ratio:.3}x its bare turmoil replays");
     SimBench {
         seeds_per_scenario: plan.seeds,
+        catalogue_seed_vs_turmoil_ratio,
         sim_vs_turmoil_cost_ratio_max: max(|b| b.sim_vs_turmoil_cost_ratio),
         exact_vs_turmoil_cost_ratio_max: max(|b| b.exact_vs_turmoil_cost_ratio),
         scenarios: per_scenario,
@@ -207,11 +213,14 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     let (mut steps, mut exact_steps, mut turmoil_steps, mut sim_ms) = (0u64, 0u64, 0u64, 0u64);
     let (mut connections, mut segments, mut hosts, mut not_passed) = (0u64, 0u64, 0u64, 0u64);
-    let mut kinds = idem_sim::quiet::StepCounts::default();
+    let mut kinds = idem_sim::scheduler::StepCounts::default();
     for seed in 0..seeds {
-        let capture = Capture::start();
-        let (outcome, took) = timed(|| execute(scenario, seed, Design::Correct));
-        let traffic: Traffic = capture.finish();
+        let (metered, took) =
+            timed(|| run_metered(scenario, seed, Design::Correct).map_err(|e| e.to_string()));
+        let (outcome, traffic): (Result<RunOutcome, String>, Traffic) = match metered {
+            Ok((outcome, traffic)) => (Ok(outcome), traffic),
+            Err(e) => (Err(e), Traffic::default()),
+        };
         wall += took;
         not_passed += u64::from(!passed(&outcome));
         let (exact, took) = timed(|| execute(&exact_scenario, seed, Design::Correct));
@@ -223,11 +232,9 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         let Ok(outcome) = outcome else { continue };
         steps += outcome.report.steps;
         sim_ms += outcome.report.sim_ms;
-        kinds.skipping += outcome.quiet.skipping;
-        kinds.skipped_ms += outcome.quiet.skipped_ms;
-        kinds.in_flight += outcome.quiet.in_flight;
-        kinds.timer_due += outcome.quiet.timer_due;
-        kinds.driver += outcome.quiet.driver;
+        kinds.timer += outcome.step_counts.timer;
+        kinds.message += outcome.step_counts.message;
+        kinds.driver += outcome.step_counts.driver;
         connections += traffic.connections.len() as u64;
         segments += traffic.segments();
         hosts = outcome.hosts.len() as u64;
@@ -262,10 +269,8 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
         exact_wall_per_seed_ms: ms(exact_wall),
         exact_steps_per_seed: exact_steps as f64 / n,
         exact_vs_turmoil_cost_ratio: ratio(exact_wall, turmoil_wall),
-        steps_skipping_per_seed: kinds.skipping as f64 / n,
-        skipped_ms_per_seed: kinds.skipped_ms as f64 / n,
-        steps_in_flight_per_seed: kinds.in_flight as f64 / n,
-        steps_timer_due_per_seed: kinds.timer_due as f64 / n,
+        steps_timer_per_seed: kinds.timer as f64 / n,
+        steps_message_per_seed: kinds.message as f64 / n,
         steps_driver_per_seed: kinds.driver as f64 / n,
         not_passed,
     }

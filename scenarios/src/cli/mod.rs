@@ -26,6 +26,7 @@ mod fuzz;
 mod list;
 mod merge;
 mod mutants;
+mod real;
 mod regress;
 mod report;
 mod run;
@@ -183,6 +184,10 @@ enum Command {
     Migrate(idem_core::cli::MigrateArgs),
     /// Run the HTTP API, worker and reconciler (as `idem-server serve` does).
     Serve(idem_core::cli::ServeArgs),
+    /// Run one scenario for real: idem's processes, a throwaway PostgreSQL,
+    /// real TCP and real faults, judged by the same oracle.
+    #[command(after_help = EXIT_CODES)]
+    Real(real::RealArgs),
     /// Run the provider server (an OpenAI-compatible test provider).
     ProviderServer(serve::ProviderServerArgs),
     /// Certify a provider against the operating contract (as
@@ -215,6 +220,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => idem_core::cli::serve(args)
             .map(|()| Exit::Pass)
             .map_err(CliError::from),
+        Command::Real(args) => real::real(args),
         Command::ProviderServer(args) => serve::provider_server(args),
         Command::Certify(args) => idem_core::cli::certify(args)
             .map(|outcome| match outcome {

@@ -356,7 +356,7 @@ fn certify_exits_0_certified_1_not_certified_2_when_it_cannot_run()
     for (args, says) in [
         (
             vec!["certify", "--provider", "gone=http://127.0.0.1:1"],
-            "unreachable",
+            "cannot be reached: cannot connect",
         ),
         (
             vec![

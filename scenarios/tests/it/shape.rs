@@ -35,23 +35,20 @@ const FN_LINES_MAX: usize = 80;
 /// Functions longer than this are counted against [`FNS_LONG_MAX`].
 const FN_LINES_LONG: usize = 50;
 /// Functions over [`FN_LINES_LONG`] lines, at most. Ratchet: the count
-/// when the gate landed; the target is 10.
-const FNS_LONG_MAX: usize = 49;
+/// at the last tightening; the target is 10.
+const FNS_LONG_MAX: usize = 47;
 /// Functions over [`FN_LINES_MAX`] lines outside [`TABLES_OF_DATA`], at
-/// most. Ratchet: the count when the gate landed; the target is 0.
-const FNS_OVER_MAX: usize = 16;
+/// most. Ratchet: the count at the last tightening; the target is 0.
+const FNS_OVER_MAX: usize = 8;
 /// A production file longer than this is refused.
 const FILE_LINES_MAX: usize = 800;
 /// Files over [`FILE_LINES_MAX`] lines, at most. Ratchet: the count when
 /// the gate landed; the target is 0.
-const FILES_OVER_MAX: usize = 2;
+const FILES_OVER_MAX: usize = 1;
 
 /// Functions allowed past [`FN_LINES_MAX`] because they are tables of
 /// data, not logic: `file::function`, and why.
-const TABLES_OF_DATA: &[(&str, &str)] = &[(
-    "core/src/api/problem.rs::problem",
-    "the one place errors become HTTP statuses: one arm per error, status, problem type and fields",
-)];
+const TABLES_OF_DATA: &[(&str, &str)] = &[];
 
 /// Import cycles between files that existed when the gate landed, each as
 /// its files. Target: none (reached). A cycle found must lie within one of

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+#[cfg(feature = "bench")]
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -465,6 +466,27 @@ impl Store for MemStore {
     async fn certificate(&self, key: &CertificateKey) -> Result<Option<Certificate>, StoreError> {
         certificate_key(key)?;
         Ok(self.lock().certificates.get(key).cloned())
+    }
+
+    async fn certificates(
+        &self,
+        after: Option<CertificateKey>,
+        limit: u32,
+    ) -> Result<Vec<Certificate>, StoreError> {
+        if let Some(key) = &after {
+            certificate_key(key)?;
+        }
+        let tables = self.lock();
+        let start = match after {
+            Some(key) => std::ops::Bound::Excluded(key),
+            None => std::ops::Bound::Unbounded,
+        };
+        Ok(tables
+            .certificates
+            .range((start, std::ops::Bound::Unbounded))
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .map(|(_, certificate)| certificate.clone())
+            .collect())
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {

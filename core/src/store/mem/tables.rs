@@ -71,6 +71,16 @@ impl MemTables {
     pub(super) fn push_event(&mut self, event: NewEvent) -> Result<(), StoreError> {
         let detail = jsonb(&event.detail)?;
         let at = timestamptz(event.at);
+        if let Some(max) = crate::store::shared::events_per_job_max(event.kind) {
+            let recorded = self
+                .events
+                .iter()
+                .filter(|e| e.job_id == event.job_id && e.kind == event.kind)
+                .count();
+            if i64::try_from(recorded).unwrap_or(i64::MAX) >= max {
+                return Ok(());
+            }
+        }
         self.events_seq_last += 1;
         let seq = self.events_seq_last;
         if !self.jobs.contains_key(&event.job_id) {

@@ -8,6 +8,7 @@
 
 mod races;
 mod rows;
+mod statements;
 
 use std::time::Duration;
 
@@ -35,6 +36,9 @@ use self::rows::{
     lock_job_for_dispatch, parse_state,
 };
 pub use self::rows::{classify, unique_violation};
+
+#[cfg(feature = "bench")]
+use super::mem::Constraints;
 
 /// Migrations embedded at build time from `core/migrations`. Run them
 /// through [`migrator`], which places them in idem's schema.
@@ -120,6 +124,10 @@ const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
 pub struct PgStore {
     pool: PgPool,
     schema: String,
+    /// What the schema enforces: everything, except under a naive design
+    /// of the bench, whose schema lacks a constraint.
+    #[cfg(feature = "bench")]
+    constraints: Constraints,
 }
 
 impl PgStore {
@@ -129,6 +137,8 @@ impl PgStore {
         Self {
             pool,
             schema: schema.to_owned(),
+            #[cfg(feature = "bench")]
+            constraints: Constraints::default(),
         }
     }
 
@@ -264,21 +274,15 @@ impl Store for PgStore {
             });
         }
         // The compare-and-swap: exactly one attempt's result is ever written.
-        let won = sqlx::query(
-            "update jobs
-                set result = $3, completed_by = $4, version = version + 1,
-                    state = 'succeeded', updated_at = $5
-              where id = $1 and version = $2 and completed_by is null
-              returning *",
-        )
-        .bind(completion.job_id.0)
-        .bind(attempt.read_version)
-        .bind(&completion.output)
-        .bind(completion.attempt_id.0)
-        .bind(completion.at)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
+        let won = sqlx::query(self.complete_sql())
+            .bind(completion.job_id.0)
+            .bind(attempt.read_version)
+            .bind(&completion.output)
+            .bind(completion.attempt_id.0)
+            .bind(completion.at)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(classify)?;
         let outcome = match won {
             Some(row) => {
                 let job = job_from_row(&row)?;
@@ -419,6 +423,48 @@ impl Store for PgStore {
             })
         })
         .transpose()
+    }
+
+    async fn certificates(
+        &self,
+        after: Option<CertificateKey>,
+        limit: u32,
+    ) -> Result<Vec<Certificate>, StoreError> {
+        // Ordered as the in-process store orders keys: by their bytes.
+        let rows = sqlx::query(
+            "select provider, model, prompt_version, schema_version, passed, evidence, at
+               from provider_certificates
+              where $1::text is null
+                 or (provider collate \"C\", model collate \"C\",
+                     prompt_version collate \"C\", schema_version collate \"C\")
+                    > ($1, $2, $3, $4)
+              order by provider collate \"C\", model collate \"C\",
+                       prompt_version collate \"C\", schema_version collate \"C\"
+              limit $5",
+        )
+        .bind(after.as_ref().map(|k| &k.provider))
+        .bind(after.as_ref().map(|k| &k.model))
+        .bind(after.as_ref().map(|k| &k.prompt_version))
+        .bind(after.as_ref().map(|k| &k.schema_version))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(classify)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Certificate {
+                    key: CertificateKey {
+                        provider: row.try_get("provider").map_err(classify)?,
+                        model: row.try_get("model").map_err(classify)?,
+                        prompt_version: row.try_get("prompt_version").map_err(classify)?,
+                        schema_version: row.try_get("schema_version").map_err(classify)?,
+                    },
+                    passed: row.try_get("passed").map_err(classify)?,
+                    evidence: row.try_get("evidence").map_err(classify)?,
+                    at: row.try_get("at").map_err(classify)?,
+                })
+            })
+            .collect()
     }
 
     async fn record_event(&self, event: NewEvent) -> Result<(), StoreError> {

@@ -32,35 +32,19 @@ impl PgStore {
         &self,
         new: &NewJob,
     ) -> Result<Option<CreateOutcome>, StoreError> {
-        let row = sqlx::query(
-            "with ins as (
-               insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
-                                 provider, fallbacks, state, version, created_at, updated_at)
-               values ($1, $2, $3, $4, $5::jsonb, $6, $7, 'pending', 0, $8, $8)
-               on conflict (owner_id, idempotency_key) do nothing
-               returning *
-             )
-             select true as inserted, ins.*, null::text as request_text from ins
-             union all
-             select false, found.*,
-                    case when found.request_fingerprint = $4 then null
-                         else found.request::text end
-               from jobs found
-              where found.owner_id = $2 and found.idempotency_key = $3
-                and not exists (select from ins)",
-        )
-        .bind(new.id.0)
-        .bind(&new.owner_id.0)
-        .bind(new.idempotency_key.as_str())
-        .bind(&new.request_fingerprint)
-        // The canonical text, cast by PostgreSQL: `numeric` keeps every
-        // digit, where a serde_json Value would have rounded some.
-        .bind(new.request.text())
-        .bind(&new.provider)
-        .bind(&new.fallbacks)
-        .bind(new.at)
-        .fetch_optional(&self.pool)
-        .await;
+        let row = sqlx::query(self.create_job_sql())
+            .bind(new.id.0)
+            .bind(&new.owner_id.0)
+            .bind(new.idempotency_key.as_str())
+            .bind(&new.request_fingerprint)
+            // The canonical text, cast by PostgreSQL: `numeric` keeps every
+            // digit, where a serde_json Value would have rounded some.
+            .bind(new.request.text())
+            .bind(&new.provider)
+            .bind(&new.fallbacks)
+            .bind(new.at)
+            .fetch_optional(&self.pool)
+            .await;
         let row = match row {
             Ok(Some(row)) => row,
             // The key's row committed after this statement's snapshot: the

@@ -16,6 +16,13 @@ const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
 pub(super) const EVENTS_JOB_FKEY: &str = "job_events_job_id_fkey";
 /// SQLSTATEs of serialization_failure and deadlock_detected.
 const SQLSTATE_RETRYABLE: &[&str] = &["40001", "40P01"];
+/// The server does not take this connection's work now (starting up,
+/// shutting down, too many connections): nothing was applied.
+const SQLSTATE_NOT_ACCEPTING: &[&str] = &["57P03", "53300"];
+/// The server ended the session mid-statement (an administrator's or a
+/// crash shutdown), as class 08 (connection exception) does: a commit may
+/// have landed.
+const SQLSTATE_GOING_AWAY: &[&str] = &["57P01", "57P02"];
 
 /// Runs `query` and decodes every row it returns: each read of many rows
 /// classifies errors and decodes the same way.
@@ -96,18 +103,24 @@ pub(super) async fn lock_job_for_dispatch(
     Ok(())
 }
 
+/// Appends `event`; a refusal past its kind's bound per job
+/// ([`crate::store::shared::events_per_job_max`]) is not written.
 pub(super) async fn insert_event(
     conn: &mut sqlx::PgConnection,
     event: &NewEvent,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "insert into job_events (job_id, attempt_id, at, kind, detail) values ($1, $2, $3, $4, $5)",
+        "insert into job_events (job_id, attempt_id, at, kind, detail)
+         select $1, $2, $3, $4, $5
+          where $6::bigint is null
+             or (select count(*) from job_events where job_id = $1 and kind = $4) < $6",
     )
     .bind(event.job_id.0)
     .bind(event.attempt_id.map(|a| a.0))
     .bind(event.at)
     .bind(event.kind.as_str())
     .bind(&event.detail)
+    .bind(crate::store::shared::events_per_job_max(event.kind))
     .execute(conn)
     .await
     .map_err(classify)?;
@@ -138,6 +151,14 @@ pub fn classify(e: sqlx::Error) -> StoreError {
             }
             if SQLSTATE_RETRYABLE.contains(&sqlstate.as_str()) {
                 return StoreError::Contended { tries: 1 };
+            }
+            // The server is going away or refuses connections (an outage,
+            // not a bug): the caller answers 503, never 500.
+            if SQLSTATE_NOT_ACCEPTING.contains(&sqlstate.as_str()) {
+                return StoreError::Unavailable(format!("SQLSTATE {sqlstate}: {}", db.message()));
+            }
+            if sqlstate.starts_with("08") || SQLSTATE_GOING_AWAY.contains(&sqlstate.as_str()) {
+                return StoreError::Indeterminate(format!("SQLSTATE {sqlstate}: {}", db.message()));
             }
             StoreError::Database {
                 sqlstate,

@@ -1,0 +1,165 @@
+//! The oracle's verdict on a real run, invariant by invariant: held,
+//! violated, or not judged, with the reason. Real mode never passes an
+//! invariant it could not judge: what it could not see is said.
+//!
+//! The judge is the simulator's oracle (`idem_sim::oracle::judge`) on the
+//! trace real mode assembled. Which invariants it can judge depends on
+//! what the run let real mode observe ([`Observed`]): idem's own processes
+//! on a store real mode reads give everything; a service judged from
+//! outside gives less.
+
+use serde::{Deserialize, Serialize};
+
+use idem_sim::oracle::{Invariant, Judgement, OracleInput, judge as oracle};
+
+/// What real mode observed of a run, besides what it always sees (the
+/// clients' requests and answers, the providers' ledgers, its own faults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    /// The store's committed history, in commit order (logical decoding).
+    pub store_history: bool,
+    /// The store's rows at the end.
+    pub store_rows: bool,
+}
+
+impl Observed {
+    /// Everything: idem's processes on a store real mode reads.
+    pub const ALL: Observed = Observed {
+        store_history: true,
+        store_rows: true,
+    };
+    /// A service judged from outside: its answers, the ledgers, the faults.
+    pub const OUTSIDE: Observed = Observed {
+        store_history: false,
+        store_rows: false,
+    };
+}
+
+/// One invariant's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Held,
+    Violated { count: u32 },
+    NotJudged { reason: String },
+}
+
+/// An invariant and its verdict, as the outputs list them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvariantVerdict {
+    pub invariant: u8,
+    /// snake_case (`one_job_per_intent`).
+    pub name: String,
+    #[serde(flatten)]
+    pub verdict: Verdict,
+}
+
+/// Why `invariant` cannot be judged from what was `observed`, if it
+/// cannot. The rules are what each check reads (`idem_sim::oracle`).
+pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str> {
+    let history = "it reads the store's committed history (attempts starting and moving), \
+                   which this run could not observe";
+    let rows = "it reads the store's rows at the end, which this run could not observe";
+    let needs_history = !observed.store_history;
+    let needs_rows = !observed.store_rows;
+    match invariant {
+        // The clients' answers carry what these need.
+        Invariant::OneJobPerIntent | Invariant::MismatchRejected => None,
+        // The providers' ledgers carry what this needs (from outside, a
+        // billed answer the service received and refused as broken counts
+        // as billed work: the store's history would have said it).
+        Invariant::SideEffects => None,
+        Invariant::OwnerIsolation | Invariant::Liveness => needs_rows.then_some(rows),
+        Invariant::NothingLost => needs_rows.then_some(rows),
+        Invariant::Guard
+        | Invariant::TimeoutMeansUnknown
+        | Invariant::CertifiedFailover
+        | Invariant::WaitsInTrueTime => needs_history.then_some(history),
+        Invariant::OneWinner | Invariant::LosersDiscarded => {
+            if needs_history {
+                Some(history)
+            } else {
+                needs_rows.then_some(rows)
+            }
+        }
+    }
+}
+
+/// The snake_case name serde gives an invariant.
+pub fn invariant_name(invariant: Invariant) -> String {
+    match serde_json::to_value(invariant) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => panic!("an invariant serializes to its name, not {other:?}"),
+    }
+}
+
+/// The oracle's judgement of the invariants that can be judged, and every
+/// invariant's verdict.
+pub fn judge(input: OracleInput<'_>, observed: Observed) -> (Judgement, Vec<InvariantVerdict>) {
+    let mut judgement = oracle(input);
+    judgement
+        .violations
+        .retain(|v| unjudged(v.invariant, observed).is_none());
+    let verdicts = Invariant::ALL
+        .iter()
+        .map(|&invariant| {
+            let verdict = match unjudged(invariant, observed) {
+                Some(reason) => Verdict::NotJudged {
+                    reason: reason.to_owned(),
+                },
+                None => {
+                    let count = judgement
+                        .violations
+                        .iter()
+                        .filter(|v| v.invariant == invariant)
+                        .count();
+                    if count == 0 {
+                        Verdict::Held
+                    } else {
+                        Verdict::Violated {
+                            count: u32::try_from(count).unwrap_or(u32::MAX),
+                        }
+                    }
+                }
+            };
+            InvariantVerdict {
+                invariant: invariant.number(),
+                name: invariant_name(invariant),
+                verdict,
+            }
+        })
+        .collect();
+    (judgement, verdicts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn everything_observed_judges_everything_and_less_says_why() {
+        for &invariant in Invariant::ALL {
+            assert_eq!(unjudged(invariant, Observed::ALL), None, "{invariant:?}");
+        }
+        let outside = Observed::OUTSIDE;
+        let unjudged_outside: Vec<u8> = Invariant::ALL
+            .iter()
+            .filter(|i| unjudged(**i, outside).is_some())
+            .map(|i| i.number())
+            .collect();
+        assert_eq!(unjudged_outside, [3, 4, 5, 6, 7, 8, 10, 11, 12]);
+    }
+
+    #[test]
+    fn a_verdict_serializes_flat() {
+        let verdict = InvariantVerdict {
+            invariant: 12,
+            name: "waits_in_true_time".into(),
+            verdict: Verdict::NotJudged { reason: "r".into() },
+        };
+        assert_eq!(
+            serde_json::to_string(&verdict).expect("serializes"),
+            r#"{"invariant":12,"name":"waits_in_true_time","verdict":"not_judged","reason":"r"}"#
+        );
+    }
+}

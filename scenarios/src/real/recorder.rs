@@ -1,0 +1,265 @@
+//! The real run's recorder. Events come from several places at once: the
+//! harness itself (clients, providers, the store proxies, the fault
+//! driver), PostgreSQL's own history (read a little later, stamped with
+//! each commit's time) and the engine processes' journals (read at the
+//! end). Each is stamped with realtime microseconds; [`RealRecorder::finish`]
+//! orders them on that one axis into the simulator's [`Trace`], keeping
+//! each source's own order (a store's history stays in commit order even
+//! where two commit stamps are a microsecond out of it).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use idem_core::model::AttemptState;
+use idem_core::provider::server::ExecutionOutcome;
+use idem_sim::scenario::TriggerKind;
+use idem_sim::trace::{TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent};
+
+use super::clock::{RunClock, now_us};
+
+/// Where an event came from: each source keeps its own order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// Seen by the harness as it happened.
+    Harness,
+    /// PostgreSQL's history, in commit order.
+    Store,
+    /// An engine process's journal.
+    Journal,
+}
+
+#[derive(Debug)]
+struct Recorded {
+    t_us: i64,
+    /// Arrival order, to break ties.
+    order: u64,
+    host: String,
+    caller: Option<String>,
+    body: TraceBody,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    events: Vec<Recorded>,
+    /// The latest stamp of each source: a later event of one source is
+    /// never stamped before an earlier one.
+    floor_us: BTreeMap<Source, i64>,
+    triggers: BTreeMap<TriggerKind, u32>,
+    truncated: bool,
+}
+
+/// Shared by everything that observes the run.
+#[derive(Clone, Debug, Default)]
+pub struct RealRecorder {
+    state: Arc<Mutex<State>>,
+}
+
+/// The trigger kind an event counts toward (the scenario's `after`
+/// faults), as the simulator's recorder counts them; a test holds the two
+/// together.
+pub fn trigger(body: &TraceBody) -> Option<TriggerKind> {
+    match body {
+        TraceBody::JobCreated { .. } => Some(TriggerKind::JobCreated),
+        TraceBody::AttemptStarted { .. } => Some(TriggerKind::AttemptStarted),
+        TraceBody::AttemptTransition { to, .. } => match to {
+            AttemptState::Running => Some(TriggerKind::AttemptDispatched),
+            AttemptState::Unknown => Some(TriggerKind::AttemptUnknown),
+            _ => None,
+        },
+        TraceBody::ProviderExecution {
+            outcome: ExecutionOutcome::Running,
+            ..
+        } => Some(TriggerKind::ProviderExecutionStarted),
+        TraceBody::CompletionWon { .. } => Some(TriggerKind::CompletionWon),
+        _ => None,
+    }
+}
+
+impl RealRecorder {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records what the harness sees now.
+    pub fn record(&self, host: &str, body: TraceBody) {
+        self.record_at(Source::Harness, now_us(), host, None, body);
+    }
+
+    /// Records what the harness sees now of a call `caller` made.
+    pub fn record_call(&self, host: &str, caller: &str, body: TraceBody) {
+        self.record_at(Source::Harness, now_us(), host, Some(caller), body);
+    }
+
+    /// Records `body` from `source`, stamped `t_us`.
+    pub fn record_at(
+        &self,
+        source: Source,
+        t_us: i64,
+        host: &str,
+        caller: Option<&str>,
+        body: TraceBody,
+    ) {
+        let mut state = self.lock();
+        if state.truncated {
+            return;
+        }
+        let body = if state.events.len() + 1 >= TRACE_EVENTS_MAX {
+            state.truncated = true;
+            TraceBody::Truncated
+        } else {
+            body
+        };
+        let floor = state.floor_us.entry(source).or_insert(i64::MIN);
+        let t_us = t_us.max(*floor);
+        *floor = t_us;
+        if let Some(kind) = trigger(&body) {
+            *state.triggers.entry(kind).or_insert(0) += 1;
+        }
+        let order = state.events.len() as u64;
+        state.events.push(Recorded {
+            t_us,
+            order,
+            host: host.to_owned(),
+            caller: caller.map(str::to_owned),
+            body,
+        });
+    }
+
+    /// The stamp of the latest event from `source`, if any.
+    pub fn latest(&self, source: Source) -> Option<i64> {
+        self.lock().floor_us.get(&source).copied()
+    }
+
+    /// How many events of `kind` have been recorded so far.
+    pub fn trigger_count(&self, kind: TriggerKind) -> u32 {
+        self.lock().triggers.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// The trace: every event on the run's time axis, numbered in order.
+    pub fn finish(&self, clock: RunClock) -> Trace {
+        let mut state = self.lock();
+        let mut events = std::mem::take(&mut state.events);
+        events.sort_by_key(|e| (e.t_us, e.order));
+        Trace {
+            events: events
+                .into_iter()
+                .enumerate()
+                .map(|(seq, e)| TraceEvent {
+                    seq: seq as u64,
+                    t_ms: clock.ms_at(e.t_us),
+                    host: e.host,
+                    caller: e.caller,
+                    body: e.body,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use idem_core::model::{AttemptId, JobId};
+    use idem_sim::trace::Recorder;
+
+    use super::*;
+
+    fn bodies() -> Vec<TraceBody> {
+        let job_id = JobId(uuid::Uuid::from_u128(1));
+        let attempt_id = AttemptId(uuid::Uuid::from_u128(2));
+        let moved = |to| TraceBody::AttemptTransition {
+            job_id,
+            attempt_id,
+            from: AttemptState::Starting,
+            to,
+            reason: None,
+        };
+        let executed = |outcome| TraceBody::ProviderExecution {
+            provider: "p".into(),
+            key: attempt_id.to_string(),
+            job_id: None,
+            exec_seq: 1,
+            billed: false,
+            outcome,
+        };
+        vec![
+            TraceBody::JobCreated {
+                job_id,
+                owner: "o".into(),
+                key: "k".into(),
+                fingerprint: "f".into(),
+            },
+            TraceBody::AttemptStarted {
+                job_id,
+                attempt_id,
+                attempt_seq: 1,
+                provider: "p".into(),
+                read_version: 0,
+            },
+            moved(AttemptState::Running),
+            moved(AttemptState::Unknown),
+            moved(AttemptState::Failed),
+            executed(ExecutionOutcome::Running),
+            executed(ExecutionOutcome::Succeeded),
+            TraceBody::CompletionWon {
+                job_id,
+                attempt_id,
+                from: AttemptState::Running,
+                version: 1,
+                out_of_band: false,
+                result_sha256: String::new(),
+            },
+            TraceBody::ClientDone { client: "c".into() },
+        ]
+    }
+
+    #[test]
+    fn triggers_count_as_the_simulators_recorder_counts_them() {
+        let (real, sim) = (RealRecorder::default(), Recorder::new());
+        for body in bodies() {
+            real.record("h", body.clone());
+            sim.record_at(0, "h", body);
+        }
+        for kind in [
+            TriggerKind::JobCreated,
+            TriggerKind::AttemptStarted,
+            TriggerKind::AttemptDispatched,
+            TriggerKind::AttemptUnknown,
+            TriggerKind::ProviderExecutionStarted,
+            TriggerKind::CompletionWon,
+        ] {
+            assert_eq!(
+                real.trigger_count(kind),
+                sim.trigger_count(kind),
+                "{kind:?}"
+            );
+            assert_eq!(real.trigger_count(kind), 1, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn sources_merge_on_time_and_each_keeps_its_own_order() {
+        let recorder = RealRecorder::default();
+        let done = |c: &str| TraceBody::ClientDone { client: c.into() };
+        recorder.record_at(Source::Harness, 1_000, "h", None, done("a"));
+        recorder.record_at(Source::Harness, 3_000, "h", None, done("c"));
+        // The store's history arrives late, and its second commit's stamp is
+        // a microsecond before its first: commit order is kept.
+        recorder.record_at(Source::Store, 2_000, "store", None, done("b1"));
+        recorder.record_at(Source::Store, 1_999, "store", None, done("b2"));
+        let trace = recorder.finish(RunClock::at(0));
+        let order: Vec<String> = trace
+            .events
+            .iter()
+            .map(|e| match &e.body {
+                TraceBody::ClientDone { client } => client.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(order, ["a", "b1", "b2", "c"]);
+        assert_eq!(
+            trace.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert_eq!(trace.events[3].t_ms, 3);
+    }
+}

@@ -1,0 +1,436 @@
+//! The driver of a real run: the clients start, faults fire when their
+//! time comes or when real mode observes their trigger event, and the run
+//! ends when the system is quiet (every client done, no fault left to
+//! fire, heal or restart, every job and attempt terminal in the store) or
+//! at the scenario's `settle_ms`, as in the simulator. Then everything is
+//! stopped, the store's history drained, the trace assembled and judged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use idem_core::serve_bench::JournalLine;
+use idem_sim::run::{RunReport, Stop, Verdict as SimVerdict};
+use idem_sim::scenario::{FaultSpec, Scenario, When, host};
+use idem_sim::trace::TraceBody;
+use idem_sim::world::client_token;
+
+use super::client::{ClientContext, KnownJobs, run_client};
+use super::clock::now_us;
+use super::faults::{Step, aftermath};
+use super::history::History;
+use super::judge::{Observed, judge};
+use super::recorder::{RealRecorder, Source};
+use super::wal::WalReader;
+use super::world::{RealWorld, design_of, journal_path};
+use super::{RealError, RealOptions, RealOutcome};
+
+/// How often the driver looks at the clock, the triggers and its plan.
+const DRIVER_TICK_MS: u64 = 5;
+/// How often the driver asks the store whether everything is settled.
+const QUIESCENCE_CHECK_MS: u64 = 100;
+/// The least time without a commit before the system counts as quiet.
+const QUIET_MS_MIN: u64 = 300;
+/// How often the store's history is read during the run.
+const HISTORY_POLL_MS: u64 = 10;
+/// Reads of the store's history after the run, until one finds nothing.
+const HISTORY_DRAIN_POLLS_MAX: u32 = 100;
+/// Journal lines read per process, at most.
+const JOURNAL_LINES_MAX: usize = 1_000_000;
+
+/// The host fault events are recorded under, as in the simulator.
+const DRIVER: &str = "driver";
+
+/// Reads the store's history into the trace until told to stop, then
+/// drains it. The first history it could not read is the error.
+async fn follow_history(
+    mut reader: WalReader,
+    history: History,
+    recorder: RealRecorder,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let take = |commits: Vec<super::wal::Commit>| -> Result<usize, String> {
+        let n = commits.len();
+        for commit in commits {
+            for body in history.events(&commit)? {
+                recorder.record_at(Source::Store, commit.t_us, host::STORE, None, body);
+            }
+        }
+        Ok(n)
+    };
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        // A failed read is a server that is down (a crash): try again.
+        if let Ok(commits) = reader.poll().await {
+            take(commits)?;
+        }
+        tokio::select! {
+            () = idem_core::timer::sleep(Duration::from_millis(HISTORY_POLL_MS)) => {}
+            _ = stop.changed() => {}
+        }
+    }
+    for _ in 0..HISTORY_DRAIN_POLLS_MAX {
+        match reader.poll().await {
+            Ok(commits) if commits.is_empty() => return Ok(()),
+            Ok(commits) => {
+                take(commits)?;
+            }
+            Err(e) => {
+                idem_core::timer::sleep(Duration::from_millis(HISTORY_POLL_MS)).await;
+                if reader.poll().await.is_err() {
+                    return Err(format!(
+                        "the store's history could not be read to its end: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    Err("the store's history did not run dry".to_owned())
+}
+
+/// The plan: faults at a time, and faults waiting for their trigger.
+#[derive(Debug, Default)]
+struct Plan {
+    timed: BTreeMap<u64, Vec<Step>>,
+    triggered: Vec<FaultSpec>,
+}
+
+impl Plan {
+    fn new(scenario: &Scenario) -> Self {
+        let mut plan = Self::default();
+        for spec in &scenario.faults {
+            match spec.when {
+                When::At { at_ms } => plan
+                    .timed
+                    .entry(at_ms)
+                    .or_default()
+                    .push(Step::Fire(spec.fault.clone())),
+                When::After { .. } => plan.triggered.push(spec.clone()),
+            }
+        }
+        plan
+    }
+
+    /// Moves the faults whose trigger has been observed to now.
+    fn trigger(&mut self, recorder: &RealRecorder, now_ms: u64) {
+        let mut index = 0;
+        while index < self.triggered.len() {
+            let When::After { kind, nth } = self.triggered[index].when else {
+                unreachable!("only trigger faults are kept here");
+            };
+            if recorder.trigger_count(kind) >= nth {
+                let spec = self.triggered.remove(index);
+                self.timed
+                    .entry(now_ms)
+                    .or_default()
+                    .push(Step::Fire(spec.fault));
+            } else {
+                index += 1;
+            }
+        }
+    }
+
+    fn due(&mut self, now_ms: u64) -> Vec<Step> {
+        let due: Vec<u64> = self.timed.range(..=now_ms).map(|(t, _)| *t).collect();
+        due.into_iter()
+            .flat_map(|t| self.timed.remove(&t).unwrap_or_default())
+            .collect()
+    }
+}
+
+impl RealWorld {
+    fn record_fault(&self, name: &str, detail: serde_json::Value) {
+        self.recorder.record(
+            DRIVER,
+            TraceBody::Fault {
+                name: name.to_owned(),
+                detail,
+            },
+        );
+    }
+
+    /// Does one step of the plan, and schedules what it leaves for later.
+    async fn perform(&mut self, step: Step, now_ms: u64, plan: &mut Plan) -> Result<(), RealError> {
+        match step {
+            Step::Fire(fault) => {
+                let detail = serde_json::to_value(&fault).expect("faults serialize");
+                self.record_fault(fault.kind().name(), detail);
+                self.fire(&fault).await?;
+                if let Some((after_ms, later)) = aftermath(&fault) {
+                    plan.timed.entry(now_ms + after_ms).or_default().push(later);
+                }
+            }
+            Step::Heal(fault) => {
+                let detail = serde_json::to_value(&fault).expect("faults serialize");
+                self.record_fault(&format!("heal_{}", fault.kind().name()), detail);
+                self.heal(&fault).await;
+            }
+            Step::Restart(host) => {
+                self.record_fault("restart", json!({"host": host}));
+                self.restart(&host).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts every client.
+    fn start_clients(&self, scenario: &Scenario, seed: u64) -> JoinSet<()> {
+        let mut clients = JoinSet::new();
+        let known_jobs = KnownJobs::default();
+        for spec in &scenario.clients {
+            let ctx = ClientContext {
+                token: client_token(&spec.name),
+                spec: spec.clone(),
+                replicas: self.replicas[&spec.name].clone(),
+                recorder: self.recorder.clone(),
+                known_jobs: known_jobs.clone(),
+                seed: idem_sim::net::child_seed(seed, &format!("client/{}", spec.name)),
+            };
+            clients.spawn(run_client(ctx));
+        }
+        clients
+    }
+
+    /// Runs the plan until the system is quiet or the deadline. The
+    /// clients still running then are stopped.
+    async fn drive(&mut self, scenario: &Scenario, seed: u64) -> Result<Stop, RealError> {
+        let mut clients = self.start_clients(scenario, seed);
+        let stop = self.drive_with(scenario, &mut clients).await;
+        clients.abort_all();
+        while clients.join_next().await.is_some() {}
+        stop
+    }
+
+    async fn drive_with(
+        &mut self,
+        scenario: &Scenario,
+        clients: &mut JoinSet<()>,
+    ) -> Result<Stop, RealError> {
+        let mut plan = Plan::new(scenario);
+        let mut next_check_ms = QUIESCENCE_CHECK_MS;
+        loop {
+            let now_ms = self.clock.elapsed_ms();
+            plan.trigger(&self.recorder, now_ms);
+            for step in plan.due(now_ms) {
+                self.perform(step, now_ms, &mut plan).await?;
+            }
+            let now_ms = self.clock.elapsed_ms();
+            if now_ms >= scenario.timing.settle_ms {
+                return Ok(Stop::Deadline);
+            }
+            if now_ms >= next_check_ms {
+                next_check_ms = now_ms + QUIESCENCE_CHECK_MS;
+                while clients.try_join_next().is_some() {}
+                if clients.is_empty() && plan.timed.is_empty() && self.settled(scenario).await {
+                    return Ok(Stop::Quiescent);
+                }
+            }
+            idem_core::timer::sleep(Duration::from_millis(DRIVER_TICK_MS)).await;
+        }
+    }
+
+    /// Whether the system has settled: for idem's processes, every job and
+    /// attempt terminal in the store and the store quiet; for a black-box
+    /// target (its store unread), no provider execution running and
+    /// nothing observed for [`QUIET_MS_MIN`] (its clients, which waited for
+    /// their jobs' outcomes, are done).
+    async fn settled(&self, scenario: &Scenario) -> bool {
+        if self.target {
+            let quiet_us = i64::try_from(QUIET_MS_MIN * 1_000).unwrap_or(i64::MAX);
+            let running = self
+                .providers
+                .ledgers()
+                .values()
+                .flatten()
+                .any(|e| e.outcome == idem_core::provider::server::ExecutionOutcome::Running);
+            return !running
+                && self
+                    .recorder
+                    .latest(Source::Harness)
+                    .is_none_or(|t_us| now_us().saturating_sub(t_us) >= quiet_us);
+        }
+        self.store_quiet(scenario) && self.store.settled().await
+    }
+
+    /// Whether the store has committed nothing for a while: every job may
+    /// be settled while a process still has something to write about it (a
+    /// worker re-checking a completion whose acknowledgement was lost, a
+    /// reconciler's note). The while is two of the slowest poller's
+    /// intervals, at least [`QUIET_MS_MIN`].
+    fn store_quiet(&self, scenario: &Scenario) -> bool {
+        let t = &scenario.topology;
+        let quiet_ms = (2 * t
+            .worker
+            .poll_interval_ms
+            .max(t.reconciler_config.poll_interval_ms))
+        .max(QUIET_MS_MIN);
+        let quiet_us = i64::try_from(quiet_ms * 1_000).unwrap_or(i64::MAX);
+        self.recorder
+            .latest(Source::Store)
+            .is_none_or(|t_us| now_us().saturating_sub(t_us) >= quiet_us)
+    }
+
+    /// Each engine process's journal, into the trace (as the simulator's
+    /// store host records these outcomes: host `store`, the caller named).
+    fn read_journals(&self, dir: &Path) -> Result<(), RealError> {
+        for host in &self.hosts {
+            let Ok(text) = std::fs::read_to_string(journal_path(dir, host)) else {
+                continue;
+            };
+            for line in text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(JOURNAL_LINES_MAX)
+            {
+                let line: JournalLine = serde_json::from_str(line)
+                    .map_err(|e| RealError::Run(format!("{host}'s journal: {e}: {line}")))?;
+                let body = match line.entry {
+                    idem_core::serve_bench::JournalEntry::JobReplayed {
+                        job_id,
+                        offered_fingerprint,
+                    } => TraceBody::JobReplayed {
+                        job_id,
+                        offered_fingerprint,
+                    },
+                    idem_core::serve_bench::JournalEntry::CompletionRefused {
+                        job_id,
+                        attempt_id,
+                        state,
+                    } => TraceBody::CompletionRefused {
+                        job_id,
+                        attempt_id,
+                        state,
+                    },
+                };
+                self.recorder.record_at(
+                    Source::Journal,
+                    line.t_us,
+                    host::STORE,
+                    Some(&line.host),
+                    body,
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `scenario` for real in a built world, and judges it.
+pub async fn run_in(
+    mut world: RealWorld,
+    history: Option<WalReader>,
+    scenario: &Scenario,
+    options: &RealOptions,
+    dir: &Path,
+) -> Result<RealOutcome, RealError> {
+    let (stop_history, stopped) = tokio::sync::watch::channel(false);
+    let following = history.map(|history| {
+        tokio::spawn(follow_history(
+            history,
+            History::new(world.store.schema()),
+            world.recorder.clone(),
+            stopped,
+        ))
+    });
+    let stop = world.drive(scenario, options.seed).await;
+    let run_ms = world.clock.elapsed_ms();
+    // The engine first (it writes), then the providers (their ledgers are
+    // final from here), then the store's history to its end.
+    world.processes.stop_all().await;
+    world.providers.stop();
+    let executions = world.providers.ledgers();
+    stop_history.send_replace(true);
+    let followed = match following {
+        Some(following) => following
+            .await
+            .map_err(|e| RealError::Run(format!("reading the store's history: {e}")))?,
+        None => Ok(()),
+    };
+    let stop = stop?;
+    followed.map_err(RealError::Run)?;
+    world.read_journals(dir)?;
+    let trace = world.recorder.finish(world.clock);
+    let observed = options.system.observed();
+    // A black-box target's rows are its own: not read.
+    let dump = if observed.store_rows {
+        world.store.dump().await?
+    } else {
+        idem_core::store::StoreDump::default()
+    };
+    let judged = Judged {
+        trace,
+        dump,
+        executions,
+        stop,
+        run_ms,
+    };
+    Ok(judged.outcome(world, scenario, options, observed).await)
+}
+
+/// What a finished run left, to judge.
+struct Judged {
+    trace: idem_sim::trace::Trace,
+    dump: idem_core::store::StoreDump,
+    executions: BTreeMap<String, Vec<idem_core::provider::server::Execution>>,
+    stop: Stop,
+    run_ms: u64,
+}
+
+impl Judged {
+    /// Judges the run and releases the world.
+    async fn outcome(
+        self,
+        world: RealWorld,
+        scenario: &Scenario,
+        options: &RealOptions,
+        observed: Observed,
+    ) -> RealOutcome {
+        let (judgement, invariants) = judge(
+            idem_sim::oracle::OracleInput {
+                trace: &self.trace,
+                dump: &self.dump,
+                executions: &self.executions,
+                facts: &world.facts,
+            },
+            observed,
+        );
+        let report = RunReport {
+            scenario: scenario.name.clone(),
+            seed: options.seed,
+            design: design_of(&options.system),
+            verdict: if judgement.passed() {
+                SimVerdict::Pass
+            } else {
+                SimVerdict::Fail
+            },
+            violations: judgement.violations,
+            windows: judgement.windows,
+            trace_hash: self.trace.hash(),
+            trace_events: self.trace.events.len(),
+            steps: 0,
+            sim_ms: self.run_ms,
+            stop: self.stop,
+        };
+        let RealWorld {
+            store,
+            facts,
+            hosts,
+            ..
+        } = world;
+        store.close().await;
+        RealOutcome {
+            report,
+            invariants,
+            trace: self.trace,
+            dump: self.dump,
+            executions: self.executions,
+            facts,
+            hosts,
+        }
+    }
+}
