@@ -290,13 +290,18 @@ impl Explanation {
         ] {
             self.section_text(&mut out, effect, title, width);
         }
-        if !self.no_contrast.is_empty() {
-            let _ = writeln!(out, "\nno contrast (in every judged world or in none):");
-            for row in &self.no_contrast {
-                let _ = writeln!(out, "  {:<width$}  in {} worlds", row.label, row.present_in);
-            }
-        }
+        self.no_contrast_text(&mut out, width);
         out
+    }
+
+    fn no_contrast_text(&self, out: &mut String, width: usize) {
+        if self.no_contrast.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nno contrast (in every judged world or in none):");
+        for row in &self.no_contrast {
+            let _ = writeln!(out, "  {:<width$}  in {} worlds", row.label, row.present_in);
+        }
     }
 
     fn section_text(&self, out: &mut String, effect: Effect, title: &str, width: usize) {
