@@ -19,6 +19,9 @@
 //!   designs caught; a design review's report; the property test; whole
 //!   generated worlds, signatures, the shrinker and the corpus; what it
 //!   all costs).
+//! - [`explain`]: why a design fails across fuzz worlds: each world
+//!   feature's P(fail | present) against P(fail | absent), with Wilson
+//!   intervals, ranked into triggers and suppressors.
 //! - [`pgbench`]: the PostgreSQL create path against pgbench (a bench).
 //! - [`real`]: real mode: a scenario against real processes, a real
 //!   PostgreSQL and real TCP, judged by the same oracle.
@@ -30,6 +33,7 @@ pub mod catalog;
 pub mod cli;
 pub mod emit;
 pub mod error;
+pub mod explain;
 pub mod explore;
 pub mod format;
 pub mod fuzz;

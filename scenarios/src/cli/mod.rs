@@ -20,6 +20,7 @@
 mod bench;
 mod common;
 mod determinism;
+mod explain;
 mod explore;
 mod fuzz;
 mod list;
@@ -162,6 +163,11 @@ enum Command {
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
+    /// Which features of a fuzz world make a design fail more often
+    /// (triggers) or less often (suppressors), with Wilson intervals; exit
+    /// 0 whenever it ran.
+    #[command(after_help = EXIT_CODES)]
+    Explain(explain::ExplainArgs),
     /// Search beyond the catalogue: a whole generated world per seed, a
     /// swarm of faults, failures shrunk and kept in a corpus.
     #[command(after_help = EXIT_CODES)]
@@ -204,6 +210,7 @@ pub fn main() -> ExitCode {
         Command::Explore(args) => explore::explore_command(args),
         Command::Report(args) => report::report_command(args),
         Command::Regress(args) => regress::regress(args),
+        Command::Explain(args) => explain::explain_command(args),
         Command::Fuzz(args) => fuzz::fuzz_command(args),
         Command::Merge(args) => merge::merge(args),
         Command::Bench(args) => bench::bench_command(args),

@@ -44,6 +44,9 @@ pub const INSTANCES_PER_KIND_MAX: u32 = 2;
 pub const FAULT_WINDOW_MS: u64 = 8_000;
 /// The chance that a click is a double click.
 pub const DOUBLE_CLICK_CHANCE: f64 = 0.25;
+/// A double click's second create comes this much after the first, at
+/// most (before its own jitter).
+pub const DOUBLE_CLICK_SPREAD_MS: u64 = 3;
 /// Users act within this much simulated time.
 pub const ACTION_WINDOW_MS: u64 = 8_000;
 /// Every world settles within this much simulated time (the run stops
@@ -522,7 +525,7 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
                     at_ms, jitter_ms, ..
                 } = &mut double
                 {
-                    *at_ms += rng.random_range(0..=3);
+                    *at_ms += rng.random_range(0..=DOUBLE_CLICK_SPREAD_MS);
                     *jitter_ms = rng.random_range(0..=10);
                 }
                 double

@@ -4,6 +4,7 @@
 mod bench;
 mod catalog;
 mod cli;
+mod explain;
 mod explore;
 mod fuzz;
 mod liveness;
