@@ -5,6 +5,7 @@
 //! the users saw, and what the oracle judges.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -18,6 +19,7 @@ use serde_json::{Value, json};
 use idem_core::fingerprint::{canonicalize, fingerprint};
 use idem_core::model::{AttemptId, JobId};
 
+use crate::decisions::{Decisions, Subject, sim_now_ms};
 use crate::net::SERVICE_PORT;
 use crate::scenario::{Action, ClientSpec};
 use crate::trace::{Recorder, TraceBody};
@@ -44,6 +46,8 @@ pub struct ClientContext {
     pub recorder: Recorder,
     pub known_jobs: KnownJobs,
     pub seed: u64,
+    /// Where each action's jitter is decided.
+    pub decisions: Decisions,
 }
 
 /// One HTTP answer.
@@ -76,7 +80,8 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
         .spec
         .actions
         .iter()
-        .map(|action| {
+        .enumerate()
+        .map(|(index, action)| {
             let (at_ms, jitter_ms) = match action {
                 Action::Create {
                     at_ms, jitter_ms, ..
@@ -86,7 +91,7 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
                 } => (*at_ms, *jitter_ms),
                 Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
             };
-            at_ms + client.draw(0..=jitter_ms)
+            at_ms + client.draw_jitter(index, action, 0..=jitter_ms)
         })
         .collect();
     let mut tasks = tokio::task::JoinSet::new();
@@ -111,11 +116,33 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
 }
 
 impl Client {
-    fn draw(&self, range: std::ops::RangeInclusive<u64>) -> u64 {
-        self.rng
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .random_range(range)
+    /// The jitter of action `index`, decided through the run's decisions.
+    fn draw_jitter(&self, index: usize, action: &Action, range: RangeInclusive<u64>) -> u64 {
+        let subject = || Subject::ClientJitter {
+            client: self.ctx.spec.name.clone(),
+            action: index,
+            label: action_label(action),
+        };
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        self.ctx
+            .decisions
+            .draw(subject, sim_now_ms(), &mut rng, |rng| {
+                rng.random_range(range.clone())
+            })
+    }
+
+    /// The replica a request goes to, as a load balancer would choose it.
+    fn draw_replica(&self) -> usize {
+        let last = self.ctx.replicas.len() as u64 - 1;
+        let subject = || Subject::ClientReplica {
+            client: self.ctx.spec.name.clone(),
+        };
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = self
+            .ctx
+            .decisions
+            .draw(subject, sim_now_ms(), &mut rng, |rng| rng.random_range(0..=last));
+        usize::try_from(index).expect("small index")
     }
 
     fn name(&self) -> &str {
@@ -251,9 +278,7 @@ impl Client {
         key: Option<&str>,
         body: Option<Value>,
     ) -> Option<Answer> {
-        let replica_index = self.draw(0..=(self.ctx.replicas.len() as u64 - 1));
-        let replica =
-            self.ctx.replicas[usize::try_from(replica_index).expect("small index")].clone();
+        let replica = self.ctx.replicas[self.draw_replica()].clone();
         let request_id = self.next_request_id.fetch_add(1, Ordering::SeqCst);
         let is_create = method == "POST" && path == "/v1/jobs";
         self.ctx.recorder.record(
@@ -390,4 +415,14 @@ async fn http_call(
         replayed,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     })
+}
+
+/// An action in words, for the decision log.
+fn action_label(action: &Action) -> String {
+    match action {
+        Action::Create { key, .. } => format!("click (key {key})"),
+        Action::Backup { key, .. } => format!("backup press (key {key})"),
+        Action::Get { key, .. } => format!("read (key {key})"),
+        Action::Probe { key, .. } => format!("probe (key {key})"),
+    }
 }

@@ -19,6 +19,7 @@ compile_error!(
 pub mod bench;
 pub mod certify;
 pub mod client;
+pub mod decisions;
 pub mod determinism;
 pub mod faults;
 pub mod net;

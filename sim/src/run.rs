@@ -17,7 +17,8 @@ use crate::scenario::{Scenario, Window};
 use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
 use crate::trace::Trace;
-use crate::world::{World, build, ready};
+use crate::decisions::Decisions;
+use crate::world::{World, build, build_deciding, ready};
 
 /// How often (simulated) the driver looks for quiescence: the check reads
 /// the whole store, so it stays off the per-step path.
@@ -102,6 +103,19 @@ pub fn run(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome,
     Ok(judged(scenario, seed, design, simulated))
 }
 
+/// [`run`], every random draw decided through `decisions` (recording or
+/// intervening: see [`crate::decisions`]).
+pub fn run_deciding(
+    scenario: &Scenario,
+    seed: u64,
+    design: Design,
+    decisions: Decisions,
+) -> Result<RunOutcome, RunError> {
+    let world = build_deciding(scenario, seed, design, decisions);
+    let (simulated, _) = simulate_world(world, scenario, false)?;
+    Ok(judged(scenario, seed, design, simulated))
+}
+
 /// [`run`], recording the run's traffic on the wire for `idem bench`'s
 /// bare turmoil replay ([`crate::bench::replay`]).
 pub fn run_metered(
@@ -162,7 +176,14 @@ fn simulate_with(
     design: Design,
     metered: bool,
 ) -> Result<(Simulated, Option<Traffic>), RunError> {
-    let mut world = build(scenario, seed, design);
+    simulate_world(build(scenario, seed, design), scenario, metered)
+}
+
+fn simulate_world(
+    mut world: World,
+    scenario: &Scenario,
+    metered: bool,
+) -> Result<(Simulated, Option<Traffic>), RunError> {
     if metered {
         world.scheduler.meter();
     }

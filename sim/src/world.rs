@@ -18,6 +18,7 @@ use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, c
 use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::decisions::Decisions;
 use crate::scheduler::Scheduler;
 use crate::scheduler::reuse::ReuseGate;
 use crate::trace::{Recorder, TraceBody};
@@ -58,6 +59,8 @@ pub struct World {
     pub scheduler: Scheduler,
     /// Every host, in registration (and therefore stepping) order.
     pub hosts: Vec<String>,
+    /// Where the run's random draws are decided (off unless asked).
+    pub decisions: Decisions,
 }
 
 impl World {
@@ -111,6 +114,16 @@ pub fn ready<F: Future>(future: F) -> F::Output {
 
 /// Builds the world for `scenario` under `seed`, running `design`.
 pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
+    build_deciding(scenario, seed, design, Decisions::default())
+}
+
+/// [`build`], every random draw decided through `decisions`.
+pub fn build_deciding(
+    scenario: &Scenario,
+    seed: u64,
+    design: Design,
+    decisions: Decisions,
+) -> World {
     let store = Arc::new(MemStore::with_constraints(Constraints::for_design(design)));
     let recorder = Recorder::new();
     let contract = contract_of(scenario);
@@ -128,7 +141,9 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
         facts: facts_of(scenario, certified),
         scheduler: Scheduler::new(&scenario.timing, child_seed(seed, "links")),
         hosts: Vec::new(),
+        decisions,
     };
+    world.scheduler.decide_with(&world.decisions);
     register_store(&mut world);
     register_providers(&mut world, scenario);
     let engine_parts = EngineParts {
@@ -143,6 +158,11 @@ pub fn build(scenario: &Scenario, seed: u64, design: Design) -> World {
     register_workers(&mut world, scenario, seed, &engine_parts);
     register_clients(&mut world, scenario, seed);
     world.scheduler.attach(&world.sim, &world.hosts);
+    if world.decisions.is_on() {
+        for name in &world.hosts {
+            world.decisions.name_host(world.sim.lookup(name.as_str()), name);
+        }
+    }
     world
 }
 
@@ -374,6 +394,9 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
     for profile in &scenario.topology.providers {
         let behaviour = world.provider_profiles[&profile.name].clone();
         let server = ProviderServer::named(&profile.name, behaviour);
+        if world.decisions.is_on() {
+            server.set_chooser(Arc::new(world.decisions.clone()));
+        }
         let (recorder, name, host_name) = (
             world.recorder.clone(),
             profile.name.clone(),
@@ -479,6 +502,7 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
             recorder: world.recorder.clone(),
             known_jobs: known_jobs.clone(),
             seed: child_seed(seed, &format!("client/{}", spec.name)),
+            decisions: world.decisions.clone(),
         };
         world.client(host::client(&spec.name).as_str(), run_client(ctx));
     }

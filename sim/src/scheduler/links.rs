@@ -37,6 +37,8 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use crate::decisions::{Decisions, Subject};
 use turmoil::{Protocol, Segment};
 
 use super::meter::{Meter, Seen, seen};
@@ -60,6 +62,17 @@ fn key(pair: Flow, protocol: &Protocol) -> MessageKey {
         Protocol::Udp(_) => (4, 0),
     };
     (pair.0, pair.1, kind, seq)
+}
+
+/// What a message is, in words.
+fn segment_name(protocol: &Protocol) -> &'static str {
+    match protocol {
+        Protocol::Tcp(Segment::Syn(_)) => "connection request",
+        Protocol::Tcp(Segment::Data(..)) => "data segment",
+        Protocol::Tcp(Segment::Fin(_)) => "connection close",
+        Protocol::Tcp(Segment::Rst) => "connection reset",
+        Protocol::Udp(_) => "datagram",
+    }
 }
 
 /// turmoil's order of a link's ends.
@@ -98,6 +111,8 @@ struct Fresh {
 #[derive(Debug)]
 pub struct Links {
     rng: ChaCha8Rng,
+    /// Where each latency is decided (off unless `idem explain` asks).
+    decisions: Decisions,
     base: LatencyRange,
     /// Links under latency faults, with their ranges (the last one fired
     /// rules until it heals).
@@ -119,6 +134,7 @@ impl Links {
     pub fn new(seed: u64, base: LatencyRange) -> Self {
         Self {
             rng: ChaCha8Rng::seed_from_u64(seed),
+            decisions: Decisions::default(),
             base,
             slow: BTreeMap::new(),
             held: BTreeMap::new(),
@@ -128,6 +144,10 @@ impl Links {
             waiting: BTreeMap::new(),
             flows: BTreeMap::new(),
         }
+    }
+
+    pub fn decide_with(&mut self, decisions: Decisions) {
+        self.decisions = decisions;
     }
 
     /// When the next message is due, if one is on its way (held links'
@@ -144,8 +164,10 @@ impl Links {
         let mut bursts: BTreeMap<Flow, Duration> = BTreeMap::new();
         let mut shown: Vec<(Flow, Seen)> = Vec::new();
         let metering = meter.is_some();
+        let sent_ms = u64::try_from(sent_at.as_millis()).unwrap_or(u64::MAX);
         let Self {
             rng,
+            decisions,
             base,
             slow,
             due,
@@ -164,7 +186,16 @@ impl Links {
                     if metering && let Some(seen) = seen(sent.protocol()) {
                         shown.push((sent.pair(), seen));
                     }
-                    let latency = range.draw(rng);
+                    let (from, to) = sent.pair();
+                    let subject = || Subject::MessageLatency {
+                        from: decisions.host_name(from.ip()),
+                        to: decisions.host_name(to.ip()),
+                        segment: segment_name(sent.protocol()).to_owned(),
+                    };
+                    let latency_ms = decisions.draw(subject, sent_ms, rng, |rng| {
+                        u64::try_from(range.draw(rng).as_millis()).unwrap_or(u64::MAX)
+                    });
+                    let latency = Duration::from_millis(latency_ms);
                     let burst = bursts.entry(sent.pair()).or_default();
                     *burst = (*burst).max(latency);
                     fresh.push(Fresh { key, pair, latency });

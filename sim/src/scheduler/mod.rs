@@ -147,6 +147,14 @@ impl Scheduler {
         }
     }
 
+    /// Makes every message latency through `decisions` (with every step
+    /// taken, turmoil draws latencies itself and there is nothing to hand).
+    pub fn decide_with(&mut self, decisions: &crate::decisions::Decisions) {
+        if let Mode::Events { links, .. } = &mut self.mode {
+            links.decide_with(decisions.clone());
+        }
+    }
+
     /// Records the run's traffic from now on ([`Scheduler::traffic`]).
     pub fn meter(&mut self) {
         self.meter = Some(Meter::default());

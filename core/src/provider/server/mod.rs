@@ -35,4 +35,4 @@ pub use content::ContractMode;
 pub use http::{REQUEST_BODY_LEN_MAX_BYTES, TLS_HANDSHAKE_TIMEOUT_MS, TlsListener, router, serve};
 /// The ledger's vocabulary lives in idem-model: the oracle reads it.
 pub use idem_model::ledger::{Execution, ExecutionOutcome};
-pub use state::{Behaviour, EXECUTIONS_MAX, ExecutionObserver, ProviderServer};
+pub use state::{Behaviour, Choice, Chooser, EXECUTIONS_MAX, ExecutionObserver, ProviderServer};

@@ -170,16 +170,56 @@ impl Ledger {
     }
 }
 
+/// One of a provider's random choices, made per execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Extra latency, in whole milliseconds, up to `max_ms`.
+    JitterMs { max_ms: u64 },
+    /// A roll in 0..1000: under the error rate, the execution fails.
+    ErrorRoll,
+}
+
+impl Choice {
+    /// The provider's own way to make the choice from its generator.
+    pub fn draw(self, rng: &mut ChaCha8Rng) -> u64 {
+        match self {
+            Choice::JitterMs { max_ms } => rng.random_range(0..=max_ms),
+            // Drawn as a u32, as it always was: a u64 range would take
+            // other bits of the stream and change every seed's run.
+            Choice::ErrorRoll => u64::from(rng.random_range(0..1000_u32)),
+        }
+    }
+}
+
+/// Makes a provider's random choices in its place. The simulator's
+/// decision log sits here, so that `idem explain` can keep or redraw each
+/// choice; without one, the provider draws from its own generator.
+pub trait Chooser: Send + Sync {
+    /// Makes `choice` for `provider`; `rng` is the provider's generator,
+    /// for a chooser that draws as the provider would.
+    fn choose(&self, provider: &str, choice: Choice, rng: &mut ChaCha8Rng) -> u64;
+}
+
 pub(super) struct Shared {
     /// Names the provider in its outputs, so that two providers' answers
     /// to the same request differ.
     name: String,
     pub(super) behaviour: Behaviour,
     rng: ChaCha8Rng,
+    chooser: Option<Arc<dyn Chooser>>,
     pub(super) ledger: Ledger,
     /// The bearer token every request must carry, as a real provider's API
     /// key: `None` lets every request in.
     pub(super) api_key: Option<String>,
+}
+
+impl Shared {
+    fn choose(&mut self, choice: Choice) -> u64 {
+        match &self.chooser {
+            Some(chooser) => chooser.choose(&self.name, choice, &mut self.rng),
+            None => choice.draw(&mut self.rng),
+        }
+    }
 }
 
 /// A handle on one simulated provider: its behaviour and its ledger. Cheap
@@ -241,6 +281,11 @@ impl ProviderServer {
     }
 
     /// Installs the observer that sees every ledger change.
+    /// Hands the provider's random choices to `chooser`.
+    pub fn set_chooser(&self, chooser: Arc<dyn Chooser>) {
+        self.lock().chooser = Some(chooser);
+    }
+
     pub fn set_observer(&self, observer: ExecutionObserver) {
         self.lock().ledger.observer = Some(observer);
     }
@@ -255,6 +300,7 @@ impl ProviderServer {
             shared: Arc::new(Mutex::new(Shared {
                 name: "provider".to_owned(),
                 rng: ChaCha8Rng::seed_from_u64(behaviour.seed),
+                chooser: None,
                 behaviour,
                 ledger: Ledger {
                     records: Vec::new(),
@@ -336,8 +382,10 @@ impl ProviderServer {
         }
         // Both draws happen for every execution, so that the sequence of
         // draws depends only on the seed and the order of requests.
-        let jitter_ms = shared.rng.random_range(0..=behaviour.latency_jitter_ms);
-        let fails = shared.rng.random_range(0..1000) < behaviour.error_per_mille;
+        let jitter_ms = shared.choose(Choice::JitterMs {
+            max_ms: behaviour.latency_jitter_ms,
+        });
+        let fails = shared.choose(Choice::ErrorRoll) < u64::from(behaviour.error_per_mille);
         let seq = shared.ledger.next_seq();
         let tag = format!("{} #{seq}", shared.name);
         let deviates =
