@@ -141,7 +141,9 @@ impl Client {
         let index = self
             .ctx
             .decisions
-            .draw(subject, sim_now_ms(), &mut rng, |rng| rng.random_range(0..=last));
+            .draw(subject, sim_now_ms(), &mut rng, |rng| {
+                rng.random_range(0..=last)
+            });
         usize::try_from(index).expect("small index")
     }
 

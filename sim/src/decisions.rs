@@ -87,7 +87,9 @@ impl Subject {
             Subject::ClientReplica { client } => format!(
                 "client {client}'s request #{} at {t_ms} ms went to {}",
                 ordinal + 1,
-                crate::scenario::host::api(u32::try_from(value).unwrap_or(u32::MAX).saturating_add(1))
+                crate::scenario::host::api(
+                    u32::try_from(value).unwrap_or(u32::MAX).saturating_add(1)
+                )
             ),
             Subject::ProviderJitter { provider } => format!(
                 "provider {provider}, executing at {t_ms} ms, took {value} ms longer than its base latency"
@@ -110,11 +112,20 @@ pub struct Decision {
     /// Its place among the decisions about the same subject, from 0.
     pub ordinal: u32,
     pub value: u64,
+    /// What a message carried (its first line, when it reads as text),
+    /// empty for other decisions. Not part of the decision's identity: an
+    /// intervened run's messages may carry other ids or answers.
+    pub detail: String,
 }
 
 impl Decision {
     pub fn describe(&self) -> String {
-        self.subject.describe(self.value, self.t_ms, self.ordinal)
+        let words = self.subject.describe(self.value, self.t_ms, self.ordinal);
+        if self.detail.is_empty() {
+            words
+        } else {
+            format!("{words}: {}", self.detail)
+        }
     }
 
     fn key(&self) -> (Subject, u32) {
@@ -196,11 +207,22 @@ impl Decisions {
         own: &mut ChaCha8Rng,
         draw: impl Fn(&mut ChaCha8Rng) -> u64,
     ) -> u64 {
+        self.draw_detailed(|| (subject(), String::new()), t_ms, own, draw)
+    }
+
+    /// [`Decisions::draw`], with a detail for the log.
+    pub fn draw_detailed(
+        &self,
+        subject: impl FnOnce() -> (Subject, String),
+        t_ms: u64,
+        own: &mut ChaCha8Rng,
+        draw: impl Fn(&mut ChaCha8Rng) -> u64,
+    ) -> u64 {
         let Some(inner) = &self.0 else {
             return draw(own);
         };
         // Named before the lock: naming may look up host names.
-        let subject = subject();
+        let (subject, detail) = subject();
         let mut inner = inner.lock().unwrap_or_else(PoisonError::into_inner);
         let ordinal = {
             let next = inner.ordinals.entry(subject.clone()).or_default();
@@ -222,6 +244,7 @@ impl Decisions {
             subject,
             ordinal,
             value,
+            detail,
         });
         value
     }
@@ -250,7 +273,13 @@ impl Decisions {
     pub fn log(&self) -> Vec<Decision> {
         self.0
             .as_ref()
-            .map(|inner| inner.lock().unwrap_or_else(PoisonError::into_inner).log.clone())
+            .map(|inner| {
+                inner
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .log
+                    .clone()
+            })
             .unwrap_or_default()
     }
 }

@@ -11,13 +11,13 @@ use idem_core::design::Design;
 use idem_core::provider::server::Execution;
 use idem_core::store::StoreDump;
 
+use crate::decisions::Decisions;
 use crate::faults::{Plan, perform};
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::scenario::{Scenario, Window};
 use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
 use crate::trace::Trace;
-use crate::decisions::Decisions;
 use crate::world::{World, build, build_deciding, ready};
 
 /// How often (simulated) the driver looks for quiescence: the check reads

@@ -14,11 +14,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
+use crate::decisions::Decisions;
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
-use crate::decisions::Decisions;
 use crate::scheduler::Scheduler;
 use crate::scheduler::reuse::ReuseGate;
 use crate::trace::{Recorder, TraceBody};
@@ -160,7 +160,9 @@ pub fn build_deciding(
     world.scheduler.attach(&world.sim, &world.hosts);
     if world.decisions.is_on() {
         for name in &world.hosts {
-            world.decisions.name_host(world.sim.lookup(name.as_str()), name);
+            world
+                .decisions
+                .name_host(world.sim.lookup(name.as_str()), name);
         }
     }
     world

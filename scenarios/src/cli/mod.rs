@@ -163,9 +163,10 @@ enum Command {
     /// Replay every saved regression under the correct design.
     #[command(after_help = EXIT_CODES)]
     Regress(regress::RegressArgs),
-    /// Which features of a fuzz world make a design fail more often
-    /// (triggers) or less often (suppressors), with Wilson intervals; exit
-    /// 0 whenever it ran.
+    /// Why a run failed: the decision after which the failure became
+    /// likely and the decisions it needs; with --fuzz, which features of a
+    /// fuzz world make a design fail more often (triggers) or less often
+    /// (suppressors). Wilson intervals throughout; exit 0 whenever it ran.
     #[command(after_help = EXIT_CODES)]
     Explain(explain::ExplainArgs),
     /// Search beyond the catalogue: a whole generated world per seed, a

@@ -75,6 +75,26 @@ fn segment_name(protocol: &Protocol) -> &'static str {
     }
 }
 
+/// A data segment's first line, when it reads as text (an HTTP request
+/// or status line, the start of a store call), at most
+/// [`FIRST_LINE_CHARS_MAX`] characters; empty otherwise.
+fn first_line(protocol: &Protocol) -> String {
+    let Protocol::Tcp(Segment::Data(_, bytes)) = protocol else {
+        return String::new();
+    };
+    let line: String = bytes
+        .iter()
+        .take_while(|b| **b != b'\r' && **b != b'\n')
+        .take(FIRST_LINE_CHARS_MAX)
+        .map(|b| char::from(*b))
+        .collect();
+    let readable = line.len() >= 4 && line.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+    if readable { line } else { String::new() }
+}
+
+/// The longest first line a decision's detail keeps.
+const FIRST_LINE_CHARS_MAX: usize = 60;
+
 /// turmoil's order of a link's ends.
 pub fn ordered(a: IpAddr, b: IpAddr) -> Pair {
     (a.min(b), a.max(b))
@@ -187,12 +207,15 @@ impl Links {
                         shown.push((sent.pair(), seen));
                     }
                     let (from, to) = sent.pair();
-                    let subject = || Subject::MessageLatency {
-                        from: decisions.host_name(from.ip()),
-                        to: decisions.host_name(to.ip()),
-                        segment: segment_name(sent.protocol()).to_owned(),
+                    let subject = || {
+                        let subject = Subject::MessageLatency {
+                            from: decisions.host_name(from.ip()),
+                            to: decisions.host_name(to.ip()),
+                            segment: segment_name(sent.protocol()).to_owned(),
+                        };
+                        (subject, first_line(sent.protocol()))
                     };
-                    let latency_ms = decisions.draw(subject, sent_ms, rng, |rng| {
+                    let latency_ms = decisions.draw_detailed(subject, sent_ms, rng, |rng| {
                         u64::try_from(range.draw(rng).as_millis()).unwrap_or(u64::MAX)
                     });
                     let latency = Duration::from_millis(latency_ms);

@@ -1,0 +1,444 @@
+//! Why one run failed (docs: BRIEF §16, issue 23): which of its random
+//! decisions made the failure likely, and which ones it needs.
+//!
+//! The run is replayed with its decision log recorded
+//! ([`idem_sim::decisions`]). Then, for a prefix of `k` decisions kept as
+//! they were and every later draw made afresh, `samples` runs estimate
+//! P(fail | k) with a Wilson interval: P(fail | 0) is how likely the
+//! failure is in this world at all, P(fail | n) is 1 (the run itself). A
+//! bisection finds the decision after which the failure became likely
+//! (the first prefix past half-way from P(fail | 0) to 1), and a few
+//! evenly spaced prefixes draw the curve along the run's timeline. Last, each
+//! decision around that point is redrawn alone, everything else kept, to
+//! say which ones the failure needs.
+//!
+//! "Fail" means the failure being explained: a violation of the original
+//! run's first invariant. Every sample run uses the run's own seed for
+//! everything that is not a decision (ids, turmoil's own generator), and
+//! sample `j` draws its fresh values from the same generator at every
+//! prefix (common random numbers), so two prefixes differ only by the
+//! decisions they keep.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use idem_core::design::Design;
+use idem_sim::decisions::{Decision, Decisions, Kept};
+use idem_sim::net::child_seed;
+use idem_sim::oracle::Invariant;
+use idem_sim::run::{RunOutcome, Verdict, run_deciding};
+use idem_sim::scenario::Scenario;
+
+use super::table::EXPLAIN_SCHEMA;
+use super::wilson::Proportion;
+use crate::record::invariant_name;
+use crate::runner::{Progress, Runner};
+
+/// How many evenly spaced prefixes draw the curve, besides the
+/// bisection's own.
+const CURVE_POINTS: usize = 6;
+/// How many decisions up to the decisive one are each redrawn alone.
+const NECESSITY_DECISIONS: usize = 5;
+/// With no decision kept, a failure this likely needs no decision: the
+/// world makes it.
+const LIKELY_ALREADY: f64 = 0.9;
+/// Bisection steps, at most: enough for 2^40 decisions.
+const BISECTION_STEPS_MAX: usize = 40;
+
+/// What to explain: `scenario` (as `target` names it) under `seed` and
+/// `design`, with `samples` runs per estimate.
+#[derive(Clone, Debug)]
+pub struct RunExplainPlan {
+    pub scenario: Scenario,
+    pub target: String,
+    pub seed: u64,
+    pub design: Design,
+    pub samples: u32,
+    pub jobs: Option<NonZeroUsize>,
+}
+
+/// One point of the likelihood curve: P(fail) with the first `kept`
+/// decisions as they were.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    pub kept: usize,
+    /// Simulated time of the last kept decision (0 for none).
+    pub t_ms: u64,
+    pub fails: Proportion,
+}
+
+/// The decision after which the failure became likely.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decisive {
+    pub decision: Decision,
+    pub words: String,
+    /// P(fail) with the decisions before it kept, and with it kept too.
+    pub before: Proportion,
+    pub after: Proportion,
+}
+
+/// One decision redrawn alone, every other kept.
+#[derive(Clone, Debug, Serialize)]
+pub struct Necessity {
+    pub decision: Decision,
+    pub words: String,
+    pub fails_without: Proportion,
+    /// Whether the failure needs it: redrawn alone, the failure is no
+    /// longer likely (the interval's top below
+    /// [`RunExplanation::likely_from`]).
+    pub needed: bool,
+}
+
+/// The explanation of one failing run, as `--json` writes it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunExplanation {
+    pub schema: u32,
+    /// Always [`EXPLAIN_RUN_KIND`].
+    pub kind: &'static str,
+    pub scenario: String,
+    pub seed: u64,
+    pub design: String,
+    pub invariant: u8,
+    pub invariant_name: String,
+    pub violation: String,
+    pub decisions: usize,
+    pub samples: u32,
+    /// Every estimate made, by prefix length.
+    pub curve: Vec<Point>,
+    /// `None` when the failure is already likely with no decision kept:
+    /// the world makes it, not the draws.
+    pub decisive: Option<Decisive>,
+    pub necessity: Vec<Necessity>,
+    /// The failure counts as likely from this P(fail) on: half-way from
+    /// P(fail) with no decision kept to 1.
+    pub likely_from: f64,
+    /// Sample runs made in all.
+    pub runs: u64,
+    pub build: idem_reports::BuildStamp,
+}
+
+/// The `kind` of a [`RunExplanation`].
+pub const EXPLAIN_RUN_KIND: &str = "explain_run";
+
+/// Why an explanation could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("the run could not finish: {0}")]
+    Run(String),
+    #[error("seed {seed} passes under {design}: there is no failure to explain")]
+    Passed { seed: u64, design: String },
+    #[error(
+        "the scenario takes every step (timing.skip_quiet = false): turmoil then draws message \
+         latencies itself, outside the decision log, so the run cannot be replayed decision by \
+         decision"
+    )]
+    EveryStep,
+    #[error(
+        "replaying every recorded decision did not reproduce the run (trace hash {replayed} \
+         against {recorded}): some draw escapes the decision log"
+    )]
+    NotReproduced { recorded: String, replayed: String },
+}
+
+/// The explanation, and what it took.
+#[derive(Debug)]
+pub struct ExplainedRun {
+    pub explanation: RunExplanation,
+    pub threads: usize,
+    pub wall: Duration,
+}
+
+/// Explains the plan's run.
+pub fn explain_run(plan: &RunExplainPlan) -> Result<ExplainedRun, ExplainError> {
+    if !plan.scenario.timing.skip_quiet {
+        return Err(ExplainError::EveryStep);
+    }
+    let recording = Decisions::recording();
+    let original = simulate(plan, recording.clone())?;
+    let Some(first) = original.report.violations.first() else {
+        return Err(ExplainError::Passed {
+            seed: plan.seed,
+            design: plan.design.name().to_owned(),
+        });
+    };
+    let invariant = first.invariant;
+    let violation = first.message.clone();
+    let log = recording.log();
+    check_replay(plan, &log, &original)?;
+    let mut study = Study::new(plan, &log, invariant);
+    let explanation = study.explain(&violation);
+    Ok(ExplainedRun {
+        explanation,
+        threads: study.runner.jobs(),
+        wall: study.wall,
+    })
+}
+
+fn simulate(plan: &RunExplainPlan, decisions: Decisions) -> Result<RunOutcome, ExplainError> {
+    run_deciding(&plan.scenario, plan.seed, plan.design, decisions)
+        .map_err(|e| ExplainError::Run(e.to_string()))
+}
+
+/// Every decision kept must give the run back, byte for byte: otherwise
+/// some draw is outside the log, and no estimate would mean anything.
+fn check_replay(
+    plan: &RunExplainPlan,
+    log: &[Decision],
+    original: &RunOutcome,
+) -> Result<(), ExplainError> {
+    let replay = simulate(
+        plan,
+        Decisions::intervening(Kept::from_log(log, |_| true), 0),
+    )?;
+    if replay.report.trace_hash == original.report.trace_hash {
+        Ok(())
+    } else {
+        Err(ExplainError::NotReproduced {
+            recorded: original.report.trace_hash.clone(),
+            replayed: replay.report.trace_hash,
+        })
+    }
+}
+
+/// The estimates of one explanation.
+struct Study<'a> {
+    plan: &'a RunExplainPlan,
+    log: &'a [Decision],
+    invariant: Invariant,
+    runner: Runner,
+    curve: Vec<Point>,
+    runs: u64,
+    wall: Duration,
+}
+
+impl<'a> Study<'a> {
+    fn new(plan: &'a RunExplainPlan, log: &'a [Decision], invariant: Invariant) -> Self {
+        Self {
+            plan,
+            log,
+            invariant,
+            runner: Runner::new(plan.jobs).progress(Progress::hidden()),
+            curve: Vec::new(),
+            runs: 0,
+            wall: Duration::ZERO,
+        }
+    }
+
+    fn explain(&mut self, violation: &str) -> RunExplanation {
+        let n = self.log.len();
+        let start = self.prefix(0);
+        let decisive = (start.estimate < LIKELY_ALREADY && n > 0).then(|| self.bisect());
+        for k in (1..CURVE_POINTS).map(|i| i * n / CURVE_POINTS) {
+            self.prefix(k);
+        }
+        let necessity = match &decisive {
+            Some(d) => self.necessity(d.decision.index),
+            None => Vec::new(),
+        };
+        let likely_from = self.likely_from();
+        self.curve.sort_by_key(|p| p.kept);
+        self.curve.dedup_by_key(|p| p.kept);
+        RunExplanation {
+            schema: EXPLAIN_SCHEMA,
+            kind: EXPLAIN_RUN_KIND,
+            scenario: self.plan.target.clone(),
+            seed: self.plan.seed,
+            design: self.plan.design.name().to_owned(),
+            invariant: self.invariant.number(),
+            invariant_name: invariant_name(self.invariant),
+            violation: violation.to_owned(),
+            decisions: n,
+            samples: self.plan.samples,
+            curve: std::mem::take(&mut self.curve),
+            decisive,
+            necessity,
+            likely_from,
+            runs: self.runs,
+            build: crate::record::build(),
+        }
+    }
+
+    /// P(fail) with the first `k` decisions kept (the run itself at `n`,
+    /// which fails by construction and is not sampled).
+    fn prefix(&mut self, k: usize) -> Proportion {
+        if let Some(point) = self.curve.iter().find(|p| p.kept == k) {
+            return point.fails;
+        }
+        let fails = if k == self.log.len() {
+            Proportion::new(1, 1).expect("one trial")
+        } else {
+            let kept = Kept::from_log(self.log, |i| i < k);
+            self.estimate(&kept)
+        };
+        let t_ms = k.checked_sub(1).map_or(0, |i| self.log[i].t_ms);
+        self.curve.push(Point {
+            kept: k,
+            t_ms,
+            fails,
+        });
+        fails
+    }
+
+    /// The decision after which the failure became likely, by bisection:
+    /// the first prefix whose P(fail) reaches [`Study::likely_from`] (the
+    /// prefixes are taken to be ordered, which they are up to noise), and
+    /// its last decision.
+    fn bisect(&mut self) -> Decisive {
+        let (mut low, mut high) = (0, self.log.len());
+        let likely_from = self.likely_from();
+        for _ in 0..BISECTION_STEPS_MAX {
+            if high - low <= 1 {
+                break;
+            }
+            let middle = low + (high - low) / 2;
+            if self.prefix(middle).estimate >= likely_from {
+                high = middle;
+            } else {
+                low = middle;
+            }
+        }
+        let decision = self.log[high - 1].clone();
+        Decisive {
+            words: decision.describe(),
+            before: self.prefix(high - 1),
+            after: self.prefix(high),
+            decision,
+        }
+    }
+
+    /// Half-way from P(fail) with no decision kept to 1.
+    fn likely_from(&mut self) -> f64 {
+        f64::midpoint(self.prefix(0).estimate, 1.0)
+    }
+
+    /// The decisive decision and the few before it, each redrawn alone.
+    fn necessity(&mut self, decisive: usize) -> Vec<Necessity> {
+        let likely_from = self.likely_from();
+        let first = decisive.saturating_sub(NECESSITY_DECISIONS - 1);
+        (first..=decisive)
+            .rev()
+            .map(|index| {
+                let kept = Kept::from_log(self.log, |i| i != index);
+                let fails_without = self.estimate(&kept);
+                let decision = self.log[index].clone();
+                Necessity {
+                    words: decision.describe(),
+                    needed: fails_without.interval.high < likely_from,
+                    fails_without,
+                    decision,
+                }
+            })
+            .collect()
+    }
+
+    /// `samples` runs keeping `kept`, sample `j` drawing the rest from
+    /// its own generator; how many fail as the original did.
+    fn estimate(&mut self, kept: &Kept) -> Proportion {
+        let samples = usize::try_from(self.plan.samples).expect("a u32 fits in usize");
+        let mut failed = 0_u64;
+        let (plan, invariant) = (self.plan, self.invariant);
+        let finished = self.runner.run(
+            samples,
+            |j| {
+                let sample_seed = child_seed(plan.seed, &format!("explain/sample/{j}"));
+                let decisions = Decisions::intervening(kept.clone(), sample_seed);
+                // A run that cannot finish is not the failure explained.
+                simulate(plan, decisions).is_ok_and(|outcome| fails_as(&outcome, invariant))
+            },
+            |_, fails, _| failed += u64::from(fails),
+        );
+        self.runs += finished.ran as u64;
+        self.wall += finished.wall;
+        Proportion::new(failed, finished.ran as u64).expect("at least one sample")
+    }
+}
+
+fn fails_as(outcome: &RunOutcome, invariant: Invariant) -> bool {
+    outcome.report.verdict == Verdict::Fail
+        && outcome
+            .report
+            .violations
+            .iter()
+            .any(|v| v.invariant == invariant)
+}
+
+impl RunExplanation {
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("an explanation serializes");
+        text.push('\n');
+        text
+    }
+
+    /// For people: the decisive decision first, then what the failure
+    /// needs, then the curve.
+    pub fn to_text(&self) -> String {
+        let mut lines = vec![format!(
+            "{} seed {} under {} fails invariant {} ({}): {}",
+            self.scenario,
+            self.seed,
+            self.design,
+            self.invariant,
+            self.invariant_name,
+            self.violation
+        )];
+        match &self.decisive {
+            Some(d) => {
+                lines.push(format!(
+                    "decisive: decision #{} of {} at {} ms: {}",
+                    d.decision.index + 1,
+                    self.decisions,
+                    d.decision.t_ms,
+                    d.words
+                ));
+                lines.push(format!(
+                    "P(fail) {} with the decisions before it kept, {} with it kept too ({} samples each)",
+                    percent(&d.before),
+                    percent(&d.after),
+                    self.samples
+                ));
+            }
+            None => lines.push(format!(
+                "no single decision: with none of the run's {} decisions kept the failure already \
+                 happens {} of the time; the world makes it, not the draws",
+                self.decisions,
+                percent(&self.curve[0].fails)
+            )),
+        }
+        if !self.necessity.is_empty() {
+            lines.push("each decision redrawn alone, everything else kept:".to_owned());
+            for n in &self.necessity {
+                lines.push(format!(
+                    "  #{:<5} {} without it: fails {}  {}",
+                    n.decision.index + 1,
+                    if n.needed { "needed " } else { "optional" },
+                    percent(&n.fails_without),
+                    n.words
+                ));
+            }
+        }
+        lines.push("likelihood along the run (decisions kept, up to ms, P(fail)):".to_owned());
+        for p in &self.curve {
+            lines.push(format!(
+                "  {:>6}  {:>7} ms  {}",
+                p.kept,
+                p.t_ms,
+                percent(&p.fails)
+            ));
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        text
+    }
+}
+
+/// "97% [93%, 99%]".
+fn percent(p: &Proportion) -> String {
+    format!(
+        "{:.0}% [{:.0}%, {:.0}%]",
+        p.estimate * 100.0,
+        p.interval.low * 100.0,
+        p.interval.high * 100.0
+    )
+}
