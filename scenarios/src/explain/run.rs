@@ -383,41 +383,8 @@ impl RunExplanation {
             self.invariant_name,
             self.violation
         )];
-        match &self.decisive {
-            Some(d) => {
-                lines.push(format!(
-                    "decisive: decision #{} of {} at {} ms: {}",
-                    d.decision.index + 1,
-                    self.decisions,
-                    d.decision.t_ms,
-                    d.words
-                ));
-                lines.push(format!(
-                    "P(fail) {} with the decisions before it kept, {} with it kept too ({} samples each)",
-                    percent(&d.before),
-                    percent(&d.after),
-                    self.samples
-                ));
-            }
-            None => lines.push(format!(
-                "no single decision: with none of the run's {} decisions kept the failure already \
-                 happens {} of the time; the world makes it, not the draws",
-                self.decisions,
-                percent(&self.curve[0].fails)
-            )),
-        }
-        if !self.necessity.is_empty() {
-            lines.push("each decision redrawn alone, everything else kept:".to_owned());
-            for n in &self.necessity {
-                lines.push(format!(
-                    "  #{:<5} {} without it: fails {}  {}",
-                    n.decision.index + 1,
-                    if n.needed { "needed " } else { "optional" },
-                    percent(&n.fails_without),
-                    n.words
-                ));
-            }
-        }
+        lines.extend(self.decisive_lines());
+        lines.extend(self.necessity_lines());
         lines.push("likelihood along the run (decisions kept, up to ms, P(fail)):".to_owned());
         for p in &self.curve {
             lines.push(format!(
@@ -430,6 +397,49 @@ impl RunExplanation {
         let mut text = lines.join("\n");
         text.push('\n');
         text
+    }
+
+    fn decisive_lines(&self) -> Vec<String> {
+        match &self.decisive {
+            Some(d) => vec![
+                format!(
+                    "decisive: decision #{} of {} at {} ms: {}",
+                    d.decision.index + 1,
+                    self.decisions,
+                    d.decision.t_ms,
+                    d.words
+                ),
+                format!(
+                    "P(fail) {} with the decisions before it kept, {} with it kept too ({} samples each)",
+                    percent(&d.before),
+                    percent(&d.after),
+                    self.samples
+                ),
+            ],
+            None => vec![format!(
+                "no single decision: with none of the run's {} decisions kept the failure already \
+                 happens {} of the time; the world makes it, not the draws",
+                self.decisions,
+                percent(&self.curve[0].fails)
+            )],
+        }
+    }
+
+    fn necessity_lines(&self) -> Vec<String> {
+        if self.necessity.is_empty() {
+            return Vec::new();
+        }
+        let mut lines = vec!["each decision redrawn alone, everything else kept:".to_owned()];
+        for n in &self.necessity {
+            lines.push(format!(
+                "  #{:<5} {} without it: fails {}  {}",
+                n.decision.index + 1,
+                if n.needed { "needed " } else { "optional" },
+                percent(&n.fails_without),
+                n.words
+            ));
+        }
+        lines
     }
 }
 

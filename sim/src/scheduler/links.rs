@@ -75,6 +75,29 @@ fn segment_name(protocol: &Protocol) -> &'static str {
     }
 }
 
+/// A message's latency, decided through the run's decision log.
+fn decide_latency(
+    decisions: &Decisions,
+    rng: &mut ChaCha8Rng,
+    range: LatencyRange,
+    sent: &turmoil::SentRef<'_>,
+    sent_ms: u64,
+) -> Duration {
+    let (from, to) = sent.pair();
+    let subject = || {
+        let subject = Subject::MessageLatency {
+            from: decisions.host_name(from.ip()),
+            to: decisions.host_name(to.ip()),
+            segment: segment_name(sent.protocol()).to_owned(),
+        };
+        (subject, first_line(sent.protocol()))
+    };
+    let latency_ms = decisions.draw_detailed(subject, sent_ms, rng, |rng| {
+        u64::try_from(range.draw(rng).as_millis()).unwrap_or(u64::MAX)
+    });
+    Duration::from_millis(latency_ms)
+}
+
 /// A data segment's first line, when it reads as text (an HTTP request
 /// or status line, the start of a store call), at most
 /// [`FIRST_LINE_CHARS_MAX`] characters; empty otherwise.
@@ -206,19 +229,7 @@ impl Links {
                     if metering && let Some(seen) = seen(sent.protocol()) {
                         shown.push((sent.pair(), seen));
                     }
-                    let (from, to) = sent.pair();
-                    let subject = || {
-                        let subject = Subject::MessageLatency {
-                            from: decisions.host_name(from.ip()),
-                            to: decisions.host_name(to.ip()),
-                            segment: segment_name(sent.protocol()).to_owned(),
-                        };
-                        (subject, first_line(sent.protocol()))
-                    };
-                    let latency_ms = decisions.draw_detailed(subject, sent_ms, rng, |rng| {
-                        u64::try_from(range.draw(rng).as_millis()).unwrap_or(u64::MAX)
-                    });
-                    let latency = Duration::from_millis(latency_ms);
+                    let latency = decide_latency(decisions, rng, *range, &sent, sent_ms);
                     let burst = bursts.entry(sent.pair()).or_default();
                     *burst = (*burst).max(latency);
                     fresh.push(Fresh { key, pair, latency });
@@ -230,6 +241,18 @@ impl Links {
                 meter.record(sim, flow, seen, sent_at);
             }
         }
+        self.schedule_fresh(fresh, &bursts, sent_at);
+    }
+
+    /// Gives each fresh message its due time: its step's time plus the
+    /// longest latency drawn for its flow in that step, never before the
+    /// flow's last burst; a held link's messages wait for the release.
+    fn schedule_fresh(
+        &mut self,
+        fresh: Vec<Fresh>,
+        bursts: &BTreeMap<Flow, Duration>,
+        sent_at: Duration,
+    ) {
         for message in fresh {
             let flow = (message.key.0, message.key.1);
             let burst = bursts.get(&flow).copied().unwrap_or(message.latency);
