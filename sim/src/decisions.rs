@@ -288,8 +288,7 @@ impl Decisions {
 /// scheduler's clock (turmoil's own runs behind it when quiet time is
 /// skipped).
 pub fn sim_now_ms() -> u64 {
-    crate::scheduler::sim_elapsed()
-        .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+    crate::scheduler::sim_elapsed().map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Chooser for Decisions {
