@@ -151,6 +151,36 @@ pub struct SuiteReport {
     pub correct_failures: Vec<RunRecord>,
     /// The build that ran the suite: its seeds reproduce on this code.
     pub build: crate::schema::BuildStamp,
+    /// What each naive design is fragile to over fuzz worlds, when the
+    /// report was asked for it (`idem report --explain-seeds`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fragility: Vec<Fragility>,
+}
+
+/// What a naive design is fragile to, over the fuzz worlds of `seeds`:
+/// the features of a world that make its failure more likely (triggers)
+/// and less likely (suppressors), each with its 95% interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fragility {
+    pub design: String,
+    pub seeds: SeedRange,
+    /// Worlds judged (passed or failed), and how many failed.
+    pub judged: u64,
+    pub failed: u64,
+    /// Surest first.
+    pub triggers: Vec<FeatureEffect>,
+    pub suppressors: Vec<FeatureEffect>,
+}
+
+/// One feature's contrast: P(fail) with it and without it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FeatureEffect {
+    pub label: String,
+    pub present: f64,
+    pub absent: f64,
+    /// The difference's 95% interval.
+    pub low: f64,
+    pub high: f64,
 }
 
 /// What [`SuiteReport::new`] needs.
@@ -233,6 +263,7 @@ impl SuiteReport {
             scenarios,
             designs,
             build,
+            fragility: Vec::new(),
         }
     }
 

@@ -34,6 +34,11 @@ pub struct ReportArgs {
     /// same whatever this is.
     #[arg(long)]
     pub jobs: Option<NonZeroUsize>,
+    /// Also tell, per naive design, what it is fragile to over the fuzz
+    /// worlds of these seeds (`idem explain --fuzz`): a table of triggers
+    /// and suppressors in the index.
+    #[arg(long, value_name = "A..B")]
+    pub explain_seeds: Option<Seeds>,
 }
 
 pub fn report_command(args: ReportArgs) -> Result<Exit, CliError> {
@@ -47,6 +52,7 @@ pub fn report_command(args: ReportArgs) -> Result<Exit, CliError> {
         whole_catalogue: args.scenarios.is_empty(),
         command_line: &command_line,
         jobs: args.jobs,
+        explain_seeds: args.explain_seeds,
     };
     let made = review(&plan).map_err(|e| match e {
         ReviewError::TooManySeeds => CliError::Usage(e.to_string()),

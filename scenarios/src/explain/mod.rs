@@ -29,7 +29,8 @@ use idem_reports::sweep::SeedRange;
 use crate::fuzz::{prepare, world};
 use crate::record::{execute, invariant_name};
 use crate::runner::{Progress, Runner, Seeds};
-use table::{Explanation, WorldRecord};
+use idem_reports::suite::{FeatureEffect, Fragility};
+use table::{Effect, Explanation, WorldRecord};
 
 /// What to explain: the fuzz worlds of `seeds` under `design`.
 #[derive(Clone, Copy, Debug)]
@@ -107,4 +108,39 @@ fn observe(seed: u64, design: Design) -> (WorldRecord, BTreeMap<u8, String>) {
         };
     }
     (record, names)
+}
+
+/// Contrasts a report's fragility table shows per effect, at most.
+const FRAGILITY_ROWS_MAX: usize = 5;
+
+impl Explanation {
+    /// The report's view: the surest triggers and suppressors, first.
+    pub fn fragility(&self) -> Fragility {
+        let effect = |row: &table::Contrast| FeatureEffect {
+            label: row.label.to_owned(),
+            present: row.present.estimate,
+            absent: row.absent.estimate,
+            low: row.difference.interval.low,
+            high: row.difference.interval.high,
+        };
+        let suppressors: Vec<&table::Contrast> = self.rows(Effect::Suppressor).collect();
+        Fragility {
+            design: self.design.clone(),
+            seeds: self.seeds,
+            judged: self.totals.passed + self.totals.failed,
+            failed: self.totals.failed,
+            triggers: self
+                .rows(Effect::Trigger)
+                .take(FRAGILITY_ROWS_MAX)
+                .map(effect)
+                .collect(),
+            // Ranked with the surest last.
+            suppressors: suppressors
+                .iter()
+                .rev()
+                .take(FRAGILITY_ROWS_MAX)
+                .map(|row| effect(row))
+                .collect(),
+        }
+    }
 }

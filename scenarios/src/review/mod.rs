@@ -49,6 +49,9 @@ pub struct ReviewPlan<'a> {
     /// The command line, for the provenance blocks.
     pub command_line: &'a str,
     pub jobs: Option<NonZeroUsize>,
+    /// Fuzz seeds over which to tell what each naive design is fragile to
+    /// (the index's fragility tables); none without it.
+    pub explain_seeds: Option<Seeds>,
 }
 
 /// Why a review could not be made.
@@ -102,7 +105,8 @@ pub fn review(plan: &ReviewPlan<'_>) -> Result<Review, ReviewError> {
     let seeds = plan.seeds.text();
     let provisional = provenance(plan.command_line, &seeds, None);
     let (pages, pages_wall) = render_pages(plan, &ran, &provisional);
-    let (suite, suite_wall) = (ran.report, ran.wall);
+    let (mut suite, suite_wall) = (ran.report, ran.wall);
+    suite.fragility = fragility(plan);
     let threads = Runner::new(plan.jobs).jobs();
     let performance = Performance {
         wall_ms: u64::try_from(suite_wall.as_millis()).unwrap_or(u64::MAX),
@@ -121,6 +125,27 @@ pub fn review(plan: &ReviewPlan<'_>) -> Result<Review, ReviewError> {
         suite_wall,
         pages_wall,
     })
+}
+
+/// What each naive design of the plan is fragile to over its explain
+/// seeds, in design order.
+fn fragility(plan: &ReviewPlan<'_>) -> Vec<idem_reports::suite::Fragility> {
+    let Some(seeds) = plan.explain_seeds else {
+        return Vec::new();
+    };
+    plan.designs
+        .iter()
+        .filter(|d| crate::mutants::role(**d) == idem_reports::Role::Mutant)
+        .map(|design| {
+            crate::explain::explain_fuzz(&crate::explain::FuzzExplainPlan {
+                seeds,
+                design: *design,
+                jobs: plan.jobs,
+            })
+            .explanation
+            .fragility()
+        })
+        .collect()
 }
 
 /// What the suite's runs left: the report, what the pages need of each

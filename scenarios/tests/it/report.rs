@@ -304,3 +304,47 @@ fn an_explained_run_page_shows_its_likelihood_band() -> Result<(), Box<dyn std::
     assert!(section.contains("decisive, "), "and marked on the band");
     Ok(())
 }
+
+/// `idem report --explain-seeds`: the index tells what each naive design
+/// is fragile to, in a table a browser renders.
+#[test]
+fn the_index_tells_what_each_naive_design_is_fragile_to() -> Result<(), Box<dyn std::error::Error>>
+{
+    let dir = tempfile::tempdir()?;
+    let out = idem(&[
+        "report",
+        "--out",
+        dir.path().to_str().ok_or("a UTF-8 path")?,
+        "--seeds",
+        "0..1",
+        "--scenarios",
+        "double-click",
+        "--designs",
+        "check-then-insert",
+        "--explain-seeds",
+        "0..24",
+    ]);
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = chromium(&dir.path().join("index.html"));
+    let dom = &rendered.dom;
+    let section = dom
+        .find("What each naive design is fragile to")
+        .ok_or("the fragility section")?;
+    let table = &dom[section..];
+    assert!(
+        table.contains("<code>check-then-insert</code>: "),
+        "one heading per naive design"
+    );
+    // Its race needs two creates of one key at once: a double click is
+    // among its triggers over these worlds (measured in the explain tests).
+    let trigger = table.find(">trigger<").ok_or("a trigger row")?;
+    assert!(
+        table[trigger..].contains("double click"),
+        "a double click triggers it"
+    );
+    Ok(())
+}
