@@ -28,6 +28,25 @@ use crate::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, migrator, pool_
 const TEMPLATE_DB: &str = "idem_template";
 /// How long the cluster may take to accept connections, in 100 ms polls.
 const READY_POLLS_MAX: u32 = 300;
+/// Ports tried for a new cluster, at most: each was free when drawn.
+const PORT_TRIES_MAX: u32 = 4;
+
+/// Why a server did not start.
+#[derive(Debug, thiserror::Error)]
+enum ServerStart {
+    /// It exited: most often its port was taken after it was drawn.
+    #[error("{0}")]
+    Exited(String),
+    /// It did not become ready in time, or could not be launched.
+    #[error("{0}")]
+    NotReady(String),
+}
+
+impl From<String> for ServerStart {
+    fn from(message: String) -> Self {
+        ServerStart::NotReady(message)
+    }
+}
 /// Connections per test database: enough for the 32-way concurrency tests.
 const TEST_POOL_CONNECTIONS_MAX: u32 = 40;
 
@@ -256,6 +275,11 @@ impl Cluster {
     /// (which override the defaults), and waits until it accepts
     /// connections.
     pub fn start(settings: &[(&str, &str)]) -> Result<Self, String> {
+        Self::start_on(free_port()?, settings)
+    }
+
+    /// [`Cluster::start`], trying `port` first.
+    fn start_on(port: u16, settings: &[(&str, &str)]) -> Result<Self, String> {
         let bin = pg_bin_dir()?;
         let root = is_root();
         let dir = tempfile::Builder::new()
@@ -270,7 +294,7 @@ impl Cluster {
             bin,
             root,
             dir,
-            port: free_port()?,
+            port,
             settings: SETTINGS_DEFAULT
                 .iter()
                 .chain(settings)
@@ -279,7 +303,16 @@ impl Cluster {
             server: None,
         };
         cluster.init()?;
-        cluster.run_server()?;
+        // The port was free when it was drawn, but another cluster (another
+        // test, another run) may have taken it since: then this server
+        // exits at once, and a fresh port is tried.
+        for _ in 1..PORT_TRIES_MAX {
+            match cluster.run_server() {
+                Err(ServerStart::Exited(_)) => cluster.port = free_port()?,
+                other => return other.map(|()| cluster).map_err(|e| e.to_string()),
+            }
+        }
+        cluster.run_server().map_err(|e| e.to_string())?;
         Ok(cluster)
     }
 
@@ -335,7 +368,7 @@ impl Cluster {
 
     /// Starts the server on the cluster's data directory and port, and
     /// waits until it accepts connections.
-    fn run_server(&mut self) -> Result<(), String> {
+    fn run_server(&mut self) -> Result<(), ServerStart> {
         // pg_stat_statements, where it is installed, lets the speed bench
         // count the statements each request costs; it changes no query's
         // result.
@@ -366,16 +399,38 @@ impl Cluster {
             .map_err(|e| format!("postgres: {e}"))?;
         self.server = Some(child);
         for _ in 0..READY_POLLS_MAX {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if let Some(server) = &mut self.server
+                && let Ok(Some(status)) = server.try_wait()
+            {
+                self.server = None;
+                return Err(ServerStart::Exited(format!(
+                    "postgres exited ({status}) before it was ready on port {}:\n{}",
+                    self.port,
+                    self.log()
+                )));
+            }
+            // Ready by its own postmaster.pid, not by a connection: a
+            // connection to the port may reach another server that holds it.
+            if self.is_ready() && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Err(format!(
+        Err(ServerStart::NotReady(format!(
             "postgres did not accept connections on port {}:\n{}",
             self.port,
             self.log()
-        ))
+        )))
+    }
+
+    /// Whether this cluster's own server says it is ready: the last line
+    /// of `postmaster.pid` is its status, and the fourth its port.
+    fn is_ready(&self) -> bool {
+        let Ok(pid_file) = std::fs::read_to_string(self.data().join("postmaster.pid")) else {
+            return false;
+        };
+        let lines: Vec<&str> = pid_file.lines().map(str::trim).collect();
+        lines.get(3) == Some(&self.port.to_string().as_str()) && lines.get(7) == Some(&"ready")
     }
 
     /// Crashes the server as a power cut would its processes: `pg_ctl stop
@@ -406,7 +461,7 @@ impl Cluster {
     /// Starts the server again after [`Cluster::stop_immediate`], on the
     /// same data directory and port.
     pub fn restart(&mut self) -> Result<(), String> {
-        self.run_server()
+        self.run_server().map_err(|e| e.to_string())
     }
 }
 
@@ -448,7 +503,7 @@ fn spawn_watchdog(bin: &Path, root: bool, data: &Path, dir: &Path) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use super::server_part;
+    use super::{Cluster, server_part};
 
     #[test]
     fn server_part_strips_the_database() {
@@ -457,5 +512,17 @@ mod tests {
             "postgres://u:p@h:5432"
         );
         assert_eq!(server_part("postgres://h:1"), "postgres://h:1");
+    }
+
+    /// A port taken between its draw and the server's start (by another
+    /// cluster here) is not mistaken for this cluster's server: the start
+    /// moves on to a fresh port.
+    #[test]
+    fn a_taken_port_is_left_for_a_fresh_one() -> Result<(), String> {
+        let first = Cluster::start(&[])?;
+        let second = Cluster::start_on(first.port(), &[])?;
+        assert_ne!(second.port(), first.port());
+        assert!(second.is_ready());
+        Ok(())
     }
 }
