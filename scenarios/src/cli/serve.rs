@@ -27,8 +27,15 @@ pub struct ProviderServerArgs {
     /// Execute (and bill) every request, even with a repeated Idempotency-Key.
     #[arg(long)]
     ignore_idempotency_keys: bool,
-    /// How the answers break the triage contract, if they do.
-    #[arg(long, value_enum, default_value = "valid")]
+    /// How the answers break the triage contract, if they do. (Named
+    /// apart from `certify --contract FILE` and `serve --contract FILE`,
+    /// which name a contract; `--contract` is still accepted here.)
+    #[arg(
+        long = "contract-defect",
+        alias = "contract",
+        value_enum,
+        default_value = "valid"
+    )]
     contract: ContractArg,
     /// One execution in this many answers differently (0: never).
     #[arg(long, default_value_t = 0)]
