@@ -19,9 +19,10 @@ use serde_json::{Value, json};
 use idem_core::fingerprint::{canonicalize, fingerprint};
 use idem_core::model::{AttemptId, JobId};
 
-use crate::decisions::{Decisions, Subject, sim_now_ms};
+use crate::decisions::{Decisions, Subject};
 use crate::net::SERVICE_PORT;
 use crate::scenario::{Action, ClientSpec};
+use crate::scheduler::sim_elapsed_ms;
 use crate::trace::{Recorder, TraceBody};
 
 /// The largest response body a client reads.
@@ -126,7 +127,7 @@ impl Client {
         let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
         self.ctx
             .decisions
-            .draw(subject, sim_now_ms(), &mut rng, |rng| {
+            .draw(subject, sim_elapsed_ms(), &mut rng, |rng| {
                 rng.random_range(range.clone())
             })
     }
@@ -141,7 +142,7 @@ impl Client {
         let index = self
             .ctx
             .decisions
-            .draw(subject, sim_now_ms(), &mut rng, |rng| {
+            .draw(subject, sim_elapsed_ms(), &mut rng, |rng| {
                 rng.random_range(0..=last)
             });
         usize::try_from(index).expect("small index")

@@ -4,7 +4,8 @@
 //! Three kinds of draw decide how a run unfolds: each message's latency on
 //! its link (the scheduler's draw, made in turmoil's distribution), each
 //! client action's jitter, and each provider execution's jitter and error
-//! roll. Every one of them goes through [`Decisions::draw`]. Off (the
+//! roll. Every one of them goes through [`Decisions::draw`] (a provider's
+//! through the world's `Chooser`, which times them). Off (the
 //! default, and every ordinary run) it is the site's own draw and nothing
 //! more. Recording, it also writes down what was decided, so `idem explain`
 //! can name it. Intervening, it gives each draw a value kept from a
@@ -28,7 +29,6 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use idem_core::provider::server::{Choice, Chooser};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -281,27 +281,6 @@ impl Decisions {
                     .clone()
             })
             .unwrap_or_default()
-    }
-}
-
-/// Simulated milliseconds now, on a simulated host (0 off one), by the
-/// scheduler's clock (turmoil's own runs behind it when quiet time is
-/// skipped).
-pub fn sim_now_ms() -> u64 {
-    crate::scheduler::sim_elapsed().map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
-}
-
-impl Chooser for Decisions {
-    fn choose(&self, provider: &str, choice: Choice, rng: &mut ChaCha8Rng) -> u64 {
-        let subject = || match choice {
-            Choice::JitterMs { .. } => Subject::ProviderJitter {
-                provider: provider.to_owned(),
-            },
-            Choice::ErrorRoll => Subject::ProviderErrorRoll {
-                provider: provider.to_owned(),
-            },
-        };
-        self.draw(subject, sim_now_ms(), rng, |rng| choice.draw(rng))
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use crate::certify::{CERTIFIER, certify_profile};
 use crate::client::{ClientContext, KnownJobs, run_client};
-use crate::decisions::Decisions;
+use crate::decisions::{Decisions, Subject};
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
@@ -397,7 +397,7 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
         let behaviour = world.provider_profiles[&profile.name].clone();
         let server = ProviderServer::named(&profile.name, behaviour);
         if world.decisions.is_on() {
-            server.set_chooser(Arc::new(world.decisions.clone()));
+            server.set_chooser(Arc::new(ProviderChooser(world.decisions.clone())));
         }
         let (recorder, name, host_name) = (
             world.recorder.clone(),
@@ -507,5 +507,32 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
             decisions: world.decisions.clone(),
         };
         world.client(host::client(&spec.name).as_str(), run_client(ctx));
+    }
+}
+
+/// A provider's random choices, made through the run's decision log and
+/// timed by the scheduler's clock.
+struct ProviderChooser(Decisions);
+
+impl idem_core::provider::server::Chooser for ProviderChooser {
+    fn choose(
+        &self,
+        provider: &str,
+        choice: idem_core::provider::server::Choice,
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> u64 {
+        use idem_core::provider::server::Choice;
+        let subject = || match choice {
+            Choice::JitterMs { .. } => Subject::ProviderJitter {
+                provider: provider.to_owned(),
+            },
+            Choice::ErrorRoll => Subject::ProviderErrorRoll {
+                provider: provider.to_owned(),
+            },
+        };
+        self.0
+            .draw(subject, crate::scheduler::sim_elapsed_ms(), rng, |rng| {
+                choice.draw(rng)
+            })
     }
 }

@@ -55,6 +55,11 @@ pub fn sim_elapsed() -> Option<Duration> {
     Some(idem_core::timer::driven_now().unwrap_or(turmoil))
 }
 
+/// [`sim_elapsed`] in whole milliseconds, 0 outside a host.
+pub fn sim_elapsed_ms() -> u64 {
+    sim_elapsed().map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Why the steps of a run were taken: where a run's steps go (`idem bench`
 /// reports it per scenario).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
