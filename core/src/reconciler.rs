@@ -234,6 +234,40 @@ impl Reconciler {
                 return report;
             }
         };
+        let mut unknowns = self.presume_stale_orphaned(&open, &mut report).await;
+        unknowns.sort_by_key(|a| (a.started_at, a.id));
+        unknowns.truncate(limit as usize);
+        let now = self.engine.clock().monotonic();
+        // The unknown attempts are reconciled side by side, each bounded by
+        // its own calls' timeouts: one lookup that never comes back holds
+        // its attempt for `provider_call_timeout_ms`, not the pass and
+        // every attempt behind it (issue 25: a status answer lost in a
+        // partition stalled the reconciler for good). Results keep the
+        // order the attempts were listed in.
+        let settled = join_all(unknowns.iter().map(|attempt| {
+            let overdue = self.waited(attempt, self.config.unknown_max_ms, now);
+            self.reconcile(attempt, overdue)
+        }))
+        .await;
+        for (attempt, settled) in unknowns.iter().zip(settled) {
+            match settled {
+                Ok(action) => report.actions.push((attempt.id, action)),
+                Err(e) => report.errors.push(e.to_string()),
+            }
+        }
+        self.lock_rounds().advance(&open, limit);
+        report
+    }
+
+    /// Moves every starting or running attempt silent past its stale
+    /// bound to unknown (the worker that held it is presumed gone), and
+    /// returns the attempts to reconcile in this pass: those already
+    /// unknown and those just moved.
+    async fn presume_stale_orphaned(
+        &self,
+        open: &[Attempt],
+        report: &mut PassReport,
+    ) -> Vec<Attempt> {
         let now = self.engine.clock().monotonic();
         let mut unknowns = Vec::new();
         for attempt in open.iter().cloned() {
@@ -269,28 +303,7 @@ impl Reconciler {
             };
             report.actions.push((attempt.id, action));
         }
-        unknowns.sort_by_key(|a| (a.started_at, a.id));
-        unknowns.truncate(limit as usize);
-        let now = self.engine.clock().monotonic();
-        // The unknown attempts are reconciled side by side, each bounded by
-        // its own calls' timeouts: one lookup that never comes back holds
-        // its attempt for `provider_call_timeout_ms`, not the pass and
-        // every attempt behind it (issue 25: a status answer lost in a
-        // partition stalled the reconciler for good). Results keep the
-        // order the attempts were listed in.
-        let settled = join_all(unknowns.iter().map(|attempt| {
-            let overdue = self.waited(attempt, self.config.unknown_max_ms, now);
-            self.reconcile(attempt, overdue)
-        }))
-        .await;
-        for (attempt, settled) in unknowns.iter().zip(settled) {
-            match settled {
-                Ok(action) => report.actions.push((attempt.id, action)),
-                Err(e) => report.errors.push(e.to_string()),
-            }
-        }
-        self.lock_rounds().advance(&open, limit);
-        report
+        unknowns
     }
 
     /// Ask the provider about one unknown attempt and act on the answer.

@@ -124,6 +124,17 @@ enum CallOutcome {
     TimedOut,
 }
 
+impl CallOutcome {
+    /// For the provider-call metric.
+    fn label(&self) -> &'static str {
+        match self {
+            CallOutcome::Answered(Ok(_)) => "ok",
+            CallOutcome::Answered(Err(_)) => "error",
+            CallOutcome::TimedOut => "timeout",
+        }
+    }
+}
+
 impl Worker {
     pub fn new(engine: Engine, providers: ProviderSet, config: WorkerConfig) -> Self {
         let per_provider = usize::try_from(config.attempts_concurrent_max.max(1)).unwrap_or(1);
@@ -356,6 +367,40 @@ impl Worker {
         Ok(job.provider.clone())
     }
 
+    /// The provider call of `attempt`: its id is the provider-side
+    /// idempotency key, the model the one configured for the provider.
+    fn call_of(&self, job: &Job, attempt: &Attempt) -> ProviderCall {
+        ProviderCall {
+            attempt_id: attempt.id,
+            job_id: job.id,
+            model: self
+                .engine()
+                .providers()
+                .specs
+                .get(&attempt.provider)
+                .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
+            params: job.request.get("params").cloned().unwrap_or(Value::Null),
+        }
+    }
+
+    /// The provider could not be reached: nothing was dispatched, a
+    /// definitive failure, safe to retry.
+    async fn unreachable(
+        &self,
+        attempt: &Attempt,
+        e: &ProviderError,
+    ) -> Result<AttemptEnd, EngineError> {
+        self.engine()
+            .fail_attempt(
+                attempt.id,
+                FailureReason::Unreachable {
+                    detail: e.to_string(),
+                },
+            )
+            .await?;
+        Ok(AttemptEnd::Failed)
+    }
+
     /// Runs a started attempt to its end. With the hedged policy and
     /// [`Hedging::Allowed`], a silent attempt gets one hedge on a certified
     /// fallback.
@@ -381,30 +426,10 @@ impl Worker {
                 });
             let connection = match connected {
                 Ok(connection) => connection,
-                Err(e) => {
-                    // Nothing was dispatched: a definitive failure, safe to retry.
-                    engine
-                        .fail_attempt(
-                            attempt.id,
-                            FailureReason::Unreachable {
-                                detail: e.to_string(),
-                            },
-                        )
-                        .await?;
-                    return Ok(AttemptEnd::Failed);
-                }
+                Err(e) => return self.unreachable(&attempt, &e).await,
             };
             let running = engine.record_dispatch(attempt.id).await?;
-            let call = ProviderCall {
-                attempt_id: attempt.id,
-                job_id: job.id,
-                model: engine
-                    .providers()
-                    .specs
-                    .get(&attempt.provider)
-                    .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
-                params: job.request.get("params").cloned().unwrap_or(Value::Null),
-            };
+            let call = self.call_of(&job, &attempt);
             let dispatched_at = engine.clock().now();
             let send = connection.send(call);
             let deadline =
@@ -436,14 +461,9 @@ impl Worker {
                 }
             };
             let elapsed_ms = (engine.clock().now() - dispatched_at).num_milliseconds();
-            let result = match &outcome {
-                CallOutcome::Answered(Ok(_)) => "ok",
-                CallOutcome::Answered(Err(_)) => "error",
-                CallOutcome::TimedOut => "timeout",
-            };
             engine
                 .metrics()
-                .provider_call(&attempt.provider, result, elapsed_ms);
+                .provider_call(&attempt.provider, outcome.label(), elapsed_ms);
             let end = self.settle(&running, outcome).await;
             // At most one hedge per attempt, itself bounded by its deadline.
             while hedges.join_next().await.is_some() {}

@@ -38,7 +38,7 @@ fn boxed<E: std::fmt::Debug + 'static>(e: E) -> Box<dyn std::fmt::Debug> {
 
 /// Removes the namespace attribute; an inline `<svg>` in HTML has it
 /// implied.
-fn inline(svg: String) -> String {
+pub(crate) fn inline(svg: String) -> String {
     svg.replace(r#" xmlns="http://www.w3.org/2000/svg""#, "")
 }
 

@@ -67,6 +67,7 @@ const TEMPLATES: &[(&str, Layout, &str)] = templates![
     Joined "run_header.html",
     Joined "run_invariants.html",
     Joined "run_timeline.html",
+    Joined "run_likelihood.html",
     Joined "run_attempts.html",
     Joined "run_chain.html",
     Joined "run_windows.html",

@@ -284,9 +284,11 @@ impl Decisions {
     }
 }
 
-/// Simulated milliseconds now, on a simulated host (0 off one).
+/// Simulated milliseconds now, on a simulated host (0 off one), by the
+/// scheduler's clock (turmoil's own runs behind it when quiet time is
+/// skipped).
 pub fn sim_now_ms() -> u64 {
-    turmoil::sim_elapsed().map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
+    crate::scheduler::sim_elapsed().map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Chooser for Decisions {

@@ -8,8 +8,9 @@
 //! is the outcome of a run, not a flag:
 //!
 //! - [`spec`]: the contract as data (prompt template, strict output schema,
-//!   business type, corpus, temperature, samples), read with
-//!   `path:line:col` errors; the shipped one is [`Contract::shipped`];
+//!   business type, corpus, temperature, samples); `compile` reads and
+//!   checks its files with `path:line:col` errors; the shipped one is
+//!   [`Contract::shipped`];
 //! - [`business`]: the business types outputs must deserialize into;
 //! - [`tokenizer`]: the prompt through the provider's real vocabulary;
 //! - [`run`]: the run itself, over any [`run::ChatEndpoint`] (the real
@@ -21,6 +22,7 @@
 //! start, and `idem certify` / `idem-server certify` on demand.
 
 pub mod business;
+mod compile;
 pub mod manage;
 pub mod report;
 pub mod run;

@@ -18,6 +18,7 @@ use crate::trace::RunTrace;
 
 mod compare;
 mod describe;
+pub mod likelihood;
 mod neighbour;
 mod sections;
 
@@ -54,6 +55,9 @@ pub struct RunPage<'a> {
     /// The suite index, relative to this page.
     pub index_link: Option<&'a str>,
     pub provenance: &'a Provenance,
+    /// For a failing run that `idem explain` explained: its likelihood
+    /// band, under the timeline.
+    pub likelihood: Option<&'a likelihood::Likelihood>,
 }
 
 /// A trace cut to [`PAGE_EVENTS_MAX`] events and [`PAGE_TRACE_BYTES_MAX`]
@@ -118,6 +122,11 @@ impl RunPage<'_> {
                 .map(|(n, a, other)| compare::diff(&trace, n, a, other)),
             searched: self.searched,
             decisions: sections::decisions(&trace, &evidence),
+            likelihood: self.likelihood.map(|l| LikelihoodView {
+                // A band that cannot be drawn leaves the words.
+                svg: likelihood::band_svg(l, record.sim_ms).unwrap_or_default(),
+                l,
+            }),
             lines: trace.events.iter().map(|e| e.line.as_str()).collect(),
             p: self.provenance.html_view(),
             events_json: script_json(&events_json(&trace)),
@@ -144,9 +153,17 @@ struct RunView<'a> {
     diff: Option<compare::Diff<'a>>,
     searched: u64,
     decisions: Vec<sections::Decision<'a>>,
+    likelihood: Option<LikelihoodView<'a>>,
     lines: Vec<&'a str>,
     p: ProvenanceView<'a>,
     events_json: String,
+}
+
+/// The likelihood band and the explanation it comes with.
+#[derive(Serialize)]
+struct LikelihoodView<'a> {
+    l: &'a likelihood::Likelihood,
+    svg: String,
 }
 
 /// The note on a page whose trace was cut.
@@ -260,6 +277,7 @@ mod tests {
             searched: 8,
             index_link: Some("../index.html"),
             provenance: &provenance,
+            likelihood: None,
         }
         .render();
         assert!(html.contains("result overwritten"));
@@ -293,6 +311,7 @@ mod tests {
             searched: 0,
             index_link: None,
             provenance: &provenance,
+            likelihood: None,
         }
         .render();
         assert!(html.contains("the page shows the first "));
@@ -353,6 +372,7 @@ mod tests {
             searched: 0,
             index_link: None,
             provenance: &provenance,
+            likelihood: None,
         }
         .render();
         assert!(html.contains("a story with &lt;markup&gt; &amp; &#39;quotes&#39;"));

@@ -48,6 +48,10 @@ pub struct ExplainArgs {
     /// Write the analysis as JSON here (schema in scenarios/README.md).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// One run: write its page here, with the likelihood band under the
+    /// timeline and the decisive decision marked.
+    #[arg(long, value_name = "FILE.html", conflicts_with = "fuzz")]
+    pub report: Option<PathBuf>,
 }
 
 pub fn explain_command(args: ExplainArgs) -> Result<Exit, CliError> {
@@ -63,8 +67,8 @@ pub fn explain_command(args: ExplainArgs) -> Result<Exit, CliError> {
 fn explain_one_run(args: &ExplainArgs, scenario: &str, seed: u64) -> Result<Exit, CliError> {
     let loaded = load(scenario)?;
     let plan = RunExplainPlan {
-        scenario: loaded.scenario,
-        target: loaded.target,
+        scenario: loaded.scenario.clone(),
+        target: loaded.target.clone(),
         seed,
         design: args.design,
         samples: args.samples,
@@ -79,6 +83,18 @@ fn explain_one_run(args: &ExplainArgs, scenario: &str, seed: u64) -> Result<Exit
     let explanation = &explained.explanation;
     if let Some(path) = &args.json {
         crate::output::write(path, explanation.to_json())?;
+    }
+    if let Some(path) = &args.report {
+        let outcome = crate::record::execute(&loaded.scenario, seed, args.design);
+        let page = crate::review::explained_run_page(
+            &loaded,
+            seed,
+            args.design,
+            &outcome,
+            &super::command_line(),
+            Some(&explanation.likelihood()),
+        );
+        crate::output::write(path, page)?;
     }
     emit(&explanation.to_text());
     eprintln!(

@@ -25,6 +25,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use idem_core::design::Design;
+use idem_reports::page::likelihood::{DecisiveMark, Likelihood, LikelihoodPoint};
 use idem_sim::decisions::{Decision, Decisions, Kept};
 use idem_sim::net::child_seed;
 use idem_sim::oracle::Invariant;
@@ -440,6 +441,32 @@ impl RunExplanation {
             ));
         }
         lines
+    }
+}
+
+impl RunExplanation {
+    /// The likelihood band for the run's page.
+    pub fn likelihood(&self) -> Likelihood {
+        Likelihood {
+            points: self
+                .curve
+                .iter()
+                .map(|p| LikelihoodPoint {
+                    kept: p.kept,
+                    t_ms: p.t_ms,
+                    estimate: p.fails.estimate,
+                    low: p.fails.interval.low,
+                    high: p.fails.interval.high,
+                })
+                .collect(),
+            likely_from: self.likely_from,
+            decisive: self.decisive.as_ref().map(|d| DecisiveMark {
+                t_ms: d.decision.t_ms,
+                words: d.words.clone(),
+            }),
+            samples: self.samples,
+            text: self.to_text(),
+        }
     }
 }
 

@@ -312,6 +312,7 @@ pub fn page(
         searched: 0,
         index_link: None,
         provenance,
+        likelihood: None,
     }
     .render()
 }

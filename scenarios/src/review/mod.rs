@@ -299,6 +299,7 @@ fn render_page(
         link_of: &link_of,
         index_link: Some("../index.html"),
         provenance: provisional,
+        likelihood: None,
     };
     (page::render(loaded, &run, design, &around), run)
 }
@@ -381,7 +382,23 @@ pub fn run_page(
     outcome: &Result<RunOutcome, String>,
     command_line: &str,
 ) -> String {
+    explained_run_page(loaded, seed, design, outcome, command_line, None)
+}
+
+/// [`run_page`], with the likelihood band `idem explain` estimated.
+pub fn explained_run_page(
+    loaded: &Loaded,
+    seed: u64,
+    design: Design,
+    outcome: &Result<RunOutcome, String>,
+    command_line: &str,
+    likelihood: Option<&idem_reports::page::likelihood::Likelihood>,
+) -> String {
     let run = Traced::of(loaded, seed, design, outcome);
     let provenance = provenance(command_line, &format!("{seed}..{}", seed + 1), None);
-    page::render(loaded, &run, design, &Around::alone(&provenance))
+    let around = Around {
+        likelihood,
+        ..Around::alone(&provenance)
+    };
+    page::render(loaded, &run, design, &around)
 }

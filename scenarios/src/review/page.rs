@@ -4,6 +4,7 @@
 
 use idem_core::design::Design;
 use idem_reports::html::{Performance, Provenance};
+use idem_reports::page::likelihood::Likelihood;
 use idem_reports::page::{Neighbour, Relation, RunPage};
 use idem_reports::trace::RunTrace;
 use idem_reports::{RunRecord, RunVerdict};
@@ -141,6 +142,8 @@ pub struct Around<'a> {
     /// The suite index, relative to this page.
     pub index_link: Option<&'a str>,
     pub provenance: &'a Provenance,
+    /// The run's likelihood band, when `idem explain` made one.
+    pub likelihood: Option<&'a Likelihood>,
 }
 
 impl std::fmt::Debug for Around<'_> {
@@ -160,6 +163,7 @@ impl Around<'_> {
             link_of: &|_| None,
             index_link: None,
             provenance,
+            likelihood: None,
         }
     }
 }
@@ -189,6 +193,7 @@ pub fn render(loaded: &Loaded, run: &Traced, design: Design, around: &Around<'_>
         searched: NEIGHBOUR_SEEDS_MAX,
         index_link: around.index_link,
         provenance: around.provenance,
+        likelihood: around.likelihood,
     }
     .render()
 }

@@ -242,3 +242,24 @@ fn a_passing_run_has_nothing_to_explain() {
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("no failure to explain"));
 }
+
+/// Session-scoped keys fail only when the reused key reaches the other
+/// replica: the decisive decision is that request's replica choice, and
+/// redrawing it alone makes the failure unlikely.
+#[test]
+fn a_session_scoped_key_fails_on_the_replica_choice() -> Result {
+    let (words, json) = explain_run(
+        "key-reuse-after-completion",
+        "0",
+        "session-scoped-key",
+        "30",
+    )?;
+    let decisive = &json["decisive"];
+    assert_eq!(
+        decisive["decision"]["subject"]["kind"], "client_replica",
+        "{words}"
+    );
+    let necessity = json["necessity"].as_array().ok_or("necessity")?;
+    assert_eq!(necessity[0]["needed"], true, "{words}");
+    Ok(())
+}

@@ -261,3 +261,46 @@ fn the_timeline_names_only_fault_kinds_the_simulator_has() {
         );
     }
 }
+
+/// `idem explain --report`: the failing run's page carries the
+/// likelihood band under the timeline, with the decisive decision marked,
+/// and renders cleanly in Chromium.
+#[test]
+fn an_explained_run_page_shows_its_likelihood_band() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("explained.html");
+    let out = idem(&[
+        "explain",
+        "double-click",
+        "--seed",
+        "1",
+        "--design",
+        "check-then-insert",
+        "--samples",
+        "30",
+        "--report",
+        file.to_str().ok_or("a UTF-8 path")?,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = chromium(&file);
+    assert_clean(&rendered, "explained run page");
+    let dom = &rendered.dom;
+    let timeline = dom.find("<h2>Timeline</h2>").ok_or("a timeline")?;
+    let why = dom
+        .find(r#"<h2 id="why">Why it failed</h2>"#)
+        .ok_or("the likelihood section")?;
+    assert!(timeline < why, "the band comes under the timeline");
+    let section = &dom[why..];
+    assert!(section.contains("<svg"), "the band is drawn");
+    assert!(
+        section.contains("Decisive at "),
+        "the decisive decision is named"
+    );
+    assert!(section.contains("decisive, "), "and marked on the band");
+    Ok(())
+}

@@ -36,15 +36,15 @@ const FN_LINES_MAX: usize = 80;
 const FN_LINES_LONG: usize = 50;
 /// Functions over [`FN_LINES_LONG`] lines, at most. Ratchet: the count
 /// at the last tightening; the target is 10.
-const FNS_LONG_MAX: usize = 47;
+const FNS_LONG_MAX: usize = 46;
 /// Functions over [`FN_LINES_MAX`] lines outside [`TABLES_OF_DATA`], at
 /// most. Ratchet: the count at the last tightening; the target is 0.
-const FNS_OVER_MAX: usize = 8;
+const FNS_OVER_MAX: usize = 6;
 /// A production file longer than this is refused.
 const FILE_LINES_MAX: usize = 800;
 /// Files over [`FILE_LINES_MAX`] lines, at most. Ratchet: the count when
 /// the gate landed; the target is 0.
-const FILES_OVER_MAX: usize = 1;
+const FILES_OVER_MAX: usize = 0;
 
 /// Functions allowed past [`FN_LINES_MAX`] because they are tables of
 /// data, not logic: `file::function`, and why.

@@ -4,7 +4,8 @@
 //! order gives").
 
 use serde_json::json;
-use sqlx::{Acquire, Row};
+use sqlx::postgres::PgRow;
+use sqlx::{Acquire, PgConnection, Postgres, Row, Transaction};
 
 use super::PgStore;
 use super::rows::{
@@ -109,17 +110,7 @@ impl PgStore {
         new: &NewAttempt,
     ) -> Result<Option<StartOutcome>, StoreError> {
         let mut tx = self.begin().await?;
-        // FOR SHARE: a concurrent completion (which updates the job row) waits
-        // for us or we see its result, so no attempt starts on a finished job.
-        // Concurrent starts share the lock; the index settles between them.
-        let job = sqlx::query("select state, version from jobs where id = $1 for share")
-            .bind(new.job_id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?
-            .ok_or(StoreError::JobNotFound(new.job_id))?;
-        let job_state = parse_state::<JobState>(job.try_get("state").map_err(classify)?)?;
-        let read_version: i64 = job.try_get("version").map_err(classify)?;
+        let (job_state, read_version) = lock_job_shared(&mut tx, new).await?;
         if job_state.is_terminal() {
             // Recorded under the share lock, so that a prune of the job
             // waits for it (the event names no attempt, so its foreign-key
@@ -129,22 +120,10 @@ impl PgStore {
             tx.commit().await.map_err(classify)?;
             return Ok(Some(outcome));
         }
-        // Strict: no other attempt may be running. Hedged: one may (the
-        // attempt being hedged), never two.
-        let running_allowed = i64::from(new.allow_while_running);
-        let running = sqlx::query(
-            "select id from attempts where job_id = $1 and state = 'running'
-              order by seq offset $2 limit 1",
-        )
-        .bind(new.job_id.0)
-        .bind(running_allowed)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if let Some(row) = running {
+        if let Some(attempt) = running_blocker(&mut tx, new).await? {
             tx.rollback().await.map_err(classify)?;
             return Ok(Some(StartOutcome::InFlight {
-                attempt: AttemptId(row.try_get("id").map_err(classify)?),
+                attempt,
                 state: AttemptState::Running,
             }));
         }
@@ -153,55 +132,14 @@ impl PgStore {
         // blocker: the job cannot complete in between, and the blocker is
         // read as it is at one moment while the job is still pending.
         let mut insert = Acquire::begin(&mut tx).await.map_err(classify)?;
-        let inserted = sqlx::query(
-            "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)
-             select $1, $2, coalesce(max(seq), 0) + 1, $3, 'starting', $4, $5
-               from attempts where job_id = $2
-             returning *",
-        )
-        .bind(new.id.0)
-        .bind(new.job_id.0)
-        .bind(&new.provider)
-        .bind(read_version)
-        .bind(new.at)
-        .fetch_one(&mut *insert)
-        .await;
-        let row = match inserted {
+        let row = match insert_attempt(&mut insert, new, read_version).await {
             Ok(row) => {
                 insert.commit().await.map_err(classify)?;
                 row
             }
             Err(e) => {
                 insert.rollback().await.map_err(classify)?;
-                return match unique_violation(&e) {
-                    // Another insert took our seq; run again with a fresh max.
-                    Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
-                    // Our own earlier try landed; its acknowledgement was lost.
-                    // Read it in this transaction: the share lock on the job
-                    // still holds off its dispatch, so the attempt is read as
-                    // it is while this start is ordered.
-                    Some(constraint::ATTEMPTS_PKEY) => {
-                        let ours = sqlx::query("select * from attempts where id = $1")
-                            .bind(new.id.0)
-                            .fetch_optional(&mut *tx)
-                            .await
-                            .map_err(classify)?;
-                        tx.rollback().await.map_err(classify)?;
-                        ours.as_ref()
-                            .map(attempt_from_row)
-                            .transpose()
-                            .map(|ours| ours.map(StartOutcome::Started))
-                    }
-                    // The guard refused us. Name the blocker; if it was resolved
-                    // in the meantime, run again.
-                    Some(constraint::ATTEMPTS_ONE_OPEN) => {
-                        let blocker = blocking_attempt(&mut tx, new.job_id).await?;
-                        tx.rollback().await.map_err(classify)?;
-                        Ok(blocker
-                            .map(|(attempt, state)| StartOutcome::InFlight { attempt, state }))
-                    }
-                    _ => Err(classify(e)),
-                };
+                return refused_insert(tx, new, e).await;
             }
         };
         let attempt = attempt_from_row(&row)?;
@@ -243,5 +181,103 @@ impl PgStore {
             }
             other => other,
         }
+    }
+}
+
+/// The job's state and version, under a share lock. FOR SHARE: a
+/// concurrent completion (which updates the job row) waits for us or we
+/// see its result, so no attempt starts on a finished job. Concurrent
+/// starts share the lock; the index settles between them.
+async fn lock_job_shared(
+    tx: &mut PgConnection,
+    new: &NewAttempt,
+) -> Result<(JobState, i64), StoreError> {
+    let job = sqlx::query("select state, version from jobs where id = $1 for share")
+        .bind(new.job_id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(classify)?
+        .ok_or(StoreError::JobNotFound(new.job_id))?;
+    let job_state = parse_state::<JobState>(job.try_get("state").map_err(classify)?)?;
+    let read_version: i64 = job.try_get("version").map_err(classify)?;
+    Ok((job_state, read_version))
+}
+
+/// A running attempt that blocks the start. Strict: no other attempt may
+/// be running. Hedged: one may (the attempt being hedged), never two.
+async fn running_blocker(
+    tx: &mut PgConnection,
+    new: &NewAttempt,
+) -> Result<Option<AttemptId>, StoreError> {
+    let running_allowed = i64::from(new.allow_while_running);
+    let running = sqlx::query(
+        "select id from attempts where job_id = $1 and state = 'running'
+          order by seq offset $2 limit 1",
+    )
+    .bind(new.job_id.0)
+    .bind(running_allowed)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(classify)?;
+    running
+        .map(|row| row.try_get("id").map(AttemptId).map_err(classify))
+        .transpose()
+}
+
+/// The attempt's row, numbered after the job's last.
+async fn insert_attempt(
+    insert: &mut PgConnection,
+    new: &NewAttempt,
+    read_version: i64,
+) -> Result<PgRow, sqlx::Error> {
+    sqlx::query(
+        "insert into attempts (id, job_id, seq, provider, state, read_version, started_at)
+         select $1, $2, coalesce(max(seq), 0) + 1, $3, 'starting', $4, $5
+           from attempts where job_id = $2
+         returning *",
+    )
+    .bind(new.id.0)
+    .bind(new.job_id.0)
+    .bind(&new.provider)
+    .bind(read_version)
+    .bind(new.at)
+    .fetch_one(&mut *insert)
+    .await
+}
+
+/// What an insert refused by a constraint means, read in `tx` (whose
+/// share lock on the job still holds); `Ok(None)`: run again.
+async fn refused_insert(
+    mut tx: Transaction<'static, Postgres>,
+    new: &NewAttempt,
+    e: sqlx::Error,
+) -> Result<Option<StartOutcome>, StoreError> {
+    match unique_violation(&e) {
+        // Another insert took our seq; run again with a fresh max.
+        Some(constraint::ATTEMPTS_JOB_SEQ) => Ok(None),
+        // Our own earlier try landed; its acknowledgement was lost. Read it
+        // in this transaction: the share lock on the job still holds off
+        // its dispatch, so the attempt is read as it is while this start is
+        // ordered.
+        Some(constraint::ATTEMPTS_PKEY) => {
+            let ours = sqlx::query("select * from attempts where id = $1")
+                .bind(new.id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(classify)?;
+            tx.rollback().await.map_err(classify)?;
+            ours.as_ref()
+                .map(attempt_from_row)
+                .transpose()
+                .map(|ours| ours.map(StartOutcome::Started))
+        }
+        // The guard refused us. Name the blocker; if it was resolved in the
+        // meantime, run again.
+        Some(constraint::ATTEMPTS_ONE_OPEN) => {
+            let blocker = blocking_attempt(&mut tx, new.job_id).await?;
+            tx.rollback().await.map_err(classify)?;
+            Ok(blocker.map(|(attempt, state)| StartOutcome::InFlight { attempt, state }))
+        }
+        _ => Err(classify(e)),
     }
 }
