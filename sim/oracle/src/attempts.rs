@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text};
-use super::index::{DEADLINE_REASON, PROVIDER_ERROR_REASON, RunIndex};
+use super::index::{DEADLINE_REASON, ExecutionRecord, Failure, PROVIDER_ERROR_REASON, RunIndex};
 use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
@@ -139,6 +139,13 @@ fn moves_are_legal(run: &RunIndex<'_>, findings: &mut Findings) {
 /// engine received and refused (reason `provider_error` after the
 /// execution had succeeded).
 fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
+    deadline_went_failed(run, findings);
+    failure_hid_work(run, findings);
+}
+
+/// Invariant 5 (a): a move to failed because the deadline passed. The
+/// provider may still do the work, so a timeout must go to unknown.
+fn deadline_went_failed(run: &RunIndex<'_>, findings: &mut Findings) {
     for event in run.events() {
         if let TraceBody::AttemptTransition {
             job_id,
@@ -159,6 +166,12 @@ fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
             );
         }
     }
+}
+
+/// Invariant 5 (b): every attempt that ended failed, against the
+/// executions under its key: one still running, or one that succeeded
+/// without a refused answer to explain the failure, was hidden by it.
+fn failure_hid_work(run: &RunIndex<'_>, findings: &mut Findings) {
     let attempts: BTreeSet<AttemptId> = run
         .attempts
         .keys()
@@ -171,22 +184,7 @@ fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
         };
         let key = attempt.to_string();
         for execution in run.executions_for_key(&key) {
-            let hidden = match execution.outcome {
-                ExecutionOutcome::Running => Some("is still running at the end"),
-                ExecutionOutcome::Succeeded if !run.answer_refused(execution) => {
-                    Some(match (execution.succeeded_seq, failure.seq) {
-                        (Some(done), Some(failed)) if done > failed => "succeeded afterwards",
-                        _ if failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON) => {
-                            "succeeded, and no refused answer explains the failure"
-                        }
-                        _ => "succeeded (billed)",
-                    })
-                }
-                ExecutionOutcome::Succeeded
-                | ExecutionOutcome::Failed
-                | ExecutionOutcome::Cancelled => None,
-            };
-            let Some(hidden) = hidden else {
+            let Some(hidden) = hidden_work(run, execution, &failure) else {
                 continue;
             };
             let job = execution
@@ -210,6 +208,31 @@ fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
     }
 }
 
+/// What a failed attempt's execution shows the failure hid, in words; `None`
+/// when the execution is consistent with the failure (it failed, was
+/// cancelled, or its answer was received and refused).
+fn hidden_work(
+    run: &RunIndex<'_>,
+    execution: &ExecutionRecord<'_>,
+    failure: &Failure,
+) -> Option<&'static str> {
+    match execution.outcome {
+        ExecutionOutcome::Running => Some("is still running at the end"),
+        ExecutionOutcome::Succeeded if !run.answer_refused(execution) => {
+            Some(match (execution.succeeded_seq, failure.seq) {
+                (Some(done), Some(failed)) if done > failed => "succeeded afterwards",
+                _ if failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON) => {
+                    "succeeded, and no refused answer explains the failure"
+                }
+                _ => "succeeded (billed)",
+            })
+        }
+        ExecutionOutcome::Succeeded | ExecutionOutcome::Failed | ExecutionOutcome::Cancelled => {
+            None
+        }
+    }
+}
+
 /// Invariant 7: an attempt on a provider other than its job's primary needs
 /// a certificate that was valid when it started: the provider passed its
 /// certification, and had not switched since to another model than the
@@ -217,89 +240,14 @@ fn timeout_means_unknown(run: &RunIndex<'_>, findings: &mut Findings) {
 /// before the attempt started). And no provider whose profile declares a
 /// contract defect ever passes certification.
 fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
-    let facts = run.input.facts;
-    let certified = &facts.certified;
-    // provider -> (seq, model) of each model change, in trace order.
-    let mut changes: BTreeMap<&str, Vec<(u64, String)>> = BTreeMap::new();
-    for event in &run.input.trace.events {
-        match &event.body {
-            TraceBody::Fault { name, detail } if name == "provider_model_change" => {
-                let provider = detail.get("provider").and_then(Value::as_str);
-                let model = detail.get("model").and_then(Value::as_str);
-                if let (Some(provider), Some(model)) = (provider, model) {
-                    changes
-                        .entry(provider)
-                        .or_default()
-                        .push((event.seq, model.to_owned()));
-                }
-            }
-            TraceBody::Certification {
-                provider,
-                passed: true,
-                ..
-            } => {
-                if let Some(defects) = facts.defects.get(provider)
-                    && !defects.is_empty()
-                {
-                    findings.report(
-                        Invariant::CertifiedFailover,
-                        format!(
-                            "provider {provider} passed certification at seq {}, but its profile breaks the contract: {}",
-                            event.seq,
-                            defects.join(", ")
-                        ),
-                        [event.seq],
-                    );
-                }
-            }
-            _ => {}
-        }
-    }
-    // The model change that made `provider`'s certificate stale before
-    // `seq` (any change, when `seq` is unknown: the attempt left no start).
-    let stale_by = |provider: &str, seq: Option<u64>| -> Option<u64> {
-        let certified_model = facts.certified_models.get(provider);
-        changes.get(provider)?.iter().find_map(|(at, model)| {
-            let before = seq.is_none_or(|s| *at < s);
-            (before && certified_model != Some(model)).then_some(*at)
-        })
-    };
-    let mut seen: BTreeSet<AttemptId> = BTreeSet::new();
-    let mut check_one = |findings: &mut Findings,
-                         job: JobId,
-                         attempt: AttemptId,
-                         provider: &str,
-                         seq: Option<u64>| {
-        if !seen.insert(attempt) {
-            return;
-        }
-        let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
-            return;
-        };
-        if provider == primary {
-            return;
-        }
-        let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
-        if !certified.contains(provider) {
-            findings.report(
-                Invariant::CertifiedFailover,
-                format!(
-                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
-                ),
-                seq,
-            );
-        } else if let Some(changed) = stale_by(provider, seq) {
-            findings.report(
-                Invariant::CertifiedFailover,
-                format!(
-                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, after {provider} switched models at seq {changed}: its certificate was stale"
-                ),
-                seq.into_iter().chain([changed]),
-            );
-        }
+    defective_certified(run, findings);
+    let mut failover = FailoverCheck {
+        run,
+        changes: model_changes(run),
+        seen: BTreeSet::new(),
     };
     for start in &run.replay.starts {
-        check_one(
+        failover.check_attempt(
             findings,
             start.job,
             start.attempt,
@@ -308,6 +256,115 @@ fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
         );
     }
     for row in &run.input.dump.attempts {
-        check_one(findings, row.job_id, row.id, &row.provider, None);
+        failover.check_attempt(findings, row.job_id, row.id, &row.provider, None);
+    }
+}
+
+/// A provider whose profile declares a contract defect must never pass
+/// certification: each pass of one is reported, in trace order.
+fn defective_certified(run: &RunIndex<'_>, findings: &mut Findings) {
+    for event in &run.input.trace.events {
+        if let TraceBody::Certification {
+            provider,
+            passed: true,
+            ..
+        } = &event.body
+            && let Some(defects) = run.input.facts.defects.get(provider)
+            && !defects.is_empty()
+        {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "provider {provider} passed certification at seq {}, but its profile breaks the contract: {}",
+                    event.seq,
+                    defects.join(", ")
+                ),
+                [event.seq],
+            );
+        }
+    }
+}
+
+/// Each provider's model changes (`provider_model_change` faults) as
+/// (seq, model), in trace order: what can make a certificate stale.
+fn model_changes<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, String)>> {
+    let mut changes: BTreeMap<&str, Vec<(u64, String)>> = BTreeMap::new();
+    for event in &run.input.trace.events {
+        let TraceBody::Fault { name, detail } = &event.body else {
+            continue;
+        };
+        if name != "provider_model_change" {
+            continue;
+        }
+        let provider = detail.get("provider").and_then(Value::as_str);
+        let model = detail.get("model").and_then(Value::as_str);
+        if let (Some(provider), Some(model)) = (provider, model) {
+            changes
+                .entry(provider)
+                .or_default()
+                .push((event.seq, model.to_owned()));
+        }
+    }
+    changes
+}
+
+/// Invariant 7 attempt by attempt: each attempt judged once, from its
+/// first start in the trace, else from its row.
+struct FailoverCheck<'r, 'a> {
+    run: &'r RunIndex<'a>,
+    /// See [`model_changes`].
+    changes: BTreeMap<&'a str, Vec<(u64, String)>>,
+    /// The attempts already judged.
+    seen: BTreeSet<AttemptId>,
+}
+
+impl FailoverCheck<'_, '_> {
+    /// The model change that made `provider`'s certificate stale before
+    /// `seq` (any change, when `seq` is unknown: the attempt left no start).
+    fn stale_by(&self, provider: &str, seq: Option<u64>) -> Option<u64> {
+        let certified_model = self.run.input.facts.certified_models.get(provider);
+        self.changes.get(provider)?.iter().find_map(|(at, model)| {
+            let before = seq.is_none_or(|s| *at < s);
+            (before && certified_model != Some(model)).then_some(*at)
+        })
+    }
+
+    /// An attempt off its job's primary started without a certificate, or
+    /// with one a model change had made stale.
+    fn check_attempt(
+        &mut self,
+        findings: &mut Findings,
+        job: JobId,
+        attempt: AttemptId,
+        provider: &str,
+        seq: Option<u64>,
+    ) {
+        if !self.seen.insert(attempt) {
+            return;
+        }
+        let Some(primary) = self.run.jobs.get(&job).map(|j| j.provider.as_str()) else {
+            return;
+        };
+        if provider == primary {
+            return;
+        }
+        let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
+        if !self.run.input.facts.certified.contains(provider) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
+                ),
+                seq,
+            );
+        } else if let Some(changed) = self.stale_by(provider, seq) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!(
+                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, after {provider} switched models at seq {changed}: its certificate was stale"
+                ),
+                seq.into_iter().chain([changed]),
+            );
+        }
     }
 }

@@ -14,7 +14,7 @@ use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId,
 use super::Invariant;
 use super::findings::{Findings, seqs_text, short};
 use super::index::RunIndex;
-use crate::trace::TraceBody;
+use crate::trace::{TraceBody, TraceEvent};
 
 /// How deep the search for a discarded output inside a job's result goes.
 const RESULT_DEPTH_MAX: usize = 64;
@@ -68,53 +68,61 @@ type Endings<'a> = BTreeMap<JobId, Vec<Ending<'a>>>;
 fn endings_by_job<'a>(run: &RunIndex<'a>) -> Endings<'a> {
     let mut endings: Endings<'a> = BTreeMap::new();
     for event in run.events() {
-        let (job, ending) = match &event.body {
-            TraceBody::CompletionWon {
-                job_id,
-                attempt_id,
-                version,
-                result_sha256,
-                ..
-            } => (
-                *job_id,
-                Ending {
-                    seq: event.seq,
-                    version: Some(*version),
-                    kind: EndingKind::Won {
-                        attempt: *attempt_id,
-                        result_sha256: Some(result_sha256),
-                    },
-                },
-            ),
-            TraceBody::AttemptTransition {
-                job_id,
-                attempt_id,
-                to: AttemptState::Succeeded,
-                ..
-            } => (
-                *job_id,
-                Ending {
-                    seq: event.seq,
-                    version: None,
-                    kind: EndingKind::Won {
-                        attempt: *attempt_id,
-                        result_sha256: None,
-                    },
-                },
-            ),
-            TraceBody::JobFailed { job_id, version } => (
-                *job_id,
-                Ending {
-                    seq: event.seq,
-                    version: Some(*version),
-                    kind: EndingKind::Failed,
-                },
-            ),
-            _ => continue,
-        };
-        endings.entry(job).or_default().push(ending);
+        if let Some((job, ending)) = ending_of(event) {
+            endings.entry(job).or_default().push(ending);
+        }
     }
     endings
+}
+
+/// The job an event ends, and how: a won compare-and-swap, a plain move
+/// to succeeded, or a give-up. `None` for any other event.
+fn ending_of(event: &TraceEvent) -> Option<(JobId, Ending<'_>)> {
+    let ending = match &event.body {
+        TraceBody::CompletionWon {
+            job_id,
+            attempt_id,
+            version,
+            result_sha256,
+            ..
+        } => (
+            *job_id,
+            Ending {
+                seq: event.seq,
+                version: Some(*version),
+                kind: EndingKind::Won {
+                    attempt: *attempt_id,
+                    result_sha256: Some(result_sha256),
+                },
+            },
+        ),
+        TraceBody::AttemptTransition {
+            job_id,
+            attempt_id,
+            to: AttemptState::Succeeded,
+            ..
+        } => (
+            *job_id,
+            Ending {
+                seq: event.seq,
+                version: None,
+                kind: EndingKind::Won {
+                    attempt: *attempt_id,
+                    result_sha256: None,
+                },
+            },
+        ),
+        TraceBody::JobFailed { job_id, version } => (
+            *job_id,
+            Ending {
+                seq: event.seq,
+                version: Some(*version),
+                kind: EndingKind::Failed,
+            },
+        ),
+        _ => return None,
+    };
+    Some(ending)
 }
 
 /// Invariant 3, job by job: what the trace shows, then what the store holds.
@@ -441,6 +449,14 @@ fn losers_discarded(run: &RunIndex<'_>, endings: &Endings<'_>, findings: &mut Fi
 /// event of the trace or of the store.
 fn losers(run: &RunIndex<'_>) -> BTreeMap<AttemptId, Loser> {
     let mut losers: BTreeMap<AttemptId, Loser> = BTreeMap::new();
+    losers_in_trace(run, &mut losers);
+    losers_in_store(run, &mut losers);
+    losers
+}
+
+/// The trace's account: `completion_lost` events (with the output each
+/// offered), then the `race_lost` notes the engine recorded.
+fn losers_in_trace(run: &RunIndex<'_>, losers: &mut BTreeMap<AttemptId, Loser>) {
     for event in run.events() {
         if let TraceBody::CompletionLost {
             job_id,
@@ -468,6 +484,11 @@ fn losers(run: &RunIndex<'_>) -> BTreeMap<AttemptId, Loser> {
             loser.note_seqs.push(event.seq);
         }
     }
+}
+
+/// The store's account: its `race_lost` events (with the output each
+/// discarded), then the attempts it holds lost.
+fn losers_in_store(run: &RunIndex<'_>, losers: &mut BTreeMap<AttemptId, Loser>) {
     for event in &run.input.dump.events {
         if event.kind != EventKind::RaceLost {
             continue;
@@ -491,20 +512,14 @@ fn losers(run: &RunIndex<'_>) -> BTreeMap<AttemptId, Loser> {
             losers.entry(row.id).or_default().job = Some(row.job_id);
         }
     }
-    losers
 }
 
+/// Invariant 6 for one loser: it is lost in the store (a false race is the
+/// one thing reported otherwise), a race event records it, it kept no
+/// output, and its output is neither the job's result nor inside it.
 fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: &mut Findings) {
-    let row = run.attempts.get(&attempt);
-    let life = run.replay.lives.get(&attempt);
-    let lost_evidence: Vec<u64> = if loser.lost_seqs.is_empty() {
-        life.iter()
-            .flat_map(|l| l.started_seq.into_iter().chain([l.since_seq]))
-            .chain(loser.note_seqs.iter().copied())
-            .collect()
-    } else {
-        loser.lost_seqs.clone()
-    };
+    let row = run.attempts.get(&attempt).copied();
+    let lost_evidence = lost_evidence(run, attempt, loser);
     let mut report = |message: String, extra: &[u64]| {
         findings.report(
             Invariant::LosersDiscarded,
@@ -512,26 +527,7 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
             lost_evidence.iter().chain(extra).copied(),
         );
     };
-    if let Some(row) = row
-        && row.state != AttemptState::Lost
-    {
-        let won = run
-            .jobs
-            .get(&row.job_id)
-            .is_some_and(|job| job.completed_by == Some(attempt));
-        let message = if won {
-            format!(
-                "a race event says attempt {attempt} lost ({}), but it won: job {}'s completed_by names it",
-                race_text(loser),
-                row.job_id
-            )
-        } else {
-            format!(
-                "attempt {attempt} lost the race ({}) but is {} in the store",
-                race_text(loser),
-                row.state
-            )
-        };
+    if let Some(message) = false_race(run, attempt, loser, row) {
         // Its output and the result follow from where it really stands;
         // the false race is the one thing to report.
         report(message, &[]);
@@ -551,41 +547,89 @@ fn check_loser(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser, findings: 
             &[],
         );
     }
-    let Some(job) = row.map(|r| r.job_id).or(loser.job) else {
-        return;
-    };
-    let Some(result) = run.jobs.get(&job).and_then(|j| j.result.as_ref()) else {
-        return;
-    };
+    if let Some((message, extra)) = output_in_result(run, attempt, loser, row) {
+        report(message, &extra);
+    }
+}
+
+/// The events that show the attempt lost: its `completion_lost` events,
+/// else its start, its last move and its `race_lost` notes.
+fn lost_evidence(run: &RunIndex<'_>, attempt: AttemptId, loser: &Loser) -> Vec<u64> {
+    if loser.lost_seqs.is_empty() {
+        let life = run.replay.lives.get(&attempt);
+        life.iter()
+            .flat_map(|l| l.started_seq.into_iter().chain([l.since_seq]))
+            .chain(loser.note_seqs.iter().copied())
+            .collect()
+    } else {
+        loser.lost_seqs.clone()
+    }
+}
+
+/// A race says the attempt lost, but the store holds it in another state
+/// (won, even): what to say about it, if so.
+fn false_race(
+    run: &RunIndex<'_>,
+    attempt: AttemptId,
+    loser: &Loser,
+    row: Option<&Attempt>,
+) -> Option<String> {
+    let row = row.filter(|row| row.state != AttemptState::Lost)?;
+    let won = run
+        .jobs
+        .get(&row.job_id)
+        .is_some_and(|job| job.completed_by == Some(attempt));
+    Some(if won {
+        format!(
+            "a race event says attempt {attempt} lost ({}), but it won: job {}'s completed_by names it",
+            race_text(loser),
+            row.job_id
+        )
+    } else {
+        format!(
+            "attempt {attempt} lost the race ({}) but is {} in the store",
+            race_text(loser),
+            row.state
+        )
+    })
+}
+
+/// The loser's output found in its job's result: as the whole result (by
+/// the fingerprint a race event recorded), or, from the provider's ledger,
+/// merged into it. The message and the extra evidence, if so.
+fn output_in_result(
+    run: &RunIndex<'_>,
+    attempt: AttemptId,
+    loser: &Loser,
+    row: Option<&Attempt>,
+) -> Option<(String, Vec<u64>)> {
+    let job = row.map(|r| r.job_id).or(loser.job)?;
+    let result = run.jobs.get(&job).and_then(|j| j.result.as_ref())?;
     let result_fingerprint = fingerprint(result);
     if loser.discarded.contains(&result_fingerprint) {
-        report(
+        return Some((
             format!(
                 "the output attempt {attempt} lost with ({}) is job {job}'s result",
                 short(&result_fingerprint)
             ),
-            &[],
-        );
-        return;
+            Vec::new(),
+        ));
     }
     // The provider's ledger holds what the loser produced: none of it may
     // have been merged into the result.
     let key = attempt.to_string();
-    for execution in run.executions_for_key(&key) {
-        let Some(output) = execution.output else {
-            continue;
-        };
-        if contains_value(result, output, RESULT_DEPTH_MAX) {
-            report(
+    run.executions_for_key(&key).find_map(|execution| {
+        let output = execution.output?;
+        contains_value(result, output, RESULT_DEPTH_MAX).then(|| {
+            (
                 format!(
                     "the output of lost attempt {attempt} (provider {} execution {}) appears in job {job}'s result",
                     execution.provider, execution.exec_seq
                 ),
-                &execution.seen,
-            );
-            return;
-        }
-    }
+                execution.seen.clone(),
+            )
+        })
+    })
 }
 
 fn race_text(loser: &Loser) -> String {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use idem_model::ledger::ExecutionOutcome;
-use idem_model::model::{AttemptId, AttemptState, EventKind, JobState};
+use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, JobId, JobState};
 use idem_model::policy::Policy;
 
 use super::Invariant;
@@ -35,17 +35,17 @@ fn billed_successes_max(policy: Policy) -> usize {
 /// billed execution: a second one is a resend the provider did not
 /// recognise as the same attempt.
 fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
+    billed_per_job(run, findings);
+    billed_per_key(run, findings);
+}
+
+/// Per job, billed successes within the policy; an answer the engine
+/// received and refused does not count.
+fn billed_per_job(run: &RunIndex<'_>, findings: &mut Findings) {
     let policy = run.input.facts.policy;
     let allowed = billed_successes_max(policy);
     let mut by_job: BTreeMap<&str, Vec<&ExecutionRecord<'_>>> = BTreeMap::new();
-    let mut by_key: BTreeMap<(&str, &str), Vec<&ExecutionRecord<'_>>> = BTreeMap::new();
     for execution in &run.executions {
-        if execution.billed {
-            by_key
-                .entry((execution.provider, execution.key))
-                .or_default()
-                .push(execution);
-        }
         if let Some(job) = execution.job_id
             && execution.billed_success()
             && !run.answer_refused(execution)
@@ -71,6 +71,18 @@ fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
             billed.iter().flat_map(|e| success_evidence(e)),
         );
     }
+}
+
+/// Per provider and key, at most one billed execution: a second one is a
+/// resend the provider did not recognise as the same attempt.
+fn billed_per_key(run: &RunIndex<'_>, findings: &mut Findings) {
+    let mut by_key: BTreeMap<(&str, &str), Vec<&ExecutionRecord<'_>>> = BTreeMap::new();
+    for execution in run.executions.iter().filter(|e| e.billed) {
+        by_key
+            .entry((execution.provider, execution.key))
+            .or_default()
+            .push(execution);
+    }
     for ((provider, key), billed) in by_key {
         if billed.len() <= 1 {
             continue;
@@ -87,6 +99,11 @@ fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
     }
 }
 
+/// An execution: (provider, its ledger seq).
+type ExecutionId<'a> = (&'a str, u64);
+/// An execution still running: (job, key, seq of the event that opened it).
+type OpenExecution<'a> = (&'a str, &'a str, u64);
+
 /// Also invariant 9: never more executions of one job running at the same
 /// moment than the policy allows (strict: one; hedged: the hedged attempt
 /// and its hedge). Read from the trace in order: an execution is open from
@@ -94,11 +111,6 @@ fn side_effects(run: &RunIndex<'_>, findings: &mut Findings) {
 /// (succeeded, failed or cancelled). A second open execution means two
 /// attempts of one intent were doing the work at once: whatever the rows
 /// say, the side effect may happen twice.
-/// An execution: (provider, its ledger seq).
-type ExecutionId<'a> = (&'a str, u64);
-/// An execution still running: (job, key, seq of the event that opened it).
-type OpenExecution<'a> = (&'a str, &'a str, u64);
-
 fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
     let allowed = billed_successes_max(run.input.facts.policy);
     let mut open: BTreeMap<ExecutionId<'_>, OpenExecution<'_>> = BTreeMap::new();
@@ -128,18 +140,12 @@ fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
         let others: Vec<(&ExecutionId<'_>, &OpenExecution<'_>)> =
             open.iter().filter(|(_, (j, _, _))| *j == job).collect();
         if others.len() >= allowed {
-            let described: Vec<String> = others
-                .iter()
-                .map(|((p, n), (_, k, since))| {
-                    format!("{p} #{n} key {k} (running since seq {since})")
-                })
-                .collect();
             findings.report(
                 Invariant::SideEffects,
                 format!(
                     "job {job}: provider {provider} began execution #{exec_seq} (key {key}) at seq {} while {} of the same job ran: the policy allows {allowed} at once",
                     event.seq,
-                    described.join(", ")
+                    describe_open(&others)
                 ),
                 others
                     .iter()
@@ -149,6 +155,16 @@ fn executions_at_once(run: &RunIndex<'_>, findings: &mut Findings) {
         }
         open.insert(id, (job, key.as_str(), event.seq));
     }
+}
+
+/// `p #2 key k (running since seq 9), ...`: the executions of a job that
+/// were running when another began.
+fn describe_open(open: &[(&ExecutionId<'_>, &OpenExecution<'_>)]) -> String {
+    let described: Vec<String> = open
+        .iter()
+        .map(|((p, n), (_, k, since))| format!("{p} #{n} key {k} (running since seq {since})"))
+        .collect();
+    described.join(", ")
 }
 
 fn describe(executions: &[&ExecutionRecord<'_>]) -> String {
@@ -178,26 +194,8 @@ fn liveness(run: &RunIndex<'_>, findings: &mut Findings) {
         if job.state != JobState::Pending {
             continue;
         }
-        let open: Vec<_> = run
-            .attempts_by_job
-            .get(&job.id)
-            .into_iter()
-            .flatten()
-            .filter(|a| {
-                matches!(
-                    a.state,
-                    AttemptState::Starting | AttemptState::Running | AttemptState::Unknown
-                )
-            })
-            .collect();
-        let pending_action = open.iter().any(|a| {
-            !run.input.facts.reconciler
-                || blocked_notes.contains(&a.id)
-                || run
-                    .executions_for_key(&a.id.to_string())
-                    .any(|e| e.outcome == ExecutionOutcome::Running)
-        });
-        if pending_action {
+        let open = open_attempts(run, job.id);
+        if action_pending(run, &open, &blocked_notes) {
             continue;
         }
         let created = run.created_seqs(job.id);
@@ -205,28 +203,7 @@ fn liveness(run: &RunIndex<'_>, findings: &mut Findings) {
             .iter()
             .filter_map(|a| run.replay.lives.get(&a.id).map(|l| l.since_seq))
             .collect();
-        let message = if open.is_empty() {
-            format!(
-                "job {} is still pending at the end with no attempt in flight: nothing will finish it",
-                job.id
-            )
-        } else {
-            let described: Vec<String> =
-                open.iter()
-                    .map(|a| {
-                        let since =
-                            run.replay.lives.get(&a.id).map_or_else(String::new, |l| {
-                                format!(" since seq {}", l.since_seq)
-                            });
-                        format!("attempt {} is {}{since}", a.id, a.state)
-                    })
-                    .collect();
-            format!(
-                "job {} is still pending at the end: {}, with no action pending (no reconciler note says it is blocked, and its provider is not working on it)",
-                job.id,
-                described.join(", ")
-            )
-        };
+        let message = stuck_message(run, job.id, &open);
         let message = if created.is_empty() {
             message
         } else {
@@ -238,6 +215,64 @@ fn liveness(run: &RunIndex<'_>, findings: &mut Findings) {
             created.into_iter().chain(since),
         );
     }
+}
+
+/// The job's attempts still in flight at the end: starting, running or
+/// unknown.
+fn open_attempts<'a>(run: &RunIndex<'a>, job: JobId) -> Vec<&'a Attempt> {
+    run.attempts_by_job
+        .get(&job)
+        .into_iter()
+        .flatten()
+        .filter(|a| {
+            matches!(
+                a.state,
+                AttemptState::Starting | AttemptState::Running | AttemptState::Unknown
+            )
+        })
+        .copied()
+        .collect()
+}
+
+/// Whether someone still has to act on one of the open attempts: there is
+/// no reconciler (an operator must), a reconciler note says it is blocked,
+/// or its provider is still running it.
+fn action_pending(
+    run: &RunIndex<'_>,
+    open: &[&Attempt],
+    blocked_notes: &BTreeSet<AttemptId>,
+) -> bool {
+    open.iter().any(|a| {
+        !run.input.facts.reconciler
+            || blocked_notes.contains(&a.id)
+            || run
+                .executions_for_key(&a.id.to_string())
+                .any(|e| e.outcome == ExecutionOutcome::Running)
+    })
+}
+
+/// Why a pending job with no action pending is stuck, in words.
+fn stuck_message(run: &RunIndex<'_>, job: JobId, open: &[&Attempt]) -> String {
+    if open.is_empty() {
+        return format!(
+            "job {job} is still pending at the end with no attempt in flight: nothing will finish it"
+        );
+    }
+    let described: Vec<String> = open
+        .iter()
+        .map(|a| {
+            let since = run
+                .replay
+                .lives
+                .get(&a.id)
+                .map_or_else(String::new, |l| format!(" since seq {}", l.since_seq));
+            format!("attempt {} is {}{since}", a.id, a.state)
+        })
+        .collect();
+    format!(
+        "job {job} is still pending at the end: {}, with no action pending (no reconciler note says it is blocked, and its provider is not working on it)",
+        described.join(", ")
+    )
 }
 
 /// Attempts a reconciler note says are blocked (`detail.blocked == true`),

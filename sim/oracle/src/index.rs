@@ -302,60 +302,83 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
     let mut requests: BTreeMap<(&str, u64), Request<'_>> = BTreeMap::new();
     let mut exchanges = Vec::new();
     for event in &input.trace.events {
-        match &event.body {
-            TraceBody::HttpRequest {
+        if let Some((id, request)) = request_of(event) {
+            requests.insert(id, request);
+        } else if let TraceBody::HttpResponse {
+            client,
+            request_id,
+            status,
+            job_id,
+            ..
+        } = &event.body
+        {
+            let owner = input.facts.client_owners.get(client).unwrap_or_else(|| {
+                panic!(
+                    "client {client:?} answered at seq {} is not in WorldFacts::client_owners",
+                    event.seq
+                )
+            });
+            exchanges.push(Exchange {
                 client,
-                request_id,
-                method,
-                path,
-                idempotency_key,
-                body_fingerprint,
-                ..
-            } => {
-                requests.insert(
-                    (client.as_str(), *request_id),
-                    Request {
-                        seq: event.seq,
-                        method,
-                        path,
-                        idempotency_key: idempotency_key.as_deref(),
-                        body_fingerprint: body_fingerprint.as_deref(),
-                    },
-                );
-            }
-            TraceBody::HttpResponse {
-                client,
-                request_id,
-                status,
-                job_id,
-                ..
-            } => {
-                let owner = input.facts.client_owners.get(client).unwrap_or_else(|| {
-                    panic!(
-                        "client {client:?} answered at seq {} is not in WorldFacts::client_owners",
-                        event.seq
-                    )
-                });
-                exchanges.push(Exchange {
-                    client,
-                    owner,
-                    request: requests.get(&(client.as_str(), *request_id)).copied(),
-                    response_seq: event.seq,
-                    status: *status,
-                    job_id: *job_id,
-                });
-            }
-            _ => {}
+                owner,
+                request: requests.get(&(client.as_str(), *request_id)).copied(),
+                response_seq: event.seq,
+                status: *status,
+                job_id: *job_id,
+            });
         }
     }
     exchanges
 }
 
+/// A client request, under (client, request id): what its response is
+/// paired with. `None` for any other event.
+fn request_of(event: &TraceEvent) -> Option<((&str, u64), Request<'_>)> {
+    let TraceBody::HttpRequest {
+        client,
+        request_id,
+        method,
+        path,
+        idempotency_key,
+        body_fingerprint,
+        ..
+    } = &event.body
+    else {
+        return None;
+    };
+    Some((
+        (client.as_str(), *request_id),
+        Request {
+            seq: event.seq,
+            method,
+            path,
+            idempotency_key: idempotency_key.as_deref(),
+            body_fingerprint: body_fingerprint.as_deref(),
+        },
+    ))
+}
+
 type ExecutionIndex<'a> = (Vec<ExecutionRecord<'a>>, BTreeMap<&'a str, Vec<usize>>);
+
+/// Executions by (provider, ledger seq), as they are merged.
+type MergedExecutions<'a> = BTreeMap<(&'a str, u64), ExecutionRecord<'a>>;
 
 /// Merges the trace's execution events with the ledgers' final entries.
 fn index_executions(input: OracleInput<'_>) -> ExecutionIndex<'_> {
-    let mut merged: BTreeMap<(&str, u64), ExecutionRecord<'_>> = BTreeMap::new();
+    let mut merged: MergedExecutions<'_> = BTreeMap::new();
+    merge_trace_executions(input, &mut merged);
+    merge_ledgers(input, &mut merged);
+    let executions: Vec<ExecutionRecord<'_>> = merged.into_values().collect();
+    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, execution) in executions.iter().enumerate() {
+        by_key.entry(execution.key).or_default().push(i);
+    }
+    (executions, by_key)
+}
+
+/// The trace's side: every event that showed an execution, in order, and
+/// the first that showed it succeeded (when things happened).
+fn merge_trace_executions<'a>(input: OracleInput<'a>, merged: &mut MergedExecutions<'a>) {
     for event in &input.trace.events {
         if let TraceBody::ProviderExecution {
             provider,
@@ -387,6 +410,11 @@ fn index_executions(input: OracleInput<'_>) -> ExecutionIndex<'_> {
             }
         }
     }
+}
+
+/// The ledgers' side, read after the run: the ground truth of what each
+/// execution finally was, which overrides what the trace last showed.
+fn merge_ledgers<'a>(input: OracleInput<'a>, merged: &mut MergedExecutions<'a>) {
     for (provider, ledger) in input.executions {
         for execution in ledger {
             let record = merged
@@ -409,10 +437,4 @@ fn index_executions(input: OracleInput<'_>) -> ExecutionIndex<'_> {
             record.output = execution.output.as_ref();
         }
     }
-    let executions: Vec<ExecutionRecord<'_>> = merged.into_values().collect();
-    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, execution) in executions.iter().enumerate() {
-        by_key.entry(execution.key).or_default().push(i);
-    }
-    (executions, by_key)
 }

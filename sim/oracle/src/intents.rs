@@ -81,13 +81,44 @@ fn intent_key<'a>(
         .map_or(created.key, |(_, key, _)| key)
 }
 
+/// An intent, (owner, key), to where each of its jobs showed up.
+type IntentSightings<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<JobId, Sightings>>;
+
 /// Invariant 1. Every job the run associates with one intent (a row of the
 /// dump, a `job_created`, a 2xx create naming it) must be the same job, and
 /// the store must have created it once. Intents are what users sent: a row
 /// counts under the intent its creation is traced back to.
 fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
+    for ((owner, key), jobs) in &sightings_by_intent(run) {
+        let created_total: usize = jobs.values().map(|s| s.created.len()).sum();
+        if jobs.len() <= 1 && created_total <= 1 {
+            continue;
+        }
+        let described = describe_sightings(jobs);
+        let message = if jobs.len() > 1 {
+            format!(
+                "owner {owner}, key {key:?}: one intent has {} jobs: {}",
+                jobs.len(),
+                described.join(", ")
+            )
+        } else {
+            format!(
+                "owner {owner}, key {key:?}: the store created the intent's job {created_total} times: {}",
+                described.join(", ")
+            )
+        };
+        let evidence = jobs
+            .values()
+            .flat_map(|s| s.created.iter().chain(&s.acknowledged).copied());
+        findings.report(Invariant::OneJobPerIntent, message, evidence);
+    }
+}
+
+/// Every job the run associates with each intent, and where: the store's
+/// rows, the trace's creations, and the 2xx creates that named it.
+fn sightings_by_intent<'a>(run: &RunIndex<'a>) -> IntentSightings<'a> {
     let requests = create_requests(run);
-    let mut intents: BTreeMap<(&str, &str), BTreeMap<JobId, Sightings>> = BTreeMap::new();
+    let mut intents: IntentSightings<'a> = BTreeMap::new();
     for job in run.jobs.values() {
         let key = run
             .created
@@ -126,52 +157,45 @@ fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
         sightings.acknowledged.extend(exchange.seqs());
         sightings.responses.push(exchange.response_seq);
     }
-    for ((owner, key), jobs) in &intents {
-        let created_total: usize = jobs.values().map(|s| s.created.len()).sum();
-        if jobs.len() <= 1 && created_total <= 1 {
-            continue;
-        }
-        let described: Vec<String> = jobs
-            .iter()
-            .map(|(job, s)| {
-                let mut places = Vec::new();
-                if s.row {
-                    places.push("a row in the store".to_owned());
-                }
-                if !s.created.is_empty() {
-                    places.push(format!("created at {}", seqs_text(&s.created)));
-                }
-                if !s.responses.is_empty() {
-                    places.push(format!("acknowledged at {}", seqs_text(&s.responses)));
-                }
-                format!("job {job} ({})", places.join("; "))
-            })
-            .collect();
-        let message = if jobs.len() > 1 {
-            format!(
-                "owner {owner}, key {key:?}: one intent has {} jobs: {}",
-                jobs.len(),
-                described.join(", ")
-            )
-        } else {
-            format!(
-                "owner {owner}, key {key:?}: the store created the intent's job {created_total} times: {}",
-                described.join(", ")
-            )
-        };
-        let evidence = jobs
-            .values()
-            .flat_map(|s| s.created.iter().chain(&s.acknowledged).copied());
-        findings.report(Invariant::OneJobPerIntent, message, evidence);
-    }
+    intents
 }
+
+/// `job j (a row in the store; created at seq 3; acknowledged at seq 4)`,
+/// for each job of one intent.
+fn describe_sightings(jobs: &BTreeMap<JobId, Sightings>) -> Vec<String> {
+    jobs.iter()
+        .map(|(job, s)| {
+            let mut places = Vec::new();
+            if s.row {
+                places.push("a row in the store".to_owned());
+            }
+            if !s.created.is_empty() {
+                places.push(format!("created at {}", seqs_text(&s.created)));
+            }
+            if !s.responses.is_empty() {
+                places.push(format!("acknowledged at {}", seqs_text(&s.responses)));
+            }
+            format!("job {job} ({})", places.join("; "))
+        })
+        .collect()
+}
+
+/// The body each intent is bound to: (job, fingerprint, seq of its
+/// `job_created` if the trace shows it).
+type Bindings<'a> = BTreeMap<(&'a str, &'a str), (JobId, &'a str, Option<u64>)>;
 
 /// Invariant 2. A create whose body differs from the one its key is bound
 /// to never gets a 2xx, and the store never replays a job for it.
 fn mismatch_rejected(run: &RunIndex<'_>, findings: &mut Findings) {
-    // The body each intent is bound to: its first `job_created`, else the
-    // row in the store.
-    let mut bound: BTreeMap<(&str, &str), (JobId, &str, Option<u64>)> = BTreeMap::new();
+    let bound = bindings(run);
+    mismatch_acknowledged(run, &bound, findings);
+    mismatch_replayed(run, findings);
+}
+
+/// The body each intent is bound to: its first `job_created`, else the
+/// row in the store.
+fn bindings<'a>(run: &RunIndex<'a>) -> Bindings<'a> {
+    let mut bound: Bindings<'a> = BTreeMap::new();
     for job in run.jobs.values() {
         bound.insert(
             (job.owner_id.0.as_str(), job.idempotency_key.as_str()),
@@ -184,6 +208,12 @@ fn mismatch_rejected(run: &RunIndex<'_>, findings: &mut Findings) {
         // Reverse order: the earliest creation is inserted last and stays.
         bound.insert((c.owner, c.key), (c.job, c.fingerprint, Some(c.seq)));
     }
+    bound
+}
+
+/// A 2xx to a create whose body is not the one bound to its intent, or to
+/// the job the answer named: it had to be 409.
+fn mismatch_acknowledged(run: &RunIndex<'_>, bound: &Bindings<'_>, findings: &mut Findings) {
     for exchange in &run.exchanges {
         let Some(request) = exchange.request else {
             continue;
@@ -218,6 +248,10 @@ fn mismatch_rejected(run: &RunIndex<'_>, findings: &mut Findings) {
             );
         }
     }
+}
+
+/// The store replaying a job for a create whose body is not the job's.
+fn mismatch_replayed(run: &RunIndex<'_>, findings: &mut Findings) {
     for event in run.events() {
         let TraceBody::JobReplayed {
             job_id,

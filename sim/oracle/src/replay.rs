@@ -81,55 +81,14 @@ impl Replay {
                     attempt_id,
                     provider,
                     ..
-                } => {
-                    // A start run again after a lost acknowledgement finds the
-                    // attempt it made: not a new attempt.
-                    if replay.lives.contains_key(attempt_id) {
-                        continue;
-                    }
-                    let siblings = replay.attempts_of_job.entry(*job_id).or_default();
-                    let others = siblings
-                        .iter()
-                        .map(|id| {
-                            let life = &replay.lives[id];
-                            (*id, life.state, life.since_seq)
-                        })
-                        .collect();
-                    siblings.push(*attempt_id);
-                    replay.starts.push(StartSeen {
-                        seq,
-                        job: *job_id,
-                        attempt: *attempt_id,
-                        provider: provider.clone(),
-                        others,
-                        job_ended_seq: job_ended.get(job_id).copied(),
-                    });
-                    replay.lives.insert(
-                        *attempt_id,
-                        AttemptLife {
-                            started_seq: Some(seq),
-                            state: AttemptState::Starting,
-                            since_seq: seq,
-                            failed: None,
-                        },
-                    );
-                }
+                } => replay.start(seq, *job_id, *attempt_id, provider, &job_ended),
                 TraceBody::AttemptTransition {
                     job_id,
                     attempt_id,
                     from,
                     to,
                     reason,
-                } => {
-                    replay.apply_move(seq, *job_id, *attempt_id, *from, *to);
-                    let life = replay.lives.get_mut(attempt_id).expect("just moved");
-                    if *to == AttemptState::Failed && life.failed.is_none() {
-                        life.failed = Some(FailureSeen {
-                            seq,
-                            reason: reason.clone(),
-                        });
-                    }
-                }
+                } => replay.transition(seq, *job_id, *attempt_id, (*from, *to), reason.as_deref()),
                 TraceBody::CompletionWon {
                     job_id,
                     attempt_id,
@@ -154,20 +113,87 @@ impl Replay {
                     key,
                     outcome: ExecutionOutcome::Succeeded,
                     ..
-                } => {
-                    let unknown = key
-                        .parse::<AttemptId>()
-                        .ok()
-                        .and_then(|id| replay.lives.get(&id))
-                        .is_some_and(|life| life.state == AttemptState::Unknown);
-                    if unknown {
-                        replay.late_results.push(seq);
-                    }
-                }
+                } => replay.provider_succeeded(seq, key),
                 _ => {}
             }
         }
         replay
+    }
+
+    /// An attempt's first start: recorded with the states its job's other
+    /// attempts were in and whether the job had already ended (what the
+    /// guard judges). A start run again after a lost acknowledgement finds
+    /// the attempt it made: not a new attempt, so it is skipped.
+    fn start(
+        &mut self,
+        seq: u64,
+        job: JobId,
+        attempt: AttemptId,
+        provider: &str,
+        job_ended: &BTreeMap<JobId, u64>,
+    ) {
+        if self.lives.contains_key(&attempt) {
+            return;
+        }
+        let siblings = self.attempts_of_job.entry(job).or_default();
+        let others = siblings
+            .iter()
+            .map(|id| {
+                let life = &self.lives[id];
+                (*id, life.state, life.since_seq)
+            })
+            .collect();
+        siblings.push(attempt);
+        self.starts.push(StartSeen {
+            seq,
+            job,
+            attempt,
+            provider: provider.to_owned(),
+            others,
+            job_ended_seq: job_ended.get(&job).copied(),
+        });
+        self.lives.insert(
+            attempt,
+            AttemptLife {
+                started_seq: Some(seq),
+                state: AttemptState::Starting,
+                since_seq: seq,
+                failed: None,
+            },
+        );
+    }
+
+    /// A transition: the move, and the first move to failed kept with its
+    /// reason (what invariant 5 reads).
+    fn transition(
+        &mut self,
+        seq: u64,
+        job: JobId,
+        attempt: AttemptId,
+        (from, to): (AttemptState, AttemptState),
+        reason: Option<&str>,
+    ) {
+        self.apply_move(seq, job, attempt, from, to);
+        let life = self.lives.get_mut(&attempt).expect("just moved");
+        if to == AttemptState::Failed && life.failed.is_none() {
+            life.failed = Some(FailureSeen {
+                seq,
+                reason: reason.map(str::to_owned),
+            });
+        }
+    }
+
+    /// A provider execution that succeeded under the key of an attempt the
+    /// replay has unknown: a late result.
+    fn provider_succeeded(&mut self, seq: u64, key: &str) {
+        let unknown = key
+            .parse::<AttemptId>()
+            .ok()
+            .and_then(|id| self.lives.get(&id))
+            .is_some_and(|life| life.state == AttemptState::Unknown);
+        if unknown {
+            self.late_results.push(seq);
+        }
     }
 
     fn apply_move(

@@ -20,12 +20,13 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use idem_model::model::{AttemptId, AttemptState, EventKind};
+use idem_model::loops::ReconcilerConfig;
+use idem_model::model::{AttemptId, AttemptState, EventKind, JobId};
 
 use super::Invariant;
 use super::findings::Findings;
 use super::index::RunIndex;
-use crate::trace::TraceBody;
+use crate::trace::{TraceBody, TraceEvent};
 
 /// The `reason` of a move to unknown the reconciler made because the
 /// attempt looked orphaned (its worker silent too long).
@@ -35,14 +36,16 @@ pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     let Some(config) = &run.input.facts.reconciler_config else {
         return;
     };
-    // When and where the store recorded each start.
-    let mut started: BTreeMap<AttemptId, (u64, u64)> = BTreeMap::new();
-    // The last move to cancelled of each attempt, for the notes after it.
-    let mut cancelled: BTreeMap<AttemptId, (u64, u64)> = BTreeMap::new();
+    let mut waits = Waits {
+        config,
+        started: BTreeMap::new(),
+        cancelled: BTreeMap::new(),
+    };
     for event in run.events() {
         match &event.body {
             TraceBody::AttemptStarted { attempt_id, .. } => {
-                started
+                waits
+                    .started
                     .entry(*attempt_id)
                     .or_insert((event.seq, event.t_ms));
             }
@@ -53,31 +56,14 @@ pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
                 to: AttemptState::Unknown,
                 reason: Some(reason),
             } if reason == PRESUMED_ORPHANED_REASON => {
-                let (wait_ms, name) = match from {
-                    AttemptState::Starting => (config.starting_stale_ms, "starting_stale_ms"),
-                    _ => (config.running_stale_ms, "running_stale_ms"),
-                };
-                let Some(&(start_seq, start_ms)) = started.get(attempt_id) else {
-                    continue;
-                };
-                let waited_ms = event.t_ms.saturating_sub(start_ms);
-                if waited_ms < wait_ms {
-                    findings.report(
-                        Invariant::WaitsInTrueTime,
-                        format!(
-                            "job {job_id}: attempt {attempt_id} was presumed orphaned ({from} → unknown) at seq {} after {waited_ms} ms of true time since its start at seq {start_seq}; {name} is {wait_ms} ms",
-                            event.seq
-                        ),
-                        [start_seq, event.seq],
-                    );
-                }
+                waits.presumed_orphaned(event, *job_id, *attempt_id, *from, findings);
             }
             TraceBody::AttemptTransition {
                 attempt_id,
                 to: AttemptState::Cancelled,
                 ..
             } => {
-                cancelled.insert(*attempt_id, (event.seq, event.t_ms));
+                waits.cancelled.insert(*attempt_id, (event.seq, event.t_ms));
             }
             TraceBody::NoteRecorded {
                 job_id,
@@ -85,24 +71,80 @@ pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
                 event: EventKind::ReconcilerNote,
                 detail,
             } if overdue_cancel(detail) => {
-                let (Some(&(start_seq, start_ms)), Some(&(cancel_seq, cancel_ms))) =
-                    (started.get(attempt_id), cancelled.get(attempt_id))
-                else {
-                    continue;
-                };
-                let waited_ms = cancel_ms.saturating_sub(start_ms);
-                if waited_ms < config.unknown_max_ms {
-                    findings.report(
-                        Invariant::WaitsInTrueTime,
-                        format!(
-                            "job {job_id}: attempt {attempt_id} was cancelled as overdue at seq {cancel_seq} after {waited_ms} ms of true time since its start at seq {start_seq}; unknown_max_ms is {} ms",
-                            config.unknown_max_ms
-                        ),
-                        [start_seq, cancel_seq, event.seq],
-                    );
-                }
+                waits.cancelled_overdue(event, *job_id, *attempt_id, findings);
             }
             _ => {}
+        }
+    }
+}
+
+/// The reconciler's configured waits, and what the trace has shown so far
+/// of the attempts it may act on.
+struct Waits<'c> {
+    config: &'c ReconcilerConfig,
+    /// When and where the store recorded each start: (seq, true time).
+    started: BTreeMap<AttemptId, (u64, u64)>,
+    /// The last move to cancelled of each attempt, for the notes after it.
+    cancelled: BTreeMap<AttemptId, (u64, u64)>,
+}
+
+impl Waits<'_> {
+    /// An attempt presumed orphaned before its stale wait (starting or
+    /// running, by the state it left) had passed in true time since its
+    /// start.
+    fn presumed_orphaned(
+        &self,
+        event: &TraceEvent,
+        job_id: JobId,
+        attempt_id: AttemptId,
+        from: AttemptState,
+        findings: &mut Findings,
+    ) {
+        let (wait_ms, name) = match from {
+            AttemptState::Starting => (self.config.starting_stale_ms, "starting_stale_ms"),
+            _ => (self.config.running_stale_ms, "running_stale_ms"),
+        };
+        let Some(&(start_seq, start_ms)) = self.started.get(&attempt_id) else {
+            return;
+        };
+        let waited_ms = event.t_ms.saturating_sub(start_ms);
+        if waited_ms < wait_ms {
+            findings.report(
+                Invariant::WaitsInTrueTime,
+                format!(
+                    "job {job_id}: attempt {attempt_id} was presumed orphaned ({from} → unknown) at seq {} after {waited_ms} ms of true time since its start at seq {start_seq}; {name} is {wait_ms} ms",
+                    event.seq
+                ),
+                [start_seq, event.seq],
+            );
+        }
+    }
+
+    /// An attempt cancelled as overdue (the note at `event` says so) before
+    /// `unknown_max_ms` had passed in true time since its start.
+    fn cancelled_overdue(
+        &self,
+        event: &TraceEvent,
+        job_id: JobId,
+        attempt_id: AttemptId,
+        findings: &mut Findings,
+    ) {
+        let (Some(&(start_seq, start_ms)), Some(&(cancel_seq, cancel_ms))) = (
+            self.started.get(&attempt_id),
+            self.cancelled.get(&attempt_id),
+        ) else {
+            return;
+        };
+        let waited_ms = cancel_ms.saturating_sub(start_ms);
+        if waited_ms < self.config.unknown_max_ms {
+            findings.report(
+                Invariant::WaitsInTrueTime,
+                format!(
+                    "job {job_id}: attempt {attempt_id} was cancelled as overdue at seq {cancel_seq} after {waited_ms} ms of true time since its start at seq {start_seq}; unknown_max_ms is {} ms",
+                    self.config.unknown_max_ms
+                ),
+                [start_seq, cancel_seq, event.seq],
+            );
         }
     }
 }

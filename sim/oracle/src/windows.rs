@@ -62,42 +62,9 @@ pub(super) fn count(run: &RunIndex<'_>) -> BTreeMap<Window, u32> {
         *count = count.saturating_add(by);
     };
     for event in run.events() {
-        let window = match &event.body {
-            // A create found the job an earlier create made.
-            TraceBody::JobReplayed { .. } => Window::DuplicateCreate,
-            // A create reused a key with another body and was refused.
-            TraceBody::KeyReused { .. } => Window::Mismatch,
-            // The guard refused an attempt because another was in flight
-            // (not because the job had ended).
-            TraceBody::AttemptRefused { reason, .. } if reason == ATTEMPT_IN_FLIGHT_REASON => {
-                Window::BlockedAttempt
-            }
-            // A completion lost the compare-and-swap.
-            TraceBody::CompletionLost { .. } => Window::CasLoser,
-            // The reconciler (or an operator) resolved an unknown attempt:
-            // a win out of band, or a failed/cancelled resolution note.
-            TraceBody::CompletionWon {
-                out_of_band: true, ..
-            }
-            | TraceBody::NoteRecorded {
-                event: EventKind::Resolved,
-                ..
-            } => Window::ReconcilerResolution,
-            TraceBody::NoteRecorded {
-                event: EventKind::AckRechecked,
-                ..
-            } => Window::LostCompletionAckRechecked,
-            TraceBody::NoteRecorded {
-                event: EventKind::HedgeFired,
-                ..
-            } => Window::HedgeFired,
-            TraceBody::NoteRecorded {
-                event: EventKind::FailoverRefused,
-                ..
-            } => Window::FailoverRefused,
-            _ => continue,
-        };
-        bump(window, 1);
+        if let Some(window) = window_of(&event.body) {
+            bump(window, 1);
+        }
     }
     // A provider execution succeeded while the replay had its attempt
     // unknown.
@@ -110,6 +77,46 @@ pub(super) fn count(run: &RunIndex<'_>) -> BTreeMap<Window, u32> {
         lost_create_acks_replayed(run),
     );
     counts
+}
+
+/// The window one trace event shows reached, if it shows one on its own.
+fn window_of(body: &TraceBody) -> Option<Window> {
+    let window = match body {
+        // A create found the job an earlier create made.
+        TraceBody::JobReplayed { .. } => Window::DuplicateCreate,
+        // A create reused a key with another body and was refused.
+        TraceBody::KeyReused { .. } => Window::Mismatch,
+        // The guard refused an attempt because another was in flight
+        // (not because the job had ended).
+        TraceBody::AttemptRefused { reason, .. } if reason == ATTEMPT_IN_FLIGHT_REASON => {
+            Window::BlockedAttempt
+        }
+        // A completion lost the compare-and-swap.
+        TraceBody::CompletionLost { .. } => Window::CasLoser,
+        // The reconciler (or an operator) resolved an unknown attempt:
+        // a win out of band, or a failed/cancelled resolution note.
+        TraceBody::CompletionWon {
+            out_of_band: true, ..
+        }
+        | TraceBody::NoteRecorded {
+            event: EventKind::Resolved,
+            ..
+        } => Window::ReconcilerResolution,
+        TraceBody::NoteRecorded {
+            event: EventKind::AckRechecked,
+            ..
+        } => Window::LostCompletionAckRechecked,
+        TraceBody::NoteRecorded {
+            event: EventKind::HedgeFired,
+            ..
+        } => Window::HedgeFired,
+        TraceBody::NoteRecorded {
+            event: EventKind::FailoverRefused,
+            ..
+        } => Window::FailoverRefused,
+        _ => return None,
+    };
+    Some(window)
 }
 
 /// Replays that answered a create whose acknowledgement had been lost.
