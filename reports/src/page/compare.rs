@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::describe::describe;
 use super::neighbour::{Neighbour, Relation, neighbour_name};
 use crate::diff::{ALIGN_EVENTS_MAX, Alignment, Row};
-use crate::trace::{Event, RunTrace};
+use crate::trace::{RunEvent, RunTrace};
 
 /// Diff rows shown at most.
 const DIFF_ROWS_MAX: usize = 400;
@@ -59,7 +59,7 @@ struct Cell {
 }
 
 impl Cell {
-    fn of(event: Option<&Event>) -> Option<Self> {
+    fn of(event: Option<&RunEvent>) -> Option<Self> {
         event.map(|e| Cell {
             seq: e.seq,
             t_ms: e.t_ms,

@@ -132,22 +132,6 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
     Ok(Exit::passed(summary.passed()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn budgets_parse() {
-        assert_eq!("90s".parse(), Ok(Budget(Duration::from_secs(90))));
-        assert_eq!("30m".parse(), Ok(Budget(Duration::from_secs(1_800))));
-        assert_eq!("2h".parse(), Ok(Budget(Duration::from_secs(7_200))));
-        assert_eq!("45".parse(), Ok(Budget(Duration::from_secs(45))));
-        assert!("0s".parse::<Budget>().is_err());
-        assert!("soon".parse::<Budget>().is_err());
-        assert!("9999h".parse::<Budget>().is_err());
-    }
-}
-
 /// The bias an explain file says, with a note of what it leans and what
 /// it cannot.
 fn direction(path: &std::path::Path, design: Design) -> Result<Bias, CliError> {
@@ -169,4 +153,20 @@ fn direction(path: &std::path::Path, design: Design) -> Result<Bias, CliError> {
         );
     }
     Ok(bias)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse() {
+        assert_eq!("90s".parse(), Ok(Budget(Duration::from_secs(90))));
+        assert_eq!("30m".parse(), Ok(Budget(Duration::from_secs(1_800))));
+        assert_eq!("2h".parse(), Ok(Budget(Duration::from_secs(7_200))));
+        assert_eq!("45".parse(), Ok(Budget(Duration::from_secs(45))));
+        assert!("0s".parse::<Budget>().is_err());
+        assert!("soon".parse::<Budget>().is_err());
+        assert!("9999h".parse::<Budget>().is_err());
+    }
 }
