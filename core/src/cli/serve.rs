@@ -305,48 +305,17 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     init_logging(args.log_format);
     let auth = auth(&args)?;
     let clients = clients(&args)?;
-    let policy = match args.policy {
-        PolicyKind::Strict => Policy::Strict,
-        PolicyKind::Hedged => Policy::Hedged {
-            hedge_after_ms: args.hedge_after_ms,
-        },
-    };
     #[cfg_attr(not(feature = "bench"), expect(unused_mut))]
     let mut config = service_config(&args);
     #[cfg(feature = "bench")]
     args.bench.configure(&mut config).map_err(CliError::Usage)?;
     runtime()?.block_on(async move {
-        #[cfg(feature = "bench")]
-        let controlled = args.bench.control();
-        let unbounded = open_store(&args).await?;
-        #[cfg(feature = "bench")]
-        let unbounded = args.bench.journaled(unbounded).map_err(CliError::Usage)?;
-        // Every call the API and the loops make to the store is bounded.
-        let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        #[cfg(feature = "bench")]
-        let clock: Arc<dyn Clock> = match controlled {
-            Some(controlled) => controlled,
-            None => clock,
-        };
+        let (store, clock) = store_and_clock(&args, &config).await?;
         for name in &args.certified {
             assert_certified(&clients, name, store.as_ref(), clock.as_ref()).await?;
         }
         let pending = PendingCertifications::default();
-        let engine = Engine::new(
-            store,
-            clock,
-            Arc::new(UuidV7Ids),
-            clients.providers.clone(),
-            policy,
-        )
-        .with_model_probes(ModelProbes::new(
-            clients.clients.clone(),
-            MODEL_PROBE_TIMEOUT_MS_DEFAULT,
-        ))
-        .with_pending_certifications(pending.clone());
-        #[cfg(feature = "bench")]
-        let engine = args.bench.engine(engine);
+        let engine = engine(&args, store, clock, &clients, pending.clone());
         let certifying = Arc::new(Certifying {
             clients,
             engine: engine.clone(),
@@ -362,6 +331,66 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
         )
         .await
     })
+}
+
+/// The failover policy the flags name: strict, or hedged after
+/// `--hedge-after-ms`.
+fn policy(args: &ServeArgs) -> Policy {
+    match args.policy {
+        PolicyKind::Strict => Policy::Strict,
+        PolicyKind::Hedged => Policy::Hedged {
+            hedge_after_ms: args.hedge_after_ms,
+        },
+    }
+}
+
+/// The store, with every call the API and the loops make to it bounded,
+/// and the clock: the system's, or the bench's controlled one when asked.
+async fn store_and_clock(
+    args: &ServeArgs,
+    config: &ServiceConfig,
+) -> Result<(Arc<dyn Store>, Arc<dyn Clock>), CliError> {
+    #[cfg(feature = "bench")]
+    let controlled = args.bench.control();
+    let unbounded = open_store(args).await?;
+    #[cfg(feature = "bench")]
+    let unbounded = args.bench.journaled(unbounded).map_err(CliError::Usage)?;
+    // Every call the API and the loops make to the store is bounded.
+    let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    #[cfg(feature = "bench")]
+    let clock: Arc<dyn Clock> = match controlled {
+        Some(controlled) => controlled,
+        None => clock,
+    };
+    Ok((store, clock))
+}
+
+/// The engine over the providers, probing models, and sharing `pending` with
+/// the certifications started at boot so it refuses failover to a provider
+/// still being certified.
+fn engine(
+    args: &ServeArgs,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    clients: &Clients,
+    pending: PendingCertifications,
+) -> Engine {
+    let engine = Engine::new(
+        store,
+        clock,
+        Arc::new(UuidV7Ids),
+        clients.providers.clone(),
+        policy(args),
+    )
+    .with_model_probes(ModelProbes::new(
+        clients.clients.clone(),
+        MODEL_PROBE_TIMEOUT_MS_DEFAULT,
+    ))
+    .with_pending_certifications(pending);
+    #[cfg(feature = "bench")]
+    let engine = args.bench.engine(engine);
+    engine
 }
 
 async fn run_service(args: &ServeArgs, service: Service) -> Result<(), CliError> {
