@@ -23,7 +23,7 @@ use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::{Trace, TraceBody};
 
 use super::RealOutcome;
-use super::judge::{InvariantVerdict, Verdict, invariant_name};
+use super::judge::{InvariantVerdict, Judged, invariant_name};
 
 /// What one world's run came to, reduced for comparison.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,9 +159,9 @@ fn all_judged(violations: &[Violation]) -> Vec<InvariantVerdict> {
                 invariant: invariant.number(),
                 name: invariant_name(invariant),
                 verdict: if count == 0 {
-                    Verdict::Held
+                    Judged::Held
                 } else {
-                    Verdict::Violated {
+                    Judged::Violated {
                         count: u32::try_from(count).unwrap_or(u32::MAX),
                     }
                 },
@@ -212,10 +212,10 @@ pub fn compare(
         .iter()
         .zip(&real.invariants)
         .filter(|(s, r)| {
-            let held = |v: &Verdict| match v {
-                Verdict::Held => Some(true),
-                Verdict::Violated { .. } => Some(false),
-                Verdict::NotJudged { .. } => None,
+            let held = |v: &Judged| match v {
+                Judged::Held => Some(true),
+                Judged::Violated { .. } => Some(false),
+                Judged::NotJudged { .. } => None,
             };
             matches!((held(&s.verdict), held(&r.verdict)), (Some(a), Some(b)) if a != b)
         })
@@ -232,11 +232,11 @@ pub fn compare(
     }
 }
 
-fn said(verdict: &Verdict) -> String {
+fn said(verdict: &Judged) -> String {
     match verdict {
-        Verdict::Held => "held".to_owned(),
-        Verdict::Violated { count } => format!("VIOLATED ({count})"),
-        Verdict::NotJudged { .. } => "not judged".to_owned(),
+        Judged::Held => "held".to_owned(),
+        Judged::Violated { count } => format!("VIOLATED ({count})"),
+        Judged::NotJudged { .. } => "not judged".to_owned(),
     }
 }
 
@@ -453,7 +453,7 @@ impl Summary {
 mod tests {
     use super::*;
 
-    fn summary(passed: bool, one: Verdict) -> WorldSummary {
+    fn summary(passed: bool, one: Judged) -> WorldSummary {
         let mut invariants = all_judged(&[]);
         invariants[0].verdict = one;
         WorldSummary {
@@ -467,8 +467,8 @@ mod tests {
     #[test]
     fn a_correct_design_passing_in_one_world_only_is_a_finding() {
         let scenario = crate::load("double-click").expect("catalogue").scenario;
-        let held = summary(true, Verdict::Held);
-        let violated = summary(false, Verdict::Violated { count: 1 });
+        let held = summary(true, Judged::Held);
+        let violated = summary(false, Judged::Violated { count: 1 });
         let c = compare(
             &scenario,
             0,
@@ -490,7 +490,7 @@ mod tests {
             !naive.finding,
             "only the correct design's disagreement is a finding"
         );
-        let unjudged = summary(true, Verdict::NotJudged { reason: "r".into() });
+        let unjudged = summary(true, Judged::NotJudged { reason: "r".into() });
         let c = compare(&scenario, 0, Design::Correct, held, unjudged);
         assert!(!c.finding);
         assert!(

@@ -15,7 +15,7 @@ use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
 use idem_sim::run::{Stop, Verdict as SimVerdict};
 use idem_sim::scenario::{Scenario, Window, host};
 
-use super::judge::{InvariantVerdict, Verdict, invariant_name};
+use super::judge::{InvariantVerdict, Judged, invariant_name};
 use super::{RealError, RealOptions, RealOutcome, System};
 
 /// The record of one real run.
@@ -180,7 +180,7 @@ fn write_verdict(out: &mut String, record: &RealRecord) {
             let unjudged = record
                 .invariants
                 .iter()
-                .filter(|v| matches!(v.verdict, Verdict::NotJudged { .. }))
+                .filter(|v| matches!(v.verdict, Judged::NotJudged { .. }))
                 .count();
             if unjudged == 0 {
                 writeln!(out, "verdict: PASS, every invariant judged held")
@@ -230,9 +230,9 @@ fn write_stop_and_windows(out: &mut String, record: &RealRecord) {
 fn verdicts(out: &mut String, record: &RealRecord) {
     for verdict in &record.invariants {
         let said = match &verdict.verdict {
-            Verdict::Held => "held".to_owned(),
-            Verdict::Violated { count } => format!("VIOLATED ({count})"),
-            Verdict::NotJudged { reason } => format!("not judged in real mode: {reason}"),
+            Judged::Held => "held".to_owned(),
+            Judged::Violated { count } => format!("VIOLATED ({count})"),
+            Judged::NotJudged { reason } => format!("not judged in real mode: {reason}"),
         };
         let _ = writeln!(
             out,
@@ -285,7 +285,7 @@ pub fn page(
     let judged: Vec<(u8, String)> = record
         .invariants
         .iter()
-        .filter(|v| !matches!(v.verdict, Verdict::NotJudged { .. }))
+        .filter(|v| !matches!(v.verdict, Judged::NotJudged { .. }))
         .map(|v| (v.invariant, v.name.clone()))
         .collect();
     let description = page_description(scenario, record, outcome);
@@ -313,7 +313,7 @@ fn page_description(scenario: &Scenario, record: &RealRecord, outcome: &RealOutc
         .invariants
         .iter()
         .filter_map(|v| match &v.verdict {
-            Verdict::NotJudged { reason } => {
+            Judged::NotJudged { reason } => {
                 Some(format!("invariant {} ({}): {reason}", v.invariant, v.name))
             }
             _ => None,
