@@ -196,7 +196,7 @@ fn estimate(proportion: &serde_json::Value) -> Result<f64> {
 /// with P(fail) below the threshold before it and at or above it after.
 #[test]
 fn one_failing_run_names_its_decisive_decision() -> Result {
-    let (words, json) = explain_run("double-click", "1", "check-then-insert", "60")?;
+    let (words, json) = explain_run("double-click", "1", "check-then-insert", "30")?;
     assert_eq!(json["kind"], "explain_run");
     assert_eq!(json["invariant"], 1, "{words}");
     let curve = json["curve"].as_array().ok_or("a curve")?;
@@ -222,7 +222,7 @@ fn one_failing_run_names_its_decisive_decision() -> Result {
     // Each decision redrawn alone was estimated, the decisive one first.
     let necessity = json["necessity"].as_array().ok_or("necessity")?;
     assert_eq!(necessity[0]["decision"], decisive["decision"]);
-    assert!(json["runs"].as_u64().ok_or("runs")? >= 60 * 3);
+    assert!(json["runs"].as_u64().ok_or("runs")? >= 30 * 3);
     Ok(())
 }
 
@@ -252,7 +252,7 @@ fn a_session_scoped_key_fails_on_the_replica_choice() -> Result {
         "key-reuse-after-completion",
         "0",
         "session-scoped-key",
-        "30",
+        "20",
     )?;
     let decisive = &json["decisive"];
     assert_eq!(
