@@ -74,7 +74,7 @@ pub(super) async fn mark_job_failed(
 ) -> Result<Job, StoreError> {
     let row = sqlx::query(
         "update jobs set state = 'failed', version = version + 1, updated_at = $2
-          where id = $1 returning *",
+              where id = $1 returning *",
     )
     .bind(job_id.0)
     .bind(at)
@@ -107,13 +107,13 @@ pub(super) async fn lock_prunable_jobs(
 ) -> Result<Vec<uuid::Uuid>, StoreError> {
     sqlx::query_scalar(
         "select j.id from jobs j
-          where j.state in ('succeeded', 'failed') and j.updated_at < $1
-            and not exists (select 1 from attempts a
-                             where a.job_id = j.id
-                               and a.state in ('starting', 'running', 'unknown'))
-          order by j.updated_at, j.id
-          limit $2
-          for update of j",
+              where j.state in ('succeeded', 'failed') and j.updated_at < $1
+                and not exists (select 1 from attempts a
+                                 where a.job_id = j.id
+                                   and a.state in ('starting', 'running', 'unknown'))
+              order by j.updated_at, j.id
+              limit $2
+              for update of j",
     )
     .bind(updated_before)
     .bind(i64::from(limit))
