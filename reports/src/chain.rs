@@ -32,7 +32,7 @@ pub enum StepKind {
 
 /// One step of the chain.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Step {
+pub struct ChainStep {
     pub seq: u64,
     pub t_ms: u64,
     /// The attempt that made the write, if any.
@@ -48,7 +48,7 @@ pub struct Chain {
     pub job_id: String,
     /// 1-based, in creation order (as the timeline numbers jobs).
     pub number: usize,
-    pub steps: Vec<Step>,
+    pub steps: Vec<ChainStep>,
 }
 
 impl Chain {
@@ -85,7 +85,7 @@ fn chain(trace: &RunTrace, number: usize, job: &str) -> Chain {
     let mut current: Option<String> = None;
     for event in trace.events.iter().filter(|e| e.job_id() == Some(job)) {
         if let Some((attempt_id, kind)) = step_kind(&event.body, &mut current) {
-            steps.push(Step {
+            steps.push(ChainStep {
                 seq: event.seq,
                 t_ms: event.t_ms,
                 attempt_id,

@@ -7,7 +7,7 @@
 //! both traces are cut to [`ALIGN_EVENTS_MAX`] events first, so its cost
 //! stays bounded whatever the run.
 
-use crate::trace::{Event, RunTrace};
+use crate::trace::{RunEvent, RunTrace};
 
 /// The most events of each trace the alignment reads.
 pub const ALIGN_EVENTS_MAX: usize = 1500;
@@ -32,7 +32,7 @@ pub struct Alignment {
 
 /// What an event is, for alignment: who saw it and what kind it was, and
 /// for HTTP the status or path, which is what a reader compares.
-pub fn signature(event: &Event) -> String {
+pub fn signature(event: &RunEvent) -> String {
     use crate::trace::Body;
     match &event.body {
         Body::HttpRequest {

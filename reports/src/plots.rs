@@ -328,6 +328,26 @@ fn draw_box(
             Rectangle::new(quartiles, BLUE.stroke_width(2)),
         ])
         .map_err(boxed)?;
+    draw_median_and_whiskers(chart, centre, l)?;
+    chart
+        .draw_series(std::iter::once(Text::new(
+            format!("median {} ms", l.median_ms),
+            (right + 0.02, ms(l.median_ms)),
+            ("sans-serif", 10).into_font(),
+        )))
+        .map_err(boxed)?;
+    Ok(())
+}
+
+/// The box's median line and its whiskers (min to p25, p75 to max, with
+/// caps), drawn over the quartile box and before the median's label.
+fn draw_median_and_whiskers(
+    chart: &mut Chart<'_, '_>,
+    centre: f64,
+    l: &ProviderLatency,
+) -> Result<(), Box<dyn std::fmt::Debug>> {
+    let (left, right) = (centre - 0.2, centre + 0.2);
+    let ms = |v: u64| v as f64;
     let line = |points: Vec<(f64, f64)>, colour: RGBColor, width| {
         PathElement::new(points, colour.stroke_width(width))
     };
@@ -359,13 +379,6 @@ fn draw_box(
                 1,
             ),
         ])
-        .map_err(boxed)?;
-    chart
-        .draw_series(std::iter::once(Text::new(
-            format!("median {} ms", l.median_ms),
-            (right + 0.02, ms(l.median_ms)),
-            ("sans-serif", 10).into_font(),
-        )))
         .map_err(boxed)?;
     Ok(())
 }

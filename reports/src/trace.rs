@@ -29,7 +29,7 @@ pub enum TraceError {
 
 /// One event: where and when, and what.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Event {
+pub struct RunEvent {
     pub seq: u64,
     pub t_ms: u64,
     /// The host that observed it.
@@ -41,7 +41,7 @@ pub struct Event {
     pub line: String,
 }
 
-impl Event {
+impl RunEvent {
     /// The event's `kind`, as the trace spells it.
     pub fn kind(&self) -> &str {
         self.body.kind()
@@ -243,7 +243,7 @@ fn read_line(line: &str) -> Result<(u64, u64, String, Option<String>, Body), ser
 /// A whole trace, in order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunTrace {
-    pub events: Vec<Event>,
+    pub events: Vec<RunEvent>,
 }
 
 impl RunTrace {
@@ -268,7 +268,7 @@ impl RunTrace {
                     expected,
                 });
             }
-            events.push(Event {
+            events.push(RunEvent {
                 seq,
                 t_ms,
                 host,

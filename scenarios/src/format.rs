@@ -38,7 +38,7 @@ pub struct ScenarioFile {
     pub worker: Field<WorkerFile>,
     pub reconciler: Field<ReconcilerFile>,
     /// Replaces the default providers when present.
-    pub providers: Field<Vec<Spanned<ProviderFile>>>,
+    pub providers: Field<Vec<Spanned<ProviderTable>>>,
     #[serde(default)]
     pub clients: Vec<Spanned<ClientFile>>,
     #[serde(default)]
@@ -126,7 +126,7 @@ pub struct ReconcilerFile {
 /// `[[providers]]`: a simulated provider and its behaviour profile.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProviderFile {
+pub struct ProviderTable {
     pub name: Spanned<String>,
     pub model: Field<String>,
     pub certified: Field<bool>,

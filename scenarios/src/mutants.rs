@@ -21,7 +21,7 @@ use idem_reports::sweep::SeedRange;
 
 use crate::load::Loaded;
 use crate::record::{Evidence, build, execute, record};
-use crate::runner::{Cell, Matrix, Order, Progress, Runner};
+use crate::runner::{Matrix, MatrixRun, Order, Progress, Runner};
 
 /// The most seeds one matrix may name. The correct design's run records
 /// are all kept for the report, so the bound keeps memory small; CI needs
@@ -147,9 +147,9 @@ fn in_search_order(
 /// failure found for its design.
 fn run_cell(
     matrix: &Matrix<'_>,
-    cell: Cell,
+    cell: MatrixRun,
     first_failure: &[AtomicUsize],
-) -> Option<(Cell, RunRecord, bool)> {
+) -> Option<(MatrixRun, RunRecord, bool)> {
     let (loaded, design) = matrix.at(cell);
     let mutant = role(design) == Role::Mutant;
     let first = &first_failure[cell.design];

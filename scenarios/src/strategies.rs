@@ -38,7 +38,7 @@ pub struct Schedule {
 
 /// One generated client action, before keys are checked against clicks.
 #[derive(Clone, Debug)]
-enum Step {
+enum GeneratedAction {
     Click {
         at_ms: u64,
         jitter_ms: u64,
@@ -53,10 +53,10 @@ enum Step {
     },
 }
 
-fn step() -> impl Strategy<Value = Step> {
+fn step() -> impl Strategy<Value = GeneratedAction> {
     prop_oneof![
         3 => (0u64..3_000, 0u64..100, 0..KEYS.len(), 0..VARIANTS, 0u32..4, 100u64..3_000).prop_map(
-            |(at_ms, jitter_ms, key, variant, retries, retry_after_ms)| Step::Click {
+            |(at_ms, jitter_ms, key, variant, retries, retry_after_ms)| GeneratedAction::Click {
                 at_ms,
                 jitter_ms,
                 key,
@@ -65,7 +65,7 @@ fn step() -> impl Strategy<Value = Step> {
                 retry_after_ms,
             }
         ),
-        1 => (0u64..6_000, 0..KEYS.len()).prop_map(|(at_ms, key)| Step::Backup { at_ms, key }),
+        1 => (0u64..6_000, 0..KEYS.len()).prop_map(|(at_ms, key)| GeneratedAction::Backup { at_ms, key }),
     ]
 }
 
@@ -81,8 +81,8 @@ fn client(index: usize) -> impl Strategy<Value = ClientSpec> {
             let clicked: Vec<usize> = steps
                 .iter()
                 .filter_map(|s| match s {
-                    Step::Click { key, .. } => Some(*key),
-                    Step::Backup { .. } => None,
+                    GeneratedAction::Click { key, .. } => Some(*key),
+                    GeneratedAction::Backup { .. } => None,
                 })
                 .collect();
             spec.actions = steps
@@ -95,9 +95,9 @@ fn client(index: usize) -> impl Strategy<Value = ClientSpec> {
 
 /// A step as an action; a backup of a key the client never clicks is
 /// dropped, since the backup button needs a job the client asked for.
-fn action(s: Step, clicked: &[usize]) -> Option<Action> {
+fn action(s: GeneratedAction, clicked: &[usize]) -> Option<Action> {
     match s {
-        Step::Click {
+        GeneratedAction::Click {
             at_ms,
             jitter_ms,
             key,
@@ -116,13 +116,13 @@ fn action(s: Step, clicked: &[usize]) -> Option<Action> {
             retries,
             retry_after_ms,
         }),
-        Step::Backup { at_ms, key } if clicked.contains(&key) => Some(Action::Backup {
+        GeneratedAction::Backup { at_ms, key } if clicked.contains(&key) => Some(Action::Backup {
             at_ms,
             jitter_ms: 0,
             key: KEYS[key].to_owned(),
             provider: None,
         }),
-        Step::Backup { .. } => None,
+        GeneratedAction::Backup { .. } => None,
     }
 }
 

@@ -364,6 +364,36 @@ fn job_id_of(body: &Value) -> Option<JobId> {
 }
 
 /// One HTTP/1 exchange over a fresh simulated connection.
+/// The HTTP request a user's browser would send: bearer token, the
+/// idempotency key when there is one, a JSON body when there is one.
+fn request_of(
+    authority: &str,
+    method: &str,
+    path: &str,
+    token: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> Result<http::Request<Full<bytes::Bytes>>, String> {
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, authority)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    let bytes = match body {
+        Some(body) => {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+            serde_json::to_vec(&body).expect("a JSON value serializes")
+        }
+        None => Vec::new(),
+    };
+    builder
+        .body(Full::new(bytes::Bytes::from(bytes)))
+        .map_err(|e| format!("request: {e}"))
+}
+
 async fn http_call(
     replica: &str,
     method: &str,
@@ -380,24 +410,7 @@ async fn http_call(
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
-    let mut builder = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header(http::header::HOST, authority.as_str())
-        .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    if let Some(key) = key {
-        builder = builder.header("idempotency-key", key);
-    }
-    let bytes = match body {
-        Some(body) => {
-            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
-            serde_json::to_vec(&body).expect("a JSON value serializes")
-        }
-        None => Vec::new(),
-    };
-    let request = builder
-        .body(Full::new(bytes::Bytes::from(bytes)))
-        .map_err(|e| format!("request: {e}"))?;
+    let request = request_of(&authority, method, path, token, key, body)?;
     let response = sender
         .send_request(request)
         .await

@@ -251,17 +251,7 @@ impl StoreObserver {
                 StoreReply::TransitionAttempt(TransitionOutcome::Moved { attempt, from }),
             ) => {
                 attempts.insert(attempt.id, attempt.state);
-                vec![TraceBody::AttemptTransition {
-                    job_id: attempt.job_id,
-                    attempt_id: attempt.id,
-                    from: *from,
-                    to: attempt.state,
-                    reason: error
-                        .as_ref()
-                        .and_then(|e| e.get("reason"))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                }]
+                vec![transitioned(attempt, *from, error.as_ref())]
             }
             (StoreCall::Complete { completion }, StoreReply::Complete(outcome)) => {
                 vec![completed(&mut attempts, completion, outcome)]
@@ -476,5 +466,24 @@ impl Served {
         }
         let result = faulted.result;
         write_frame(stream, &result).await.is_ok()
+    }
+}
+
+/// A moved attempt, as the trace records it: the reason is the failure's,
+/// when the transition carried one.
+fn transitioned(
+    attempt: &idem_core::model::Attempt,
+    from: AttemptState,
+    error: Option<&Value>,
+) -> TraceBody {
+    TraceBody::AttemptTransition {
+        job_id: attempt.job_id,
+        attempt_id: attempt.id,
+        from,
+        to: attempt.state,
+        reason: error
+            .and_then(|e| e.get("reason"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
     }
 }

@@ -315,15 +315,7 @@ async fn create_job(
     if !body::is_json(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    if headers.get_all(IDEMPOTENCY_KEY).iter().count() > 1 {
-        return Err(ApiError::DuplicateIdempotencyKey);
-    }
-    let key = match headers.get(IDEMPOTENCY_KEY) {
-        None => return Err(ApiError::MissingIdempotencyKey),
-        // A header value with bytes outside visible ASCII is passed on as
-        // such, and the engine's key validation refuses it.
-        Some(v) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
-    };
+    let key = idempotency_key(&headers)?;
     let document = json_document(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
@@ -336,8 +328,28 @@ async fn create_job(
             .await?)
     })
     .await?;
+    Ok(created_response(created, owner))
+}
+
+/// The one `Idempotency-Key` header's value: two are refused rather than
+/// one picked, and none is refused.
+fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    if headers.get_all(IDEMPOTENCY_KEY).iter().count() > 1 {
+        return Err(ApiError::DuplicateIdempotencyKey);
+    }
+    match headers.get(IDEMPOTENCY_KEY) {
+        None => Err(ApiError::MissingIdempotencyKey),
+        // A header value with bytes outside visible ASCII is passed on as
+        // such, and the engine's key validation refuses it.
+        Some(v) => Ok(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+    }
+}
+
+/// The answer to a create: 201 with the job's location when it is new, 200
+/// marked `Idempotent-Replayed` when the key had made it already.
+fn created_response(created: Created, owner: &OwnerId) -> Response {
     let view = JobView::from(created.job());
-    let response = match created {
+    match created {
         Created::New(job) => {
             tracing::info!(job = %job.id, owner = %owner, "job created");
             let mut response = (StatusCode::CREATED, axum::Json(view)).into_response();
@@ -356,8 +368,7 @@ async fn create_job(
                 .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
             response
         }
-    };
-    Ok(response)
+    }
 }
 
 async fn get_job(

@@ -523,19 +523,7 @@ impl Judged<'_> {
         let Some(content) = content else {
             return Err((Check::Parse, "the answer has no content".to_owned()));
         };
-        let output: Value = match serde_json::from_str(content) {
-            Ok(output @ Value::Object(_)) => output,
-            Ok(_) => {
-                let detail = format!("JSON but not an object: {}", excerpt(content));
-                return Err((Check::Parse, detail));
-            }
-            Err(e) => {
-                return Err((
-                    Check::Parse,
-                    format!("not JSON ({e}): {}", excerpt(content)),
-                ));
-            }
-        };
+        let output = parse_object(content)?;
         row.record(Check::Parse, true);
         let schema_errors = contract.schema_errors(&output, SCHEMA_ERRORS_MAX);
         if !schema_errors.is_empty() {
@@ -548,6 +536,21 @@ impl Judged<'_> {
             .map_err(|e| (Check::BusinessType, e))?;
         row.record(Check::BusinessType, true);
         Ok(result)
+    }
+}
+
+/// The answer's content as a JSON object, or why it is not one.
+fn parse_object(content: &str) -> Result<Value, (Check, String)> {
+    match serde_json::from_str(content) {
+        Ok(output @ Value::Object(_)) => Ok(output),
+        Ok(_) => Err((
+            Check::Parse,
+            format!("JSON but not an object: {}", excerpt(content)),
+        )),
+        Err(e) => Err((
+            Check::Parse,
+            format!("not JSON ({e}): {}", excerpt(content)),
+        )),
     }
 }
 

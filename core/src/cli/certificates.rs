@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::{CliError, OutputFormat, connect_and_migrate, runtime};
+use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
 use crate::certify::manage;
 use crate::clock::{Clock, SystemClock};
 use crate::contract::Certificate;
@@ -54,10 +54,10 @@ enum CertificatesCommand {
 }
 
 /// Runs one `certificates` command; prints what it found or did.
-pub fn certificates(args: CertificatesArgs) -> Result<(), CliError> {
+pub fn certificates(args: CertificatesArgs) -> Result<(), ServerCliError> {
     runtime()?.block_on(async move {
         let store = connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
-        let failed = |e| CliError::Usage(format!("the store: {e}"));
+        let failed = |e| ServerCliError::Usage(format!("the store: {e}"));
         match args.command {
             CertificatesCommand::List { provider, format } => {
                 let all = match &provider {
@@ -130,8 +130,8 @@ async fn revoke(
     provider: &str,
     model: Option<&str>,
     reason: &str,
-) -> Result<(), CliError> {
-    let failed = |e| CliError::Usage(format!("the store: {e}"));
+) -> Result<(), ServerCliError> {
+    let failed = |e| ServerCliError::Usage(format!("the store: {e}"));
     let all = manage::of_provider(store, provider).await.map_err(failed)?;
     let mut revoked = 0;
     for certificate in all
@@ -148,7 +148,7 @@ async fn revoke(
         }
     }
     if revoked == 0 {
-        return Err(CliError::Usage(format!(
+        return Err(ServerCliError::Usage(format!(
             "no passed certificate of {provider}{} to revoke",
             model.map(|m| format!(" for model {m}")).unwrap_or_default()
         )));

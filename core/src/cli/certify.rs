@@ -11,7 +11,7 @@ use serde_json::json;
 use super::providers::{
     EncodingArg, ProviderArgs, ResolvedProvider, SpecialTokensArg, provider_specs, resolve,
 };
-use super::{CliError, OutputFormat, connect_and_migrate, runtime};
+use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
 use crate::certify::{
     self, CERTIFY_DEADLINE_MS_DEFAULT, Certification, CertifyError, ChatEndpoint, Contract,
     RunBounds, RunLimits, Target,
@@ -75,7 +75,7 @@ pub struct CertifyArgs {
 }
 
 /// How `certify` ended, when it reached a verdict: exit 0 or 1. A run
-/// that could not be made, or learnt nothing, is a [`CliError`] (exit 2).
+/// that could not be made, or learnt nothing, is a [`ServerCliError`] (exit 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CertifyOutcome {
     Certified,
@@ -98,7 +98,7 @@ pub(super) async fn certify_one(
     endpoint: &Arc<dyn ChatEndpoint>,
     limits: RunLimits,
     bounds: RunBounds,
-) -> Result<Certification, CliError> {
+) -> Result<Certification, ServerCliError> {
     let target = Target {
         provider: provider.name.clone(),
         model: provider.model.clone(),
@@ -114,21 +114,21 @@ pub(super) async fn certify_one(
     let contract = Arc::clone(contract);
     match certify::certify_bounded(endpoint, contract, &target, &UuidV7Ids, limits, bounds).await {
         Ok(certification) => Ok(certification),
-        Err(CertifyError::Inconclusive { why, .. }) => Err(CliError::Inconclusive(format!(
+        Err(CertifyError::Inconclusive { why, .. }) => Err(ServerCliError::Inconclusive(format!(
             "certification of {} inconclusive: {why}; nothing recorded",
             provider.name
         ))),
-        Err(e) => Err(CliError::Usage(e.to_string())),
+        Err(e) => Err(ServerCliError::Usage(e.to_string())),
     }
 }
 
 /// The provider `--provider` names, with the flags that override its
 /// settings applied.
-fn provider_of(args: &CertifyArgs) -> Result<(Arc<Contract>, ResolvedProvider), CliError> {
+fn provider_of(args: &CertifyArgs) -> Result<(Arc<Contract>, ResolvedProvider), ServerCliError> {
     let (name, url) = match args.provider.split_once('=') {
         Some((name, url)) if !name.is_empty() && !url.is_empty() => (name, Some(url)),
         Some(_) => {
-            return Err(CliError::Usage(format!(
+            return Err(ServerCliError::Usage(format!(
                 "--provider must look like NAME=URL or NAME, got {:?}",
                 args.provider
             )));
@@ -138,7 +138,7 @@ fn provider_of(args: &CertifyArgs) -> Result<(Arc<Contract>, ResolvedProvider), 
     let cli_providers: Vec<String> = url.iter().map(|u| format!("{name}={u}")).collect();
     let (contract, mut resolved) = resolve(&args.provider_args, &cli_providers, &[])?;
     let mut provider = resolved.remove(name).ok_or_else(|| {
-        CliError::Usage(format!(
+        ServerCliError::Usage(format!(
             "provider {name}: give --provider {name}=URL, or a configuration file that names it"
         ))
     })?;
@@ -163,7 +163,7 @@ fn provider_of(args: &CertifyArgs) -> Result<(Arc<Contract>, ResolvedProvider), 
 /// `certify`: runs the certification, prints the table, records the
 /// certificate when given a database. Errors (bad flags or contract, an
 /// unreachable provider or database, an inconclusive run) are exit code 2.
-pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, CliError> {
+pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, ServerCliError> {
     let (contract, provider) = provider_of(&args)?;
     let (_, endpoint) = provider.client(Arc::clone(&contract))?;
     let limits = RunLimits {
@@ -192,7 +192,7 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, CliError> {
         let key =
             certify::manage::record(store, SystemClock.now(), &providers, &certification, &build)
                 .await
-                .map_err(|e| CliError::Usage(format!("cannot store the certificate: {e}")))?;
+                .map_err(|e| ServerCliError::Usage(format!("cannot store the certificate: {e}")))?;
         if args.format == OutputFormat::Text {
             println!(
                 "certificate recorded for ({}, {}, {}, {}) at {endpoint}",

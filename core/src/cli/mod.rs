@@ -34,7 +34,7 @@ use crate::store::pg::{PgStore, SCHEMA_DEFAULT, check_schema};
 
 /// Why a command could not run: exit code 2 for all of them.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub enum ServerCliError {
     /// Bad flags or configuration, or a database, address or provider that
     /// cannot be reached.
     #[error("{0}")]
@@ -99,16 +99,18 @@ pub fn init_logging(format: LogFormat) {
 }
 
 /// The multi-threaded runtime the production commands run on.
-pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+pub fn runtime() -> Result<tokio::runtime::Runtime, ServerCliError> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
 }
 
-fn split_pair<'a>(raw: &'a str, what: &str) -> Result<(&'a str, &'a str), CliError> {
+fn split_pair<'a>(raw: &'a str, what: &str) -> Result<(&'a str, &'a str), ServerCliError> {
     raw.split_once('=')
         .filter(|(k, v)| !k.is_empty() && !v.is_empty())
-        .ok_or_else(|| CliError::Usage(format!("{what} must look like NAME=VALUE, got {raw:?}")))
+        .ok_or_else(|| {
+            ServerCliError::Usage(format!("{what} must look like NAME=VALUE, got {raw:?}"))
+        })
 }
 
 /// `url` with its password (and anything else credential-shaped) cut out,
@@ -125,9 +127,9 @@ fn shown_url(url: &str, text: &str) -> String {
 /// One connection to the database, to say why there is none: the pool
 /// reports only that it timed out, never the refusal or the name that did
 /// not resolve behind it.
-async fn probe_database(url: &str) -> Result<(), CliError> {
+async fn probe_database(url: &str) -> Result<(), ServerCliError> {
     let fail = |why: String| {
-        CliError::Usage(shown_url(
+        ServerCliError::Usage(shown_url(
             url,
             &format!("cannot connect to the database: {why}"),
         ))
@@ -155,13 +157,13 @@ async fn connect_and_migrate(
     url: &str,
     schema: &str,
     connections_max: u32,
-) -> Result<PgStore, CliError> {
-    check_schema(schema).map_err(CliError::Usage)?;
+) -> Result<PgStore, ServerCliError> {
+    check_schema(schema).map_err(ServerCliError::Usage)?;
     probe_database(url).await?;
     let store = PgStore::connect(url, schema, connections_max)
         .await
         .map_err(|e| {
-            CliError::Usage(shown_url(
+            ServerCliError::Usage(shown_url(
                 url,
                 &format!("cannot connect to the database: {e}"),
             ))
@@ -169,11 +171,11 @@ async fn connect_and_migrate(
     store
         .migrate()
         .await
-        .map_err(|e| CliError::Usage(shown_url(url, &format!("migration failed: {e}"))))?;
+        .map_err(|e| ServerCliError::Usage(shown_url(url, &format!("migration failed: {e}"))))?;
     Ok(store)
 }
 
-pub fn migrate(args: MigrateArgs) -> Result<(), CliError> {
+pub fn migrate(args: MigrateArgs) -> Result<(), ServerCliError> {
     runtime()?.block_on(async {
         connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
         println!("migrations applied");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::{CliError, split_pair};
+use super::{ServerCliError, split_pair};
 use crate::certify::{ChatEndpoint, Contract, Encoding, SpecialTokens, TokenizerProfile};
 use crate::config::{Config, Endpoint, ProviderFile, parse_url};
 use crate::contract::{ProviderSpec, Providers};
@@ -110,8 +110,9 @@ impl ResolvedProvider {
         url: &str,
         file: &ProviderFile,
         model: Option<&str>,
-    ) -> Result<Self, CliError> {
-        let bad = |e: &dyn std::fmt::Display| CliError::Usage(format!("provider {name}: {e}"));
+    ) -> Result<Self, ServerCliError> {
+        let bad =
+            |e: &dyn std::fmt::Display| ServerCliError::Usage(format!("provider {name}: {e}"));
         let endpoint = parse_url(url).map_err(|e| bad(&e))?;
         let api_key = file
             .api_key_env
@@ -139,8 +140,9 @@ impl ResolvedProvider {
     }
 
     /// Asks for `model` instead.
-    pub fn set_model(&mut self, model: String) -> Result<(), CliError> {
-        check_model(&model).map_err(|e| CliError::Usage(format!("provider {}: {e}", self.name)))?;
+    pub fn set_model(&mut self, model: String) -> Result<(), ServerCliError> {
+        check_model(&model)
+            .map_err(|e| ServerCliError::Usage(format!("provider {}: {e}", self.name)))?;
         self.model = model;
         Ok(())
     }
@@ -156,7 +158,7 @@ impl ResolvedProvider {
     /// The OpenAI-compatible client for this provider (TLS for https),
     /// seen both as a provider the worker calls and as an endpoint the
     /// certifier calls: the same client either way.
-    pub fn client(&self, contract: Arc<Contract>) -> Result<ClientViews, CliError> {
+    pub fn client(&self, contract: Arc<Contract>) -> Result<ClientViews, ServerCliError> {
         let config = OpenAiConfig {
             authority: self.endpoint.authority.clone(),
             model: self.model.clone(),
@@ -166,8 +168,9 @@ impl ResolvedProvider {
             supports_status: self.supports_status,
             supports_cancel: self.supports_cancel,
         };
-        let bad =
-            |e: &dyn std::fmt::Display| CliError::Usage(format!("provider {}: {e}", self.name));
+        let bad = |e: &dyn std::fmt::Display| {
+            ServerCliError::Usage(format!("provider {}: {e}", self.name))
+        };
         if self.endpoint.https {
             let tls = client_config(&self.tls).map_err(|e| bad(&e))?;
             let client = Arc::new(
@@ -195,7 +198,7 @@ pub fn resolve(
     args: &ProviderArgs,
     cli_providers: &[String],
     cli_models: &[String],
-) -> Result<Resolved, CliError> {
+) -> Result<Resolved, ServerCliError> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
@@ -228,12 +231,12 @@ pub fn resolve(
         );
     }
     if let Some(name) = config.providers.keys().find(|n| !urls.contains_key(*n)) {
-        return Err(CliError::Usage(format!(
+        return Err(ServerCliError::Usage(format!(
             "provider {name} has no URL: give url in the configuration file or --provider {name}=URL"
         )));
     }
     if let Some(name) = models.keys().find(|n| !providers.contains_key(*n)) {
-        return Err(CliError::Usage(format!(
+        return Err(ServerCliError::Usage(format!(
             "--model {name}=...: no such provider"
         )));
     }
@@ -241,7 +244,7 @@ pub fn resolve(
 }
 
 /// `NAME=VALUE` flags as a map.
-fn pairs(raw: &[String], flag: &str) -> Result<BTreeMap<String, String>, CliError> {
+fn pairs(raw: &[String], flag: &str) -> Result<BTreeMap<String, String>, ServerCliError> {
     raw.iter()
         .map(|pair| split_pair(pair, flag).map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect()
@@ -253,11 +256,11 @@ fn overlay(
     urls: &BTreeMap<String, String>,
     api_key_envs: &[String],
     ca_files: &[String],
-) -> Result<(), CliError> {
+) -> Result<(), ServerCliError> {
     for (flag, raw) in [("--api-key-env", api_key_envs), ("--ca-file", ca_files)] {
         for (name, value) in pairs(raw, flag)? {
             if !urls.contains_key(&name) {
-                return Err(CliError::Usage(format!(
+                return Err(ServerCliError::Usage(format!(
                     "{flag} {name}=...: no such provider"
                 )));
             }
@@ -294,7 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn flags_resolve_providers_and_models() -> Result<(), CliError> {
+    fn flags_resolve_providers_and_models() -> Result<(), ServerCliError> {
         let none = ProviderArgs::none();
         let (contract, resolved) = resolve(
             &none,

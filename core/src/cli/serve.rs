@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::providers::{ProviderArgs, provider_specs, resolve};
-use super::{CliError, LogFormat, POOL_CONNECTIONS_MAX, connect_and_migrate, init_logging};
+use super::{LogFormat, POOL_CONNECTIONS_MAX, ServerCliError, connect_and_migrate, init_logging};
 use super::{runtime, split_pair};
 use crate::api::Auth;
 use crate::certify::{self, CERTIFY_DEADLINE_MS_DEFAULT, ChatEndpoint, RunBounds, RunLimits};
@@ -207,7 +207,7 @@ pub struct ServeArgs {
 }
 
 /// The bearer tokens of `--token` and `--operator-token`.
-fn auth(args: &ServeArgs) -> Result<Auth, CliError> {
+fn auth(args: &ServeArgs) -> Result<Auth, ServerCliError> {
     let mut auth = Auth::new();
     for raw in &args.tokens {
         let (token, owner) = split_pair(raw, "--token")?;
@@ -250,17 +250,17 @@ struct Clients {
     endpoints: BTreeMap<String, Arc<dyn ChatEndpoint>>,
 }
 
-fn clients(args: &ServeArgs) -> Result<Clients, CliError> {
+fn clients(args: &ServeArgs) -> Result<Clients, ServerCliError> {
     let (contract, resolved) = resolve(&args.provider_args, &args.providers, &args.models)?;
     if resolved.is_empty() {
-        return Err(CliError::Usage(
+        return Err(ServerCliError::Usage(
             "no providers: give --provider NAME=URL or a configuration file with [providers.NAME]"
                 .to_owned(),
         ));
     }
     for name in args.certify.iter().chain(&args.certified) {
         if !resolved.contains_key(name) {
-            return Err(CliError::Usage(format!(
+            return Err(ServerCliError::Usage(format!(
                 "{name}: no such provider to certify"
             )));
         }
@@ -282,7 +282,7 @@ fn clients(args: &ServeArgs) -> Result<Clients, CliError> {
     })
 }
 
-async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, CliError> {
+async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, ServerCliError> {
     Ok(match args.store {
         StoreKind::Memory => {
             tracing::warn!("--store memory: nothing survives this process");
@@ -290,7 +290,9 @@ async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, CliError> {
         }
         StoreKind::Postgres => {
             let url = args.database_url.as_deref().ok_or_else(|| {
-                CliError::Usage("--store postgres needs --database-url (or DATABASE_URL)".into())
+                ServerCliError::Usage(
+                    "--store postgres needs --database-url (or DATABASE_URL)".into(),
+                )
             })?;
             let store =
                 connect_and_migrate(url, &args.ops.database_schema, POOL_CONNECTIONS_MAX).await?;
@@ -301,52 +303,23 @@ async fn open_store(args: &ServeArgs) -> Result<Arc<dyn Store>, CliError> {
     })
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), CliError> {
+pub fn serve(args: ServeArgs) -> Result<(), ServerCliError> {
     init_logging(args.log_format);
     let auth = auth(&args)?;
     let clients = clients(&args)?;
-    let policy = match args.policy {
-        PolicyKind::Strict => Policy::Strict,
-        PolicyKind::Hedged => Policy::Hedged {
-            hedge_after_ms: args.hedge_after_ms,
-        },
-    };
     #[cfg_attr(not(feature = "bench"), expect(unused_mut))]
     let mut config = service_config(&args);
     #[cfg(feature = "bench")]
-    args.bench.configure(&mut config).map_err(CliError::Usage)?;
+    args.bench
+        .configure(&mut config)
+        .map_err(ServerCliError::Usage)?;
     runtime()?.block_on(async move {
-        #[cfg(feature = "bench")]
-        let controlled = args.bench.control();
-        let unbounded = open_store(&args).await?;
-        #[cfg(feature = "bench")]
-        let unbounded = args.bench.journaled(unbounded).map_err(CliError::Usage)?;
-        // Every call the API and the loops make to the store is bounded.
-        let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        #[cfg(feature = "bench")]
-        let clock: Arc<dyn Clock> = match controlled {
-            Some(controlled) => controlled,
-            None => clock,
-        };
+        let (store, clock) = store_and_clock(&args, &config).await?;
         for name in &args.certified {
             assert_certified(&clients, name, store.as_ref(), clock.as_ref()).await?;
         }
         let pending = PendingCertifications::default();
-        let engine = Engine::new(
-            store,
-            clock,
-            Arc::new(UuidV7Ids),
-            clients.providers.clone(),
-            policy,
-        )
-        .with_model_probes(ModelProbes::new(
-            clients.clients.clone(),
-            MODEL_PROBE_TIMEOUT_MS_DEFAULT,
-        ))
-        .with_pending_certifications(pending.clone());
-        #[cfg(feature = "bench")]
-        let engine = args.bench.engine(engine);
+        let engine = engine(&args, store, clock, &clients, pending.clone());
         let certifying = Arc::new(Certifying {
             clients,
             engine: engine.clone(),
@@ -364,7 +337,70 @@ pub fn serve(args: ServeArgs) -> Result<(), CliError> {
     })
 }
 
-async fn run_service(args: &ServeArgs, service: Service) -> Result<(), CliError> {
+/// The failover policy the flags name: strict, or hedged after
+/// `--hedge-after-ms`.
+fn policy(args: &ServeArgs) -> Policy {
+    match args.policy {
+        PolicyKind::Strict => Policy::Strict,
+        PolicyKind::Hedged => Policy::Hedged {
+            hedge_after_ms: args.hedge_after_ms,
+        },
+    }
+}
+
+/// The store, with every call the API and the loops make to it bounded,
+/// and the clock: the system's, or the bench's controlled one when asked.
+async fn store_and_clock(
+    args: &ServeArgs,
+    config: &ServiceConfig,
+) -> Result<(Arc<dyn Store>, Arc<dyn Clock>), ServerCliError> {
+    #[cfg(feature = "bench")]
+    let controlled = args.bench.control();
+    let unbounded = open_store(args).await?;
+    #[cfg(feature = "bench")]
+    let unbounded = args
+        .bench
+        .journaled(unbounded)
+        .map_err(ServerCliError::Usage)?;
+    // Every call the API and the loops make to the store is bounded.
+    let store: Arc<dyn Store> = Arc::new(Bounded::new(unbounded, config.store_call_timeout_ms));
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    #[cfg(feature = "bench")]
+    let clock: Arc<dyn Clock> = match controlled {
+        Some(controlled) => controlled,
+        None => clock,
+    };
+    Ok((store, clock))
+}
+
+/// The engine over the providers, probing models, and sharing `pending` with
+/// the certifications started at boot so it refuses failover to a provider
+/// still being certified.
+fn engine(
+    args: &ServeArgs,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    clients: &Clients,
+    pending: PendingCertifications,
+) -> Engine {
+    let engine = Engine::new(
+        store,
+        clock,
+        Arc::new(UuidV7Ids),
+        clients.providers.clone(),
+        policy(args),
+    )
+    .with_model_probes(ModelProbes::new(
+        clients.clients.clone(),
+        MODEL_PROBE_TIMEOUT_MS_DEFAULT,
+    ))
+    .with_pending_certifications(pending);
+    #[cfg(feature = "bench")]
+    let engine = args.bench.engine(engine);
+    engine
+}
+
+async fn run_service(args: &ServeArgs, service: Service) -> Result<(), ServerCliError> {
     let (trigger, shutdown) = shutdown_pair();
     tokio::spawn(async move {
         os_signal().await;
@@ -378,7 +414,7 @@ async fn run_service(args: &ServeArgs, service: Service) -> Result<(), CliError>
     }
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .map_err(|e| CliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|e| ServerCliError::Usage(format!("cannot listen on {}: {e}", args.listen)))?;
     tracing::info!(listen = %args.listen, "idem serving");
     service.run(listener, shutdown).await?;
     Ok(())
@@ -390,11 +426,11 @@ async fn assert_certified(
     name: &str,
     store: &dyn Store,
     clock: &dyn Clock,
-) -> Result<(), CliError> {
+) -> Result<(), ServerCliError> {
     let key = clients
         .providers
         .certificate_key(name)
-        .ok_or_else(|| CliError::Usage(format!("--certified {name}: no such provider")))?;
+        .ok_or_else(|| ServerCliError::Usage(format!("--certified {name}: no such provider")))?;
     // Recorded so that a later model switch revokes even an asserted
     // certificate.
     let identity = crate::timer::timeout(
@@ -421,7 +457,7 @@ async fn assert_certified(
             at: clock.now(),
         })
         .await
-        .map_err(|e| CliError::Usage(format!("cannot store the certificate: {e}")))
+        .map_err(|e| ServerCliError::Usage(format!("cannot store the certificate: {e}")))
 }
 
 /// What a start-up certification needs, shared by the tasks that run them.
@@ -459,7 +495,7 @@ impl Certifying {
         .await;
         let certification = match outcome {
             Ok(certification) => certification,
-            Err(CliError::Inconclusive(why)) => {
+            Err(ServerCliError::Inconclusive(why)) => {
                 tracing::warn!(provider = %name, reason = %why, "certification inconclusive: the certificate on file, if any, stands");
                 return;
             }

@@ -398,6 +398,11 @@ impl Cluster {
             .spawn()
             .map_err(|e| format!("postgres: {e}"))?;
         self.server = Some(child);
+        self.await_ready()
+    }
+
+    /// Waits until this cluster's own server is ready, or has exited.
+    fn await_ready(&mut self) -> Result<(), ServerStart> {
         for _ in 0..READY_POLLS_MAX {
             if let Some(server) = &mut self.server
                 && let Ok(Some(status)) = server.try_wait()

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::describe::describe;
 use super::neighbour::{Neighbour, Relation, neighbour_name};
 use crate::diff::{ALIGN_EVENTS_MAX, Alignment, Row};
-use crate::trace::{Event, RunTrace};
+use crate::trace::{RunEvent, RunTrace};
 
 /// Diff rows shown at most.
 const DIFF_ROWS_MAX: usize = 400;
@@ -41,8 +41,8 @@ pub(super) struct Diff<'a> {
 /// One row: an event of either run, or a match of both.
 #[derive(Serialize)]
 struct DiffRow {
-    left: Option<Cell>,
-    right: Option<Cell>,
+    left: Option<EventCells>,
+    right: Option<EventCells>,
     /// `=`, `◀` (this run only) or `▶` (the other run only).
     mark: &'static str,
     /// In one run only.
@@ -52,15 +52,15 @@ struct DiffRow {
 
 /// One event's cells.
 #[derive(Serialize)]
-struct Cell {
+struct EventCells {
     seq: u64,
     t_ms: u64,
     text: String,
 }
 
-impl Cell {
-    fn of(event: Option<&Event>) -> Option<Self> {
-        event.map(|e| Cell {
+impl EventCells {
+    fn of(event: Option<&RunEvent>) -> Option<Self> {
+        event.map(|e| EventCells {
             seq: e.seq,
             t_ms: e.t_ms,
             text: describe(e),
@@ -105,8 +105,8 @@ fn row(alignment: &Alignment, index: usize, trace: &RunTrace, other: &RunTrace) 
         Row::Right(j) => (None, other.events.get(j), "▶"),
     };
     DiffRow {
-        left: Cell::of(left),
-        right: Cell::of(right),
+        left: EventCells::of(left),
+        right: EventCells::of(right),
         mark,
         only: !matches!(alignment.rows[index], Row::Both(..)),
         first: alignment.first_divergence == Some(index),

@@ -2,11 +2,11 @@
 //! the Markdown summary's sequence diagram.
 
 use crate::timeline::short;
-use crate::trace::{Body, Event};
+use crate::trace::{Body, RunEvent};
 
 /// One line saying what an event did, for tables: the store's caller
 /// first (`worker-1 → store: `), then what happened.
-pub fn describe(event: &Event) -> String {
+pub fn describe(event: &RunEvent) -> String {
     let caller = event
         .caller
         .as_deref()

@@ -89,7 +89,7 @@ type Chart<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
-/// The band (low to high), the estimate, the threshold and the mark.
+/// The band (low to high) and the estimate, then the marks.
 fn draw_band(
     chart: &mut Chart<'_, '_>,
     likelihood: &Likelihood,
@@ -119,6 +119,15 @@ fn draw_band(
             .iter()
             .map(|p| Circle::new((p.t_ms as f64, p.estimate), 3, line.filled())),
     )?;
+    draw_marks(chart, likelihood, x_max)
+}
+
+/// The threshold line and the decisive decision's mark.
+fn draw_marks(
+    chart: &mut Chart<'_, '_>,
+    likelihood: &Likelihood,
+    x_max: f64,
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
     let grey = RGBColor(0x6b, 0x72, 0x80);
     chart.draw_series(std::iter::once(PathElement::new(
         vec![

@@ -113,12 +113,12 @@ pub(super) struct Chain {
     number: usize,
     job_id: String,
     overwritten: bool,
-    steps: Vec<Step>,
+    steps: Vec<StepRow>,
 }
 
 /// One step of a chain.
 #[derive(Serialize)]
-pub(super) struct Step {
+pub(super) struct StepRow {
     seq: u64,
     t_ms: u64,
     /// The version column: `0`, `1 → 2`, `unchanged`.
@@ -175,7 +175,7 @@ pub(super) fn chains(trace: &RunTrace, timeline: &Timeline) -> Vec<Chain> {
         .collect()
 }
 
-fn step(s: &chain::Step, timeline: &Timeline) -> Step {
+fn step(s: &chain::ChainStep, timeline: &Timeline) -> StepRow {
     let (version, what) = match &s.kind {
         StepKind::Created => ("0".to_owned(), What::Created),
         StepKind::Won {
@@ -205,7 +205,7 @@ fn step(s: &chain::Step, timeline: &Timeline) -> Step {
         ),
         StepKind::Failed { version } => (version.to_string(), What::Failed),
     };
-    Step {
+    StepRow {
         seq: s.seq,
         t_ms: s.t_ms,
         version,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::folds::JobNumbers;
 use super::model::{AttemptBar, Lane, Lanes, Segment, short};
-use crate::trace::{Body, Event, RunTrace};
+use crate::trace::{Body, RunEvent, RunTrace};
 
 /// The terminal states of an attempt.
 const TERMINAL: &[&str] = &["succeeded", "failed", "cancelled", "lost"];
@@ -35,7 +35,7 @@ struct Bars<'a> {
 }
 
 impl<'a> Bars<'a> {
-    fn see(&mut self, event: &'a Event, lanes: &mut Lanes) {
+    fn see(&mut self, event: &'a RunEvent, lanes: &mut Lanes) {
         match &event.body {
             Body::AttemptStarted {
                 job_id,
@@ -70,7 +70,7 @@ impl<'a> Bars<'a> {
     /// A new bar, starting, on the lane of the host that started it.
     fn start(
         &mut self,
-        event: &'a Event,
+        event: &'a RunEvent,
         job_id: &str,
         attempt_id: &'a str,
         number: i64,
@@ -98,7 +98,7 @@ impl<'a> Bars<'a> {
     }
 
     /// Moves the bar of `attempt_id`, if it started, into `state`.
-    fn enter(&mut self, attempt_id: &str, state: &str, event: &Event) {
+    fn enter(&mut self, attempt_id: &str, state: &str, event: &RunEvent) {
         if let Some(&index) = self.by_id.get(attempt_id) {
             enter(&mut self.bars[index], state, event.t_ms, event.seq);
         }

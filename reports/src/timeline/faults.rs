@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::model::{FaultWindow, Lanes, Mark};
-use crate::trace::{Body, Event, RunTrace};
+use crate::trace::{Body, RunEvent, RunTrace};
 
 /// What a fault plan event does to the drawing.
 enum Effect<'a> {
@@ -51,8 +51,8 @@ fn effect<'a>(name: &'a str, detail: &'a Value) -> Effect<'a> {
 /// when it heals, then those still open and the hosts still down.
 pub(super) fn fault_windows(trace: &RunTrace, lanes: &mut Lanes, end_ms: u64) -> Vec<FaultWindow> {
     let mut windows = Vec::new();
-    let mut open: Vec<(&Event, &str, &Value)> = Vec::new();
-    let mut down: BTreeMap<&str, &Event> = BTreeMap::new();
+    let mut open: Vec<(&RunEvent, &str, &Value)> = Vec::new();
+    let mut down: BTreeMap<&str, &RunEvent> = BTreeMap::new();
     for event in &trace.events {
         let Body::Fault { name, detail } = &event.body else {
             continue;
@@ -94,8 +94,8 @@ fn window(
     lanes: &mut Lanes,
     name: &str,
     detail: &Value,
-    fired: &Event,
-    healed: Option<&Event>,
+    fired: &RunEvent,
+    healed: Option<&RunEvent>,
     end_ms: u64,
 ) -> FaultWindow {
     FaultWindow {
@@ -114,8 +114,8 @@ fn window(
 fn down_window(
     lanes: &mut Lanes,
     host: &str,
-    crash: &Event,
-    restart: Option<&Event>,
+    crash: &RunEvent,
+    restart: Option<&RunEvent>,
     end_ms: u64,
 ) -> FaultWindow {
     FaultWindow {
@@ -132,7 +132,7 @@ fn down_window(
 
 /// The marks a fault plan event makes: a crash, a restart, a clock that
 /// stepped, a rule armed on each lane it names.
-pub(super) fn fault_marks(event: &Event, lanes: &mut Lanes) -> Vec<Mark> {
+pub(super) fn fault_marks(event: &RunEvent, lanes: &mut Lanes) -> Vec<Mark> {
     let Body::Fault { name, detail } = &event.body else {
         return Vec::new();
     };

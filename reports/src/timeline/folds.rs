@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::faults::fault_marks;
 use super::model::{Arrow, ArrowKind, Lanes, Mark, Span, short};
 use crate::html::state_colour;
-use crate::trace::{Body, Event, RunTrace};
+use crate::trace::{Body, RunEvent, RunTrace};
 
 /// Job numbers, in creation order: job `n` is `ids[n - 1]`.
 #[derive(Default)]
@@ -17,7 +17,7 @@ pub(super) struct JobNumbers {
 }
 
 impl JobNumbers {
-    pub(super) fn see(&mut self, event: &Event) {
+    pub(super) fn see(&mut self, event: &RunEvent) {
         if let Body::JobCreated { job_id, .. } = &event.body
             && !self.ids.contains(job_id)
         {
@@ -46,12 +46,12 @@ pub(super) fn jobs(trace: &RunTrace) -> Vec<String> {
 /// HTTP requests still waiting for their answer, by (client, request id).
 #[derive(Default)]
 struct Requests<'a> {
-    waiting: BTreeMap<(&'a str, u64), &'a Event>,
+    waiting: BTreeMap<(&'a str, u64), &'a RunEvent>,
 }
 
 impl<'a> Requests<'a> {
     /// Keeps a request; for a response or a failure, the request it ends.
-    fn see(&mut self, event: &'a Event) -> Option<&'a Event> {
+    fn see(&mut self, event: &'a RunEvent) -> Option<&'a RunEvent> {
         match &event.body {
             Body::HttpRequest {
                 client, request_id, ..
@@ -71,7 +71,7 @@ impl<'a> Requests<'a> {
 }
 
 /// The replica a request went to and a one-line description of it.
-fn request_summary(request: &Event) -> (&str, String) {
+fn request_summary(request: &RunEvent) -> (&str, String) {
     match &request.body {
         Body::HttpRequest {
             replica,
@@ -94,13 +94,13 @@ fn outcome(status: u16, problem: Option<&str>) -> String {
 /// Provider executions under way, by (provider, attempt key).
 #[derive(Default)]
 struct Executions<'a> {
-    running: BTreeMap<(&'a str, &'a str), &'a Event>,
+    running: BTreeMap<(&'a str, &'a str), &'a RunEvent>,
 }
 
 impl<'a> Executions<'a> {
     /// Keeps a running execution; for a finished one, the event that
     /// started it, if any.
-    fn see(&mut self, event: &'a Event) -> Option<&'a Event> {
+    fn see(&mut self, event: &'a RunEvent) -> Option<&'a RunEvent> {
         let Body::ProviderExecution {
             provider,
             key,
@@ -120,7 +120,7 @@ impl<'a> Executions<'a> {
 }
 
 /// The seqs of a finished execution: its start's, if any, and its own.
-fn execution_seqs(started: Option<&Event>, event: &Event) -> Vec<u64> {
+fn execution_seqs(started: Option<&RunEvent>, event: &RunEvent) -> Vec<u64> {
     started
         .map(|e| e.seq)
         .into_iter()
@@ -147,7 +147,7 @@ struct Arrows<'a> {
 }
 
 impl<'a> Arrows<'a> {
-    fn see(&mut self, event: &'a Event, lanes: &mut Lanes) {
+    fn see(&mut self, event: &'a RunEvent, lanes: &mut Lanes) {
         if let Some(caller) = &event.caller {
             let kind = match event.body {
                 Body::StoreFaultInjected { .. } => ArrowKind::LostAck,
@@ -188,7 +188,7 @@ impl<'a> Arrows<'a> {
 
     fn push(
         &mut self,
-        event: &Event,
+        event: &RunEvent,
         from: usize,
         to: usize,
         kind: ArrowKind,
@@ -208,8 +208,8 @@ impl<'a> Arrows<'a> {
     /// The answer to `request`, from its replica back to the client.
     fn response(
         &mut self,
-        event: &Event,
-        request: &Event,
+        event: &RunEvent,
+        request: &RunEvent,
         status: u16,
         problem: Option<&str>,
         lanes: &mut Lanes,
@@ -227,7 +227,7 @@ impl<'a> Arrows<'a> {
     }
 
     /// An attempt reaching its provider, from the host that dispatched it.
-    fn dispatch(&mut self, event: &Event, lanes: &mut Lanes) {
+    fn dispatch(&mut self, event: &RunEvent, lanes: &mut Lanes) {
         let Body::ProviderExecution {
             provider,
             key,
@@ -295,7 +295,7 @@ pub(super) fn spans(trace: &RunTrace, lanes: &mut Lanes, end_ms: u64) -> Vec<Spa
 }
 
 /// A provider's execution that finished, from when it started.
-fn execution_span(event: &Event, started: Option<&Event>, lanes: &mut Lanes) -> Option<Span> {
+fn execution_span(event: &RunEvent, started: Option<&RunEvent>, lanes: &mut Lanes) -> Option<Span> {
     let Body::ProviderExecution {
         provider,
         key,
@@ -325,8 +325,8 @@ fn execution_span(event: &Event, started: Option<&Event>, lanes: &mut Lanes) -> 
 /// lane; `title` says how it ended, given what it was.
 fn http_span(
     lanes: &mut Lanes,
-    request: &Event,
-    end: &Event,
+    request: &RunEvent,
+    end: &RunEvent,
     title: impl FnOnce(&str) -> String,
 ) -> Span {
     let (replica, what) = request_summary(request);
@@ -395,7 +395,7 @@ pub(super) fn marks(trace: &RunTrace, lanes: &mut Lanes) -> Vec<Mark> {
 /// A completion that lost on its attempt's lane, or a start refused with
 /// no started attempt to block it on the refused caller's.
 fn attempt_mark(
-    event: &Event,
+    event: &RunEvent,
     attempts: &BTreeMap<&str, usize>,
     lanes: &mut Lanes,
 ) -> Option<Mark> {
@@ -436,7 +436,7 @@ fn attempt_mark(
 }
 
 /// An injected store fault on the store's lane, or the trace's cut.
-fn store_mark(event: &Event, lanes: &mut Lanes) -> Option<Mark> {
+fn store_mark(event: &RunEvent, lanes: &mut Lanes) -> Option<Mark> {
     let (glyph, title) = match &event.body {
         Body::StoreFaultInjected { op, fault, .. } => {
             let kind = fault

@@ -12,6 +12,7 @@ use idem_reports::SweepSummary;
 use idem_reports::sweep::{SeedRange, Shard, SweepTally};
 use idem_sim::bench::{ReplayWorld, Traffic, replay};
 use idem_sim::run::{RunOutcome, run_metered};
+use idem_sim::scenario::Scenario;
 
 use super::timing::timed;
 use crate::load::Loaded;
@@ -126,10 +127,37 @@ pub struct SimBench {
 
 /// Runs the simulator section.
 pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
-    let per_scenario: Vec<ScenarioBench> = scenarios
+    let per_scenario = per_scenario_benches(scenarios, plan.seeds);
+    let scaling = scaling(scenarios, plan);
+    let (catalogue, memory) = catalogue_and_memory(scenarios, plan);
+    let catalogue_x1000_seconds =
+        catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
+    let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
+    let sum = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).sum::<f64>();
+    let catalogue_seed_vs_turmoil_ratio =
+        sum(|b| b.wall_per_seed_ms) / sum(|b| b.turmoil_wall_per_seed_ms).max(f64::EPSILON);
+    eprintln!("  a catalogue seed: {catalogue_seed_vs_turmoil_ratio:.3}x its bare turmoil replays");
+    SimBench {
+        seeds_per_scenario: plan.seeds,
+        catalogue_seed_vs_turmoil_ratio,
+        sim_vs_turmoil_cost_ratio_max: max(|b| b.sim_vs_turmoil_cost_ratio),
+        exact_vs_turmoil_cost_ratio_max: max(|b| b.exact_vs_turmoil_cost_ratio),
+        scenarios: per_scenario,
+        catalogue_x1000_seconds,
+        catalogue_x1000_extrapolated: plan.catalogue_seeds != 1000,
+        catalogue,
+        scaling,
+        memory,
+    }
+}
+
+/// Every scenario benched in turn, each reported on stderr as it ends so a
+/// long bench shows its progress.
+fn per_scenario_benches(scenarios: &[Loaded], seeds: u64) -> Vec<ScenarioBench> {
+    scenarios
         .iter()
         .map(|l| {
-            let b = scenario_bench(l, plan.seeds);
+            let b = scenario_bench(l, seeds);
             eprintln!(
                 "  {}: {:.1} ms/seed, {:.0} steps/seed, {:.2}x bare turmoil ({:.2}x with every step)",
                 b.scenario,
@@ -140,7 +168,12 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
             );
             b
         })
-        .collect();
+        .collect()
+}
+
+/// The same sweep on one thread and on `plan.jobs`, to show what the extra
+/// threads buy.
+fn scaling(scenarios: &[Loaded], plan: SimPlan) -> Scaling {
     let one = NonZeroUsize::MIN;
     let serial = sweep_bench(scenarios, plan.seeds, one);
     let parallel = sweep_bench(scenarios, plan.seeds, plan.jobs);
@@ -155,6 +188,13 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
         "  scaling: {} runs, {:.1} s on 1 job, {:.1} s on {}",
         scaling.runs, scaling.jobs_1_seconds, scaling.jobs_n_seconds, scaling.jobs
     );
+    scaling
+}
+
+/// The catalogue sweep, and a small and a large sweep's peak memory (the
+/// catalogue sweep doubling as the large one when it is large enough, so
+/// the longest sweep is not run twice).
+fn catalogue_and_memory(scenarios: &[Loaded], plan: SimPlan) -> (SweepBench, Memory) {
     let per_catalogue = |runs: u64| runs.div_ceil(scenarios.len().max(1) as u64).max(1);
     let small = sweep_bench(scenarios, per_catalogue(plan.rss_small_runs), plan.jobs);
     let catalogue = sweep_bench(scenarios, plan.catalogue_seeds, plan.jobs);
@@ -176,29 +216,12 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
         "  memory: peak {:?} KiB over {} runs, {:?} KiB over {} runs",
         small.rss_peak_kib, small.runs, large.rss_peak_kib, large.runs
     );
-    let catalogue_x1000_seconds =
-        catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
-    let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
-    let sum = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).sum::<f64>();
-    let catalogue_seed_vs_turmoil_ratio =
-        sum(|b| b.wall_per_seed_ms) / sum(|b| b.turmoil_wall_per_seed_ms).max(f64::EPSILON);
-    eprintln!("  a catalogue seed: {catalogue_seed_vs_turmoil_ratio:.3}x its bare turmoil replays");
-    SimBench {
-        seeds_per_scenario: plan.seeds,
-        catalogue_seed_vs_turmoil_ratio,
-        sim_vs_turmoil_cost_ratio_max: max(|b| b.sim_vs_turmoil_cost_ratio),
-        exact_vs_turmoil_cost_ratio_max: max(|b| b.exact_vs_turmoil_cost_ratio),
-        scenarios: per_scenario,
-        catalogue_x1000_seconds,
-        catalogue_x1000_extrapolated: plan.catalogue_seeds != 1000,
-        catalogue,
-        scaling,
-        memory: Memory {
-            small,
-            large,
-            peak_ratio,
-        },
-    }
+    let memory = Memory {
+        small,
+        large,
+        peak_ratio,
+    };
+    (catalogue, memory)
 }
 
 fn passed(outcome: &Result<RunOutcome, String>) -> bool {
@@ -209,35 +232,64 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
     let scenario = &loaded.scenario;
     let mut exact_scenario = scenario.clone();
     exact_scenario.timing.skip_quiet = false;
-    let (mut wall, mut exact_wall, mut turmoil_wall) =
-        (Duration::ZERO, Duration::ZERO, Duration::ZERO);
-    let (mut steps, mut exact_steps, mut turmoil_steps, mut sim_ms) = (0u64, 0u64, 0u64, 0u64);
-    let (mut connections, mut segments, mut hosts, mut not_passed) = (0u64, 0u64, 0u64, 0u64);
-    let mut kinds = idem_sim::scheduler::StepCounts::default();
+    let mut totals = SeedTotals::default();
     for seed in 0..seeds {
+        totals.add_seed(scenario, &exact_scenario, seed);
+    }
+    totals.per_seed(&scenario.name, seeds)
+}
+
+/// What a scenario's seeds added up to in the three ways of running them,
+/// kept apart from the loop so each seed's three runs read as one step.
+#[derive(Default)]
+struct SeedTotals {
+    wall: Duration,
+    exact_wall: Duration,
+    turmoil_wall: Duration,
+    steps: u64,
+    exact_steps: u64,
+    turmoil_steps: u64,
+    sim_ms: u64,
+    connections: u64,
+    segments: u64,
+    hosts: u64,
+    not_passed: u64,
+    kinds: idem_sim::scheduler::StepCounts,
+}
+
+impl SeedTotals {
+    /// Runs one seed the three ways, interleaved (idem, idem with every
+    /// step, the bare replay) so a change of load touches all three alike.
+    fn add_seed(&mut self, scenario: &Scenario, exact_scenario: &Scenario, seed: u64) {
         let (metered, took) =
             timed(|| run_metered(scenario, seed, Design::Correct).map_err(|e| e.to_string()));
         let (outcome, traffic): (Result<RunOutcome, String>, Traffic) = match metered {
             Ok((outcome, traffic)) => (Ok(outcome), traffic),
             Err(e) => (Err(e), Traffic::default()),
         };
-        wall += took;
-        not_passed += u64::from(!passed(&outcome));
-        let (exact, took) = timed(|| execute(&exact_scenario, seed, Design::Correct));
-        exact_wall += took;
-        not_passed += u64::from(!passed(&exact));
+        self.wall += took;
+        self.not_passed += u64::from(!passed(&outcome));
+        let (exact, took) = timed(|| execute(exact_scenario, seed, Design::Correct));
+        self.exact_wall += took;
+        self.not_passed += u64::from(!passed(&exact));
         if let Ok(exact) = &exact {
-            exact_steps += exact.report.steps;
+            self.exact_steps += exact.report.steps;
         }
-        let Ok(outcome) = outcome else { continue };
-        steps += outcome.report.steps;
-        sim_ms += outcome.report.sim_ms;
-        kinds.timer += outcome.step_counts.timer;
-        kinds.message += outcome.step_counts.message;
-        kinds.driver += outcome.step_counts.driver;
-        connections += traffic.connections.len() as u64;
-        segments += traffic.segments();
-        hosts = outcome.hosts.len() as u64;
+        let Ok(outcome) = outcome else { return };
+        self.steps += outcome.report.steps;
+        self.sim_ms += outcome.report.sim_ms;
+        self.kinds.timer += outcome.step_counts.timer;
+        self.kinds.message += outcome.step_counts.message;
+        self.kinds.driver += outcome.step_counts.driver;
+        self.connections += traffic.connections.len() as u64;
+        self.segments += traffic.segments();
+        self.hosts = outcome.hosts.len() as u64;
+        self.add_replay(scenario, outcome, &traffic);
+    }
+
+    /// Replays the run's traffic on bare turmoil, after dropping the run's
+    /// outcome so its memory does not weigh on the replay.
+    fn add_replay(&mut self, scenario: &Scenario, outcome: RunOutcome, traffic: &Traffic) {
         let world = ReplayWorld {
             hosts: outcome.hosts.clone(),
             tick_ms: scenario.timing.tick_ms,
@@ -246,33 +298,37 @@ fn scenario_bench(loaded: &Loaded, seeds: u64) -> ScenarioBench {
             sim_ms: outcome.report.sim_ms,
         };
         drop(outcome);
-        let (replay_steps, took) = timed(|| replay(&world, &traffic));
-        turmoil_wall += took;
-        turmoil_steps += replay_steps;
+        let (replay_steps, took) = timed(|| replay(&world, traffic));
+        self.turmoil_wall += took;
+        self.turmoil_steps += replay_steps;
     }
-    let n = seeds.max(1) as f64;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
-    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(f64::EPSILON);
-    ScenarioBench {
-        scenario: scenario.name.clone(),
-        seeds,
-        hosts,
-        seeds_per_s: n / wall.as_secs_f64().max(f64::EPSILON),
-        steps_per_seed: steps as f64 / n,
-        wall_per_seed_ms: ms(wall),
-        sim_ms_per_seed: sim_ms as f64 / n,
-        connections_per_seed: connections as f64 / n,
-        segments_per_seed: segments as f64 / n,
-        turmoil_wall_per_seed_ms: ms(turmoil_wall),
-        turmoil_steps_per_seed: turmoil_steps as f64 / n,
-        sim_vs_turmoil_cost_ratio: ratio(wall, turmoil_wall),
-        exact_wall_per_seed_ms: ms(exact_wall),
-        exact_steps_per_seed: exact_steps as f64 / n,
-        exact_vs_turmoil_cost_ratio: ratio(exact_wall, turmoil_wall),
-        steps_timer_per_seed: kinds.timer as f64 / n,
-        steps_message_per_seed: kinds.message as f64 / n,
-        steps_driver_per_seed: kinds.driver as f64 / n,
-        not_passed,
+
+    /// The totals over `seeds` seeds, as per-seed figures and ratios.
+    fn per_seed(self, scenario: &str, seeds: u64) -> ScenarioBench {
+        let n = seeds.max(1) as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(f64::EPSILON);
+        ScenarioBench {
+            scenario: scenario.to_owned(),
+            seeds,
+            hosts: self.hosts,
+            seeds_per_s: n / self.wall.as_secs_f64().max(f64::EPSILON),
+            steps_per_seed: self.steps as f64 / n,
+            wall_per_seed_ms: ms(self.wall),
+            sim_ms_per_seed: self.sim_ms as f64 / n,
+            connections_per_seed: self.connections as f64 / n,
+            segments_per_seed: self.segments as f64 / n,
+            turmoil_wall_per_seed_ms: ms(self.turmoil_wall),
+            turmoil_steps_per_seed: self.turmoil_steps as f64 / n,
+            sim_vs_turmoil_cost_ratio: ratio(self.wall, self.turmoil_wall),
+            exact_wall_per_seed_ms: ms(self.exact_wall),
+            exact_steps_per_seed: self.exact_steps as f64 / n,
+            exact_vs_turmoil_cost_ratio: ratio(self.exact_wall, self.turmoil_wall),
+            steps_timer_per_seed: self.kinds.timer as f64 / n,
+            steps_message_per_seed: self.kinds.message as f64 / n,
+            steps_driver_per_seed: self.kinds.driver as f64 / n,
+            not_passed: self.not_passed,
+        }
     }
 }
 

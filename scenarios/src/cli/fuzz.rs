@@ -12,6 +12,7 @@ use idem_core::design::Design;
 
 use super::common::emit;
 use super::{CliError, Exit};
+use crate::fuzz::bias::Bias;
 use crate::fuzz::corpus::KeepError;
 use crate::fuzz::search::{FuzzError, FuzzPlan, SeedPlan, fuzz};
 use crate::runner::{Seeds, Shard};
@@ -53,6 +54,12 @@ pub struct FuzzArgs {
     /// Candidate runs the shrinker may make per failure signature.
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub shrink_runs: u32,
+    /// A directed swarm: lean each world's coin tosses toward the triggers
+    /// and away from the suppressors of an `idem explain --fuzz --json`
+    /// file (features drawn by one toss; the file's design should be
+    /// `--design`).
+    #[arg(long, value_name = "EXPLAIN.json")]
+    pub direct: Option<PathBuf>,
 }
 
 /// A wall-time budget: `90s`, `30m`, `2h`, or seconds.
@@ -84,6 +91,10 @@ impl FromStr for Budget {
 }
 
 pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
+    let bias = match &args.direct {
+        Some(path) => direction(path, args.design)?,
+        None => Bias::default(),
+    };
     let plan = FuzzPlan {
         seeds: match args.time {
             Some(budget) => SeedPlan::Timed {
@@ -97,6 +108,8 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
         shrink_runs: args.shrink_runs,
         corpus: args.corpus,
         jobs: args.jobs,
+        bias,
+        directed_by: args.direct.as_ref().map(|p| p.display().to_string()),
     };
     let fuzzed = fuzz(&plan).map_err(|e| match e {
         FuzzError::NoSeeds { .. } => CliError::Usage(e.to_string()),
@@ -117,6 +130,29 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
         fuzzed.shrunk.as_secs_f64()
     );
     Ok(Exit::passed(summary.passed()))
+}
+
+/// The bias an explain file says, with a note of what it leans and what
+/// it cannot.
+fn direction(path: &std::path::Path, design: Design) -> Result<Bias, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let (bias, explained, unleanable) = Bias::from_explanation(&text)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    if explained != design.name() {
+        eprintln!(
+            "note: {} explains {explained}, and this run fuzzes {}",
+            path.display(),
+            design.name()
+        );
+    }
+    if !unleanable.is_empty() {
+        eprintln!(
+            "note: the generator cannot lean {} (not one coin toss); left as they are",
+            unleanable.join(", ")
+        );
+    }
+    Ok(bias)
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ pub enum CliError {
     /// errors (bad flags or configuration, an unreachable database or
     /// provider).
     #[error("{0}")]
-    Server(#[from] idem_core::cli::CliError),
+    Server(#[from] idem_core::cli::ServerCliError),
 }
 
 impl CliError {

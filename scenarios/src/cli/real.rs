@@ -1,6 +1,7 @@
 //! `idem real`: one scenario, one seed, for real (`crate::real`). Arguments
 //! in, the record out.
 
+use std::ops::Range;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -8,10 +9,11 @@ use clap::Args;
 use idem_core::design::Design;
 use idem_reports::RunVerdict;
 use idem_reports::html::Provenance;
+use idem_sim::scenario::Scenario;
 
 use super::{CliError, Exit};
 use crate::load::load;
-use crate::real::{self, Database, RealError, RealOptions, System, compare, record};
+use crate::real::{self, Database, RealError, RealOptions, RealOutcome, System, compare, record};
 use crate::runner::Seeds;
 
 #[derive(Debug, Args)]
@@ -130,21 +132,7 @@ pub fn real(args: RealArgs) -> Result<Exit, CliError> {
         write(path, &format!("{json}\n"))?;
     }
     if let (Some(path), Ok(outcome)) = (&args.report, &outcome) {
-        let build = &record.run.build;
-        let provenance = Provenance {
-            version: build
-                .as_ref()
-                .map(|b| b.version.clone())
-                .unwrap_or_default(),
-            commit: build.as_ref().map(|b| b.short_commit()).unwrap_or_default(),
-            command_line: std::env::args().collect::<Vec<_>>().join(" "),
-            seeds: format!("{}..{}", args.seed, args.seed + 1),
-            performance: None,
-        };
-        write(
-            path,
-            &record::page(&loaded.scenario, &record, outcome, &provenance),
-        )?;
+        write_page(&args, path, &loaded.scenario, &record, outcome)?;
     }
     super::common::emit(&record::text(&record));
     Ok(if record.run.verdict == RunVerdict::Pass {
@@ -152,6 +140,29 @@ pub fn real(args: RealArgs) -> Result<Exit, CliError> {
     } else {
         Exit::Violation
     })
+}
+
+/// Writes the run's page, its provenance taken from the record's build so
+/// the page names the binary that ran.
+fn write_page(
+    args: &RealArgs,
+    path: &std::path::Path,
+    scenario: &Scenario,
+    record: &record::RealRecord,
+    outcome: &RealOutcome,
+) -> Result<(), CliError> {
+    let build = &record.run.build;
+    let provenance = Provenance {
+        version: build
+            .as_ref()
+            .map(|b| b.version.clone())
+            .unwrap_or_default(),
+        commit: build.as_ref().map(|b| b.short_commit()).unwrap_or_default(),
+        command_line: std::env::args().collect::<Vec<_>>().join(" "),
+        seeds: format!("{}..{}", args.seed, args.seed + 1),
+        performance: None,
+    };
+    write(path, &record::page(scenario, record, outcome, &provenance))
 }
 
 /// `--compare`: each seed of each scenario in the simulator, then for real.
@@ -164,41 +175,21 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
         .seeds
         .map_or(args.seed..args.seed + 1, |s| s.start..s.end);
     let runtime = runtime()?;
-    let mut comparisons = Vec::new();
-    let mut refused = Vec::new();
-    let mut errors = Vec::new();
+    let mut gathered = Gathered::default();
     for loaded in &scenarios {
-        let scenario = &loaded.scenario;
-        for seed in seeds.clone() {
-            let options = options(args, seed)?;
-            if let Err(why) = real::check(scenario, &options) {
-                if args.scenario.is_some() {
-                    return Err(CliError::Usage(why.to_string()));
-                }
-                refused.push(format!("{}: {why}", scenario.name));
-                break;
-            }
-            let sim = compare::simulate(scenario, seed, args.design).map_err(CliError::Usage)?;
-            // A run that could not finish is said, and the rest go on.
-            let outcome = match runtime.block_on(real::run(scenario, &options)) {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    super::common::emit(&format!("{} seed {seed}: ERROR {e}\n", scenario.name));
-                    errors.push(format!("{} seed {seed}: {e}", scenario.name));
-                    continue;
-                }
-            };
-            let comparison = compare::compare(
-                scenario,
-                seed,
-                args.design,
-                sim,
-                compare::summarize(&outcome),
-            );
-            super::common::emit(&compare::text(&comparison));
-            comparisons.push(comparison);
-        }
+        compare_scenario(
+            args,
+            &runtime,
+            &loaded.scenario,
+            seeds.clone(),
+            &mut gathered,
+        )?;
     }
+    let Gathered {
+        comparisons,
+        refused,
+        errors,
+    } = gathered;
     let summary = compare::Summary::of(&comparisons, refused, errors);
     super::common::emit(&summary.text());
     if let Some(path) = &args.json {
@@ -214,4 +205,59 @@ fn compare(args: &RealArgs) -> Result<Exit, CliError> {
             Exit::Pass
         },
     )
+}
+
+/// What `--compare` gathers over the scenarios, for the summary and the
+/// JSON at the end.
+#[derive(Default)]
+struct Gathered {
+    comparisons: Vec<compare::Comparison>,
+    /// Scenarios real mode refused, with the reason.
+    refused: Vec<String>,
+    /// Real runs that could not finish, with the error.
+    errors: Vec<String>,
+}
+
+/// One scenario's seeds compared, each printed as it ends. A scenario real
+/// mode refuses is noted and skipped when the whole catalogue runs, and an
+/// error when it was named.
+fn compare_scenario(
+    args: &RealArgs,
+    runtime: &tokio::runtime::Runtime,
+    scenario: &Scenario,
+    seeds: Range<u64>,
+    gathered: &mut Gathered,
+) -> Result<(), CliError> {
+    for seed in seeds {
+        let options = options(args, seed)?;
+        if let Err(why) = real::check(scenario, &options) {
+            if args.scenario.is_some() {
+                return Err(CliError::Usage(why.to_string()));
+            }
+            gathered.refused.push(format!("{}: {why}", scenario.name));
+            break;
+        }
+        let sim = compare::simulate(scenario, seed, args.design).map_err(CliError::Usage)?;
+        // A run that could not finish is said, and the rest go on.
+        let outcome = match runtime.block_on(real::run(scenario, &options)) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                super::common::emit(&format!("{} seed {seed}: ERROR {e}\n", scenario.name));
+                gathered
+                    .errors
+                    .push(format!("{} seed {seed}: {e}", scenario.name));
+                continue;
+            }
+        };
+        let comparison = compare::compare(
+            scenario,
+            seed,
+            args.design,
+            sim,
+            compare::summarize(&outcome),
+        );
+        super::common::emit(&compare::text(&comparison));
+        gathered.comparisons.push(comparison);
+    }
+    Ok(())
 }

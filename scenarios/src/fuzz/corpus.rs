@@ -14,8 +14,9 @@ use idem_sim::oracle::Invariant;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::Scenario;
 
+use super::bias::Bias;
 use super::shrink::{Shrunk, shrink};
-use super::{Signature, prepare};
+use super::{Signature, prepare_leaning};
 use crate::emit::to_file_kept;
 use crate::kept::{Kept, RunPath};
 use crate::record::{build, execute, invariant_name, reproduce};
@@ -49,6 +50,8 @@ pub struct ShrinkPlan<'a> {
     pub corpus: Option<&'a Path>,
     /// The command that found the failures, for file headers.
     pub found_by: &'a str,
+    /// How the worlds were leaned, to make the same world again.
+    pub bias: &'a Bias,
 }
 
 /// Shrinks each signature's first failure on `runner` (each shrink depends
@@ -118,7 +121,7 @@ fn shrink_one(failed: &Failed, plan: &ShrinkPlan<'_>) -> Result<FuzzFailure, Kee
     let (seed, design) = (failed.seed, plan.design);
     let mut failure = described(failed, design);
     // A world the generator could not write has nothing to shrink.
-    let Ok(original) = prepare(seed) else {
+    let Ok(original) = prepare_leaning(seed, plan.bias) else {
         return Ok(failure);
     };
     // Under a naive design the minimal world must also pass under the

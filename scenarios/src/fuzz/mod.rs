@@ -9,6 +9,7 @@
 //! The command line (`idem fuzz`, `idem merge`) is in `crate::cli`; it
 //! parses its arguments, calls [`search::fuzz`] and prints.
 
+pub mod bias;
 pub mod corpus;
 pub mod search;
 pub mod shrink;
@@ -32,7 +33,12 @@ use crate::validate::scenario_from_str;
 /// scenario file and read back through the validator, so that what runs is
 /// exactly what a corpus file would hold.
 pub fn prepare(seed: u64) -> Result<Scenario, String> {
-    let generated = world::world(seed);
+    prepare_leaning(seed, &bias::Bias::default())
+}
+
+/// [`prepare`], the world's coin tosses leaned by `bias`.
+pub fn prepare_leaning(seed: u64, bias: &bias::Bias) -> Result<Scenario, String> {
+    let generated = world::world_leaning(seed, bias);
     let text = to_file(&generated, "").map_err(|e| describe_emit(seed, &e))?;
     scenario_from_str(&generated.name, &format!("fuzz world {seed}"), &text)
         .map_err(|e| format!("the generator made an invalid world for seed {seed}:\n{e}"))

@@ -18,9 +18,10 @@ use idem_reports::fuzz::{FuzzHeader, FuzzRun};
 use idem_reports::sweep::{SeedRange, Shard as ReportShard};
 use idem_reports::{FuzzSummary, RunVerdict};
 
+use super::bias::Bias;
 use super::corpus::{Failed, KeepError, ShrinkPlan, shrink_all};
 use super::world::FAULT_KINDS;
-use super::{Signature, exercised, generated, prepare};
+use super::{Signature, exercised, generated, prepare_leaning};
 use crate::output::IoError;
 use crate::record::{all_windows, build, execute, invariant_name, window_name};
 use crate::runner::{Progress, Runner, SEEDS_MAX, Seeds, Shard};
@@ -46,6 +47,10 @@ pub struct FuzzPlan {
     /// Where each failure's minimal world is written, if anywhere.
     pub corpus: Option<PathBuf>,
     pub jobs: Option<NonZeroUsize>,
+    /// How the worlds' coin tosses lean (none: the plain swarm), and the
+    /// file that said so, for the found-by line.
+    pub bias: Bias,
+    pub directed_by: Option<String>,
 }
 
 /// Why a fuzz run could not finish.
@@ -89,6 +94,7 @@ pub fn fuzz(plan: &FuzzPlan) -> Result<Fuzzed, FuzzError> {
         shrink_runs: plan.shrink_runs,
         corpus: plan.corpus.as_deref(),
         found_by: &found_by(plan),
+        bias: &plan.bias,
     };
     let (failures, shrunk) = shrink_all(firsts(&ran), &shrinking, Runner::new(plan.jobs))?;
     let runs: Vec<FuzzRun> = ran.into_iter().map(|(run, _)| run).collect();
@@ -169,6 +175,9 @@ fn found_by(plan: &FuzzPlan) -> String {
             plan.shard.index, plan.shard.count
         ));
     }
+    if let Some(file) = &plan.directed_by {
+        command.push_str(&format!(" --direct {file}"));
+    }
     command
 }
 
@@ -205,7 +214,7 @@ fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Vec<Ran>, Duration) {
     let mut seen = Seen::default();
     let finished = runner.progress(progress).run(
         count,
-        |index| run_seed(seed_at(index), plan.design),
+        |index| run_seed(seed_at(index), plan.design, &plan.bias),
         |_, one, progress| {
             progress.message(seen.add(&one));
             ran.push(one);
@@ -240,8 +249,8 @@ impl Seen {
 }
 
 /// Runs one seed's world under `design`.
-fn run_seed(seed: u64, design: Design) -> Ran {
-    let scenario = match prepare(seed) {
+fn run_seed(seed: u64, design: Design, bias: &Bias) -> Ran {
+    let scenario = match prepare_leaning(seed, bias) {
         Ok(scenario) => scenario,
         Err(error) => return unprepared(seed, error),
     };

@@ -26,6 +26,8 @@ use idem_core::certify::{SpecialTokens, TokenizerProfile};
 use idem_core::engine::Policy;
 use idem_core::model::JobRequest;
 use idem_core::provider::server::{Behaviour, ContractMode};
+
+use super::bias::Bias;
 use idem_core::store::faults::StoreOp;
 use idem_sim::net::child_seed;
 use idem_sim::scenario::{
@@ -335,20 +337,25 @@ fn clock_amount_ms(rng: &mut ChaCha8Rng) -> i64 {
 
 /// The world of fuzz seed `seed`.
 pub fn world(seed: u64) -> Scenario {
+    world_leaning(seed, &Bias::default())
+}
+
+/// The world of fuzz seed `seed`, its coin tosses leaned by `bias`.
+pub fn world_leaning(seed: u64, bias: &Bias) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(child_seed(seed, "fuzz/world"));
     let rng = &mut rng;
     let timing = timing(rng);
-    let policy = if rng.random_bool(0.4) {
+    let policy = if rng.random_bool(bias.lean("policy.hedged", 0.4)) {
         Policy::Hedged {
             hedge_after_ms: rng.random_range(50..=3_000),
         }
     } else {
         Policy::Strict
     };
-    let topology = topology(rng);
-    let clients = clients(rng, &topology.providers);
+    let topology = topology(rng, bias);
+    let clients = clients(rng, &topology.providers, bias);
     let shape = Shape::of(&topology, &clients, &timing);
-    let faults = faults(rng, &shape);
+    let faults = faults(rng, &shape, bias);
     Scenario {
         name: format!("fuzz-{seed}"),
         description: format!("The world `idem fuzz` generates from seed {seed}."),
@@ -374,14 +381,14 @@ fn timing(rng: &mut ChaCha8Rng) -> Timing {
     }
 }
 
-fn topology(rng: &mut ChaCha8Rng) -> Topology {
+fn topology(rng: &mut ChaCha8Rng, bias: &Bias) -> Topology {
     let mut topology = Topology {
         api_replicas: rng.random_range(2..=4),
         // At least one worker: with none, a job nobody presses the backup
         // button for never gets an attempt, and liveness fails by design.
         workers: rng.random_range(1..=3),
-        reconciler: rng.random_bool(0.85),
-        providers: providers(rng),
+        reconciler: rng.random_bool(bias.lean_absent("topology.no_reconciler", 0.85)),
+        providers: providers(rng, bias),
         store_timeout_ms: rng.random_range(200..=2_000),
         ..Topology::default()
     };
@@ -403,10 +410,11 @@ fn topology(rng: &mut ChaCha8Rng) -> Topology {
 
 /// The swarm: each kind is in the world or not, by a coin toss, with one
 /// to [`INSTANCES_PER_KIND_MAX`] faults of it.
-fn faults(rng: &mut ChaCha8Rng, shape: &Shape) -> Vec<FaultSpec> {
+fn faults(rng: &mut ChaCha8Rng, shape: &Shape, bias: &Bias) -> Vec<FaultSpec> {
     let mut faults = Vec::new();
     for row in FAULT_KINDS {
-        if !rng.random_bool(0.5) {
+        let feature = format!("fault.{}", row.kind.name());
+        if !rng.random_bool(bias.lean(&feature, 0.5)) {
             continue;
         }
         for _ in 0..rng.random_range(1..=INSTANCES_PER_KIND_MAX) {
@@ -429,7 +437,7 @@ fn faults(rng: &mut ChaCha8Rng, shape: &Shape) -> Vec<FaultSpec> {
     faults
 }
 
-fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
+fn providers(rng: &mut ChaCha8Rng, bias: &Bias) -> Vec<ProviderProfile> {
     let count = match rng.random_range(0..10) {
         0 => 1,
         1..=6 => 2,
@@ -438,13 +446,13 @@ fn providers(rng: &mut ChaCha8Rng) -> Vec<ProviderProfile> {
     PROVIDER_NAMES[..count]
         .iter()
         .enumerate()
-        .map(|(index, name)| provider(rng, index, name))
+        .map(|(index, name)| provider(rng, index, name, bias))
         .collect()
 }
 
 /// The `index`th provider, `name`: mostly well behaved, the first more
 /// often certified than the others.
-fn provider(rng: &mut ChaCha8Rng, index: usize, name: &str) -> ProviderProfile {
+fn provider(rng: &mut ChaCha8Rng, index: usize, name: &str, bias: &Bias) -> ProviderProfile {
     let contract = if rng.random_bool(0.85) {
         ContractMode::Valid
     } else {
@@ -453,12 +461,12 @@ fn provider(rng: &mut ChaCha8Rng, index: usize, name: &str) -> ProviderProfile {
     // The certification defects beside the contract's: answers that
     // deviate now and then, and special tokens parsed from user text.
     // Certification must catch each.
-    let deviate_one_in = if rng.random_bool(0.05) {
+    let deviate_one_in = if rng.random_bool(bias.lean("provider.deviates", 0.05)) {
         rng.random_range(2..=5)
     } else {
         0
     };
-    let special_tokens = if rng.random_bool(0.05) {
+    let special_tokens = if rng.random_bool(bias.lean("provider.parses_special_tokens", 0.05)) {
         SpecialTokens::Parsed
     } else {
         SpecialTokens::Literal
@@ -466,16 +474,23 @@ fn provider(rng: &mut ChaCha8Rng, index: usize, name: &str) -> ProviderProfile {
     ProviderProfile {
         name: name.to_owned(),
         model: format!("{name}-model"),
-        certified: rng.random_bool(if index == 0 { 0.9 } else { 0.6 }),
+        certified: rng.random_bool(
+            bias.lean_absent("provider.uncertified", if index == 0 { 0.9 } else { 0.6 }),
+        ),
         tokenizer: TokenizerProfile {
             special_tokens,
             ..TokenizerProfile::default()
         },
-        behaviour: behaviour(rng, contract, deviate_one_in),
+        behaviour: behaviour(rng, contract, deviate_one_in, bias),
     }
 }
 
-fn behaviour(rng: &mut ChaCha8Rng, contract: ContractMode, deviate_one_in: u32) -> Behaviour {
+fn behaviour(
+    rng: &mut ChaCha8Rng,
+    contract: ContractMode,
+    deviate_one_in: u32,
+    bias: &Bias,
+) -> Behaviour {
     Behaviour {
         latency_ms: rng.random_range(5..=3_000),
         latency_jitter_ms: if rng.random_bool(0.5) {
@@ -483,16 +498,17 @@ fn behaviour(rng: &mut ChaCha8Rng, contract: ContractMode, deviate_one_in: u32) 
         } else {
             rng.random_range(1..=500)
         },
-        error_per_mille: if rng.random_bool(0.8) {
+        error_per_mille: if rng.random_bool(bias.lean_absent("provider.errors", 0.8)) {
             0
         } else {
             rng.random_range(1..=500)
         },
-        hang: rng.random_bool(0.05),
-        stall: rng.random_bool(0.03),
-        honour_idempotency_keys: rng.random_bool(0.9),
-        supports_status: rng.random_bool(0.85),
-        supports_cancel: rng.random_bool(0.85),
+        hang: rng.random_bool(bias.lean("provider.hangs", 0.05)),
+        stall: rng.random_bool(bias.lean("provider.stalls", 0.03)),
+        honour_idempotency_keys: rng
+            .random_bool(bias.lean_absent("provider.ignores_idempotency_keys", 0.9)),
+        supports_status: rng.random_bool(bias.lean_absent("provider.no_status", 0.85)),
+        supports_cancel: rng.random_bool(bias.lean_absent("provider.no_cancel", 0.85)),
         contract,
         deviate_one_in,
         served_model: None,
@@ -500,7 +516,7 @@ fn behaviour(rng: &mut ChaCha8Rng, contract: ContractMode, deviate_one_in: u32) 
     }
 }
 
-fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpec> {
+fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile], bias: &Bias) -> Vec<ClientSpec> {
     let names: Vec<String> = providers.iter().map(|p| p.name.clone()).collect();
     let count = rng.random_range(1..=USERS_MAX);
     let mut clients: Vec<ClientSpec> = (0..count)
@@ -519,7 +535,8 @@ fn clients(rng: &mut ChaCha8Rng, providers: &[ProviderProfile]) -> Vec<ClientSpe
             // milliseconds, so that both creates are in flight at once (the
             // race check-then-insert loses; spread over seconds, the second
             // click only ever finds the first's job).
-            let double = rng.random_bool(DOUBLE_CLICK_CHANCE).then(|| {
+            let double_chance = bias.lean("users.double_click", DOUBLE_CLICK_CHANCE);
+            let double = rng.random_bool(double_chance).then(|| {
                 let mut double = click.clone();
                 if let Action::Create {
                     at_ms, jitter_ms, ..

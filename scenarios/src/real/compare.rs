@@ -23,7 +23,7 @@ use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::{Trace, TraceBody};
 
 use super::RealOutcome;
-use super::judge::{InvariantVerdict, Verdict, invariant_name};
+use super::judge::{InvariantVerdict, Judged, invariant_name};
 
 /// What one world's run came to, reduced for comparison.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,13 +104,7 @@ pub fn mix(trace: &Trace, executions: &BTreeMap<String, Vec<Execution>>) -> Mix 
             _ => {}
         }
     }
-    let mut per_job_executions: BTreeMap<String, u32> = BTreeMap::new();
-    for execution in executions.values().flatten() {
-        if let Some(job) = &execution.job_id {
-            jobs.insert(job.clone());
-            *per_job_executions.entry(job.clone()).or_default() += 1;
-        }
-    }
+    let per_job_executions = executions_by_job(executions, &mut jobs);
     mix.jobs = u32::try_from(jobs.len()).unwrap_or(u32::MAX);
     mix.unknown_attempts = u32::try_from(unknown.len()).unwrap_or(u32::MAX);
     for job in &jobs {
@@ -120,6 +114,22 @@ pub fn mix(trace: &Trace, executions: &BTreeMap<String, Vec<Execution>>) -> Mix 
         *mix.executions_per_job.entry(executions).or_default() += 1;
     }
     mix
+}
+
+/// Provider executions per job, adding to `jobs` any job only the ledgers
+/// know (one the trace never saw created still counts as a job run).
+fn executions_by_job(
+    executions: &BTreeMap<String, Vec<Execution>>,
+    jobs: &mut BTreeSet<String>,
+) -> BTreeMap<String, u32> {
+    let mut per_job_executions: BTreeMap<String, u32> = BTreeMap::new();
+    for execution in executions.values().flatten() {
+        if let Some(job) = &execution.job_id {
+            jobs.insert(job.clone());
+            *per_job_executions.entry(job.clone()).or_default() += 1;
+        }
+    }
+    per_job_executions
 }
 
 fn window_names(windows: &BTreeMap<Window, u32>) -> BTreeMap<String, u32> {
@@ -149,9 +159,9 @@ fn all_judged(violations: &[Violation]) -> Vec<InvariantVerdict> {
                 invariant: invariant.number(),
                 name: invariant_name(invariant),
                 verdict: if count == 0 {
-                    Verdict::Held
+                    Judged::Held
                 } else {
-                    Verdict::Violated {
+                    Judged::Violated {
                         count: u32::try_from(count).unwrap_or(u32::MAX),
                     }
                 },
@@ -202,10 +212,10 @@ pub fn compare(
         .iter()
         .zip(&real.invariants)
         .filter(|(s, r)| {
-            let held = |v: &Verdict| match v {
-                Verdict::Held => Some(true),
-                Verdict::Violated { .. } => Some(false),
-                Verdict::NotJudged { .. } => None,
+            let held = |v: &Judged| match v {
+                Judged::Held => Some(true),
+                Judged::Violated { .. } => Some(false),
+                Judged::NotJudged { .. } => None,
             };
             matches!((held(&s.verdict), held(&r.verdict)), (Some(a), Some(b)) if a != b)
         })
@@ -222,11 +232,11 @@ pub fn compare(
     }
 }
 
-fn said(verdict: &Verdict) -> String {
+fn said(verdict: &Judged) -> String {
     match verdict {
-        Verdict::Held => "held".to_owned(),
-        Verdict::Violated { count } => format!("VIOLATED ({count})"),
-        Verdict::NotJudged { .. } => "not judged".to_owned(),
+        Judged::Held => "held".to_owned(),
+        Judged::Violated { count } => format!("VIOLATED ({count})"),
+        Judged::NotJudged { .. } => "not judged".to_owned(),
     }
 }
 
@@ -271,6 +281,27 @@ fn windows_text(windows: &BTreeMap<String, u32>) -> String {
 /// The side-by-side text of one comparison.
 pub fn text(c: &Comparison) -> String {
     let mut out = String::new();
+    write_heading(&mut out, c);
+    write_invariants(&mut out, c);
+    for (label, sim, real) in mix_rows(&c.sim.mix, &c.real.mix) {
+        let _ = writeln!(out, "  {label:<28} {sim:<16} {real}");
+    }
+    let _ = writeln!(
+        out,
+        "  windows, simulator: {}",
+        windows_text(&c.sim.windows)
+    );
+    let _ = writeln!(
+        out,
+        "  windows, real:      {}",
+        windows_text(&c.real.windows)
+    );
+    out
+}
+
+/// The first lines: whether the worlds agree, the column heads and each
+/// world's overall verdict, so the reader knows the answer before the detail.
+fn write_heading(out: &mut String, c: &Comparison) {
     let agreement = if c.finding {
         "FINDING: the correct design passes in one world and fails in the other"
     } else if c.differing_invariants.is_empty() {
@@ -292,6 +323,11 @@ pub fn text(c: &Comparison) -> String {
         verdict(c.sim.passed),
         verdict(c.real.passed)
     );
+}
+
+/// One line per invariant, marking those judged differently in the two
+/// worlds, where a disagreement is to be looked for first.
+fn write_invariants(out: &mut String, c: &Comparison) {
     for (s, r) in c.sim.invariants.iter().zip(&c.real.invariants) {
         let mark = if c.differing_invariants.contains(&s.invariant) {
             "  <- differs"
@@ -306,48 +342,35 @@ pub fn text(c: &Comparison) -> String {
             said(&r.verdict)
         );
     }
-    let rows = [
-        ("http statuses", statuses(&c.sim.mix), statuses(&c.real.mix)),
-        (
-            "jobs",
-            c.sim.mix.jobs.to_string(),
-            c.real.mix.jobs.to_string(),
-        ),
+}
+
+/// The outcome mix as (label, simulator, real) rows, one table so the two
+/// worlds' figures are always laid out alike.
+fn mix_rows(sim: &Mix, real: &Mix) -> [(&'static str, String, String); 6] {
+    [
+        ("http statuses", statuses(sim), statuses(real)),
+        ("jobs", sim.jobs.to_string(), real.jobs.to_string()),
         (
             "attempts per job (n:jobs)",
-            histogram(&c.sim.mix.attempts_per_job),
-            histogram(&c.real.mix.attempts_per_job),
+            histogram(&sim.attempts_per_job),
+            histogram(&real.attempts_per_job),
         ),
         (
             "executions per job (n:jobs)",
-            histogram(&c.sim.mix.executions_per_job),
-            histogram(&c.real.mix.executions_per_job),
+            histogram(&sim.executions_per_job),
+            histogram(&real.executions_per_job),
         ),
         (
             "unknown attempts",
-            c.sim.mix.unknown_attempts.to_string(),
-            c.real.mix.unknown_attempts.to_string(),
+            sim.unknown_attempts.to_string(),
+            real.unknown_attempts.to_string(),
         ),
         (
             "failovers refused",
-            c.sim.mix.failovers_refused.to_string(),
-            c.real.mix.failovers_refused.to_string(),
+            sim.failovers_refused.to_string(),
+            real.failovers_refused.to_string(),
         ),
-    ];
-    for (label, sim, real) in rows {
-        let _ = writeln!(out, "  {label:<28} {sim:<16} {real}");
-    }
-    let _ = writeln!(
-        out,
-        "  windows, simulator: {}",
-        windows_text(&c.sim.windows)
-    );
-    let _ = writeln!(
-        out,
-        "  windows, real:      {}",
-        windows_text(&c.real.windows)
-    );
-    out
+    ]
 }
 
 /// What a whole comparison came to, per scenario.
@@ -430,7 +453,7 @@ impl Summary {
 mod tests {
     use super::*;
 
-    fn summary(passed: bool, one: Verdict) -> WorldSummary {
+    fn summary(passed: bool, one: Judged) -> WorldSummary {
         let mut invariants = all_judged(&[]);
         invariants[0].verdict = one;
         WorldSummary {
@@ -444,8 +467,8 @@ mod tests {
     #[test]
     fn a_correct_design_passing_in_one_world_only_is_a_finding() {
         let scenario = crate::load("double-click").expect("catalogue").scenario;
-        let held = summary(true, Verdict::Held);
-        let violated = summary(false, Verdict::Violated { count: 1 });
+        let held = summary(true, Judged::Held);
+        let violated = summary(false, Judged::Violated { count: 1 });
         let c = compare(
             &scenario,
             0,
@@ -467,7 +490,7 @@ mod tests {
             !naive.finding,
             "only the correct design's disagreement is a finding"
         );
-        let unjudged = summary(true, Verdict::NotJudged { reason: "r".into() });
+        let unjudged = summary(true, Judged::NotJudged { reason: "r".into() });
         let c = compare(&scenario, 0, Design::Correct, held, unjudged);
         assert!(!c.finding);
         assert!(

@@ -78,13 +78,9 @@ pub fn refusal(scenario: &Scenario, store_can_crash: bool) -> Option<String> {
     })
 }
 
-/// Something the driver does at a time.
-#[derive(Clone, Debug)]
-pub enum Step {
-    Fire(Fault),
-    Heal(Fault),
-    Restart(String),
-}
+/// Something the driver does at a time: the simulator's steps, one
+/// vocabulary for both drivers (`Bounce` restarts a crashed host).
+pub use idem_sim::faults::Step;
 
 /// What a fired fault leaves for later, and how many milliseconds after it
 /// fired: its heal, or the restart of a crashed host; `None` for a fault
@@ -104,7 +100,7 @@ pub fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
         Fault::Crash {
             host,
             restart_after_ms,
-        } => restart_after_ms.map(|after_ms| (after_ms, Step::Restart(host.clone()))),
+        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
         Fault::ProviderModelChange { .. }
         | Fault::StoreLoseAck { .. }
         | Fault::StoreFailBeforeApply { .. }

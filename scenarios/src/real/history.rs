@@ -27,7 +27,7 @@ use idem_core::fingerprint::fingerprint;
 use idem_core::model::{AttemptId, AttemptState, EventKind, JobId};
 use idem_sim::trace::TraceBody;
 
-use super::wal::{Action, Change, Commit};
+use super::wal::{Change, ChangeKind, Commit};
 
 /// The error `reason` of a refusal because another attempt is in flight.
 const ATTEMPT_IN_FLIGHT: &str = "attempt_in_flight";
@@ -133,7 +133,7 @@ impl History {
         let (written, rows) = self.index(commit)?;
         let mut bodies: Vec<(usize, TraceBody)> = Vec::new();
         for (index, change) in commit.changes.iter().enumerate() {
-            if change.table == self.jobs && change.action == Action::Insert {
+            if change.table == self.jobs && change.action == ChangeKind::Insert {
                 bodies.push((index, created(change)?));
             }
         }
@@ -156,16 +156,16 @@ impl History {
         for (index, change) in commit.changes.iter().enumerate() {
             let table = change.table.as_str();
             match change.action {
-                Action::Insert if table == self.attempts => {
+                ChangeKind::Insert if table == self.attempts => {
                     written.attempts.insert(parse(change, "id")?, change);
                 }
-                Action::Update if table == self.attempts => {
+                ChangeKind::Update if table == self.attempts => {
                     written.moved.insert(parse(change, "id")?);
                 }
-                Action::Update if table == self.jobs => {
+                ChangeKind::Update if table == self.jobs => {
                     written.jobs.insert(parse(change, "id")?, change);
                 }
-                Action::Insert if table == self.events => {
+                ChangeKind::Insert if table == self.events => {
                     let row = EventRow::read(change)?;
                     if let Some(attempt) = row.attempt_id {
                         match row.kind {
@@ -314,7 +314,7 @@ mod tests {
     const JOB: &str = "00000000-0000-0000-0000-00000000000a";
     const ATTEMPT: &str = "00000000-0000-0000-0000-00000000000b";
 
-    fn change(table: &str, action: Action, columns: &[(&str, Option<&str>)]) -> Change {
+    fn change(table: &str, action: ChangeKind, columns: &[(&str, Option<&str>)]) -> Change {
         Change {
             table: format!("idem.{table}"),
             action,
@@ -333,7 +333,7 @@ mod tests {
     fn event(kind: &str, attempt: Option<&str>, detail: &str) -> Change {
         change(
             "job_events",
-            Action::Insert,
+            ChangeKind::Insert,
             &[
                 ("job_id", Some(JOB)),
                 ("attempt_id", attempt),
@@ -358,7 +358,7 @@ mod tests {
         let bodies = events(vec![
             change(
                 "attempts",
-                Action::Insert,
+                ChangeKind::Insert,
                 &[
                     ("id", Some(ATTEMPT)),
                     ("job_id", Some(JOB)),
@@ -389,14 +389,14 @@ mod tests {
     fn a_win_reads_the_jobs_new_version_and_result() {
         let job_row = change(
             "jobs",
-            Action::Update,
+            ChangeKind::Update,
             &[
                 ("id", Some(JOB)),
                 ("version", Some("1")),
                 ("result", Some(r#"{"b": 2, "a": 1}"#)),
             ],
         );
-        let attempt_row = change("attempts", Action::Update, &[("id", Some(ATTEMPT))]);
+        let attempt_row = change("attempts", ChangeKind::Update, &[("id", Some(ATTEMPT))]);
         let bodies = events(vec![
             job_row,
             attempt_row,
@@ -436,7 +436,7 @@ mod tests {
             }]
         ));
         let lost = events(vec![
-            change("attempts", Action::Update, &[("id", Some(ATTEMPT))]),
+            change("attempts", ChangeKind::Update, &[("id", Some(ATTEMPT))]),
             event(
                 "race_lost",
                 Some(ATTEMPT),
@@ -460,7 +460,7 @@ mod tests {
         let bodies = events(vec![
             change(
                 "jobs",
-                Action::Insert,
+                ChangeKind::Insert,
                 &[
                     ("id", Some(JOB)),
                     ("owner_id", Some("alice")),

@@ -38,7 +38,7 @@ impl Observed {
 /// One invariant's verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Judged {
     Held,
     Violated { count: u32 },
     NotJudged { reason: String },
@@ -51,7 +51,7 @@ pub struct InvariantVerdict {
     /// snake_case (`one_job_per_intent`).
     pub name: String,
     #[serde(flatten)]
-    pub verdict: Verdict,
+    pub verdict: Judged,
 }
 
 /// Why `invariant` cannot be judged from what was `observed`, if it
@@ -104,7 +104,7 @@ pub fn judge(input: OracleInput<'_>, observed: Observed) -> (Judgement, Vec<Inva
         .iter()
         .map(|&invariant| {
             let verdict = match unjudged(invariant, observed) {
-                Some(reason) => Verdict::NotJudged {
+                Some(reason) => Judged::NotJudged {
                     reason: reason.to_owned(),
                 },
                 None => {
@@ -114,9 +114,9 @@ pub fn judge(input: OracleInput<'_>, observed: Observed) -> (Judgement, Vec<Inva
                         .filter(|v| v.invariant == invariant)
                         .count();
                     if count == 0 {
-                        Verdict::Held
+                        Judged::Held
                     } else {
-                        Verdict::Violated {
+                        Judged::Violated {
                             count: u32::try_from(count).unwrap_or(u32::MAX),
                         }
                     }
@@ -155,7 +155,7 @@ mod tests {
         let verdict = InvariantVerdict {
             invariant: 12,
             name: "waits_in_true_time".into(),
-            verdict: Verdict::NotJudged { reason: "r".into() },
+            verdict: Judged::NotJudged { reason: "r".into() },
         };
         assert_eq!(
             serde_json::to_string(&verdict).expect("serializes"),

@@ -66,7 +66,7 @@ use idem_sim::run::RunReport;
 use idem_sim::scenario::Scenario;
 use idem_sim::trace::Trace;
 
-pub use judge::{InvariantVerdict, Observed, Verdict};
+pub use judge::{InvariantVerdict, Judged, Observed};
 pub use store::Database;
 
 /// The system under test.

@@ -15,7 +15,7 @@ use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
 use idem_sim::run::{Stop, Verdict as SimVerdict};
 use idem_sim::scenario::{Scenario, Window, host};
 
-use super::judge::{InvariantVerdict, Verdict, invariant_name};
+use super::judge::{InvariantVerdict, Judged, invariant_name};
 use super::{RealError, RealOptions, RealOutcome, System};
 
 /// The record of one real run.
@@ -159,12 +159,28 @@ pub fn text(record: &RealRecord) -> String {
         "{} seed {} design {} (real: {})",
         run.scenario, run.seed, run.design, record.system
     );
+    write_verdict(&mut out, record);
+    verdicts(&mut out, record);
+    if run.verdict != RunVerdict::Error {
+        write_stop_and_windows(&mut out, record);
+    }
+    let _ = writeln!(out, "reproduce with: {}", run.reproduce);
+    if let Some(build) = &run.build {
+        let _ = writeln!(out, "build: idem {build}");
+    }
+    out
+}
+
+/// The verdict line: a pass says how many invariants went unjudged, so a
+/// pass in real mode is never read as more than it is.
+fn write_verdict(out: &mut String, record: &RealRecord) {
+    let run = &record.run;
     let _ = match run.verdict {
         RunVerdict::Pass => {
             let unjudged = record
                 .invariants
                 .iter()
-                .filter(|v| matches!(v.verdict, Verdict::NotJudged { .. }))
+                .filter(|v| matches!(v.verdict, Judged::NotJudged { .. }))
                 .count();
             if unjudged == 0 {
                 writeln!(out, "verdict: PASS, every invariant judged held")
@@ -182,43 +198,41 @@ pub fn text(record: &RealRecord) -> String {
             run.error.as_deref().unwrap_or("the run could not finish")
         ),
     };
-    verdicts(&mut out, record);
-    if run.verdict != RunVerdict::Error {
-        let _ = writeln!(
-            out,
-            "stop: {} at {} ms of the run ({} ms in all), {} trace events",
-            run.stop, run.sim_ms, record.wall_ms, run.trace_events
-        );
-        let reached: Vec<String> = run
-            .windows
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(w, n)| format!("{w} x{n}"))
-            .collect();
-        let _ = writeln!(
-            out,
-            "windows reached: {}",
-            if reached.is_empty() {
-                "none".to_owned()
-            } else {
-                reached.join(", ")
-            }
-        );
-    }
-    let _ = writeln!(out, "reproduce with: {}", run.reproduce);
-    if let Some(build) = &run.build {
-        let _ = writeln!(out, "build: idem {build}");
-    }
-    out
+}
+
+/// How the run stopped and the windows it reached, which only a run that
+/// finished has.
+fn write_stop_and_windows(out: &mut String, record: &RealRecord) {
+    let run = &record.run;
+    let _ = writeln!(
+        out,
+        "stop: {} at {} ms of the run ({} ms in all), {} trace events",
+        run.stop, run.sim_ms, record.wall_ms, run.trace_events
+    );
+    let reached: Vec<String> = run
+        .windows
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(w, n)| format!("{w} x{n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "windows reached: {}",
+        if reached.is_empty() {
+            "none".to_owned()
+        } else {
+            reached.join(", ")
+        }
+    );
 }
 
 /// Every invariant's verdict, then each violation with its evidence.
 fn verdicts(out: &mut String, record: &RealRecord) {
     for verdict in &record.invariants {
         let said = match &verdict.verdict {
-            Verdict::Held => "held".to_owned(),
-            Verdict::Violated { count } => format!("VIOLATED ({count})"),
-            Verdict::NotJudged { reason } => format!("not judged in real mode: {reason}"),
+            Judged::Held => "held".to_owned(),
+            Judged::Violated { count } => format!("VIOLATED ({count})"),
+            Judged::NotJudged { reason } => format!("not judged in real mode: {reason}"),
         };
         let _ = writeln!(
             out,
@@ -271,14 +285,35 @@ pub fn page(
     let judged: Vec<(u8, String)> = record
         .invariants
         .iter()
-        .filter(|v| !matches!(v.verdict, Verdict::NotJudged { .. }))
+        .filter(|v| !matches!(v.verdict, Judged::NotJudged { .. }))
         .map(|v| (v.invariant, v.name.clone()))
         .collect();
+    let description = page_description(scenario, record, outcome);
+    let hosts = lanes(scenario);
+    RunPage {
+        record: &record.run,
+        trace: &trace,
+        hosts: &hosts,
+        description: &description,
+        invariants: &judged,
+        neighbour: None,
+        searched: 0,
+        index_link: None,
+        provenance,
+        likelihood: None,
+    }
+    .render()
+}
+
+/// The page's description: what ran, how it stopped, and which invariants
+/// real mode could not judge, above the scenario's own description, so the
+/// page never passes for a simulator's page.
+fn page_description(scenario: &Scenario, record: &RealRecord, outcome: &RealOutcome) -> String {
     let not_judged: Vec<String> = record
         .invariants
         .iter()
         .filter_map(|v| match &v.verdict {
-            Verdict::NotJudged { reason } => {
+            Judged::NotJudged { reason } => {
                 Some(format!("invariant {} ({}): {reason}", v.invariant, v.name))
             }
             _ => None,
@@ -301,18 +336,5 @@ pub fn page(
     );
     description.push_str("\n\n");
     description.push_str(&scenario.description);
-    let hosts = lanes(scenario);
-    RunPage {
-        record: &record.run,
-        trace: &trace,
-        hosts: &hosts,
-        description: &description,
-        invariants: &judged,
-        neighbour: None,
-        searched: 0,
-        index_link: None,
-        provenance,
-        likelihood: None,
-    }
-    .render()
+    description
 }

@@ -170,7 +170,7 @@ impl RealWorld {
                 self.record_fault(&format!("heal_{}", fault.kind().name()), detail);
                 self.heal(&fault).await;
             }
-            Step::Restart(host) => {
+            Step::Bounce(host) => {
                 self.record_fault("restart", json!({"host": host}));
                 self.restart(&host).await?;
             }

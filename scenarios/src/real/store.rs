@@ -102,6 +102,37 @@ async fn connect_when_up(url: &str) -> Result<PgConnection, RealError> {
     Err(RealError::Start(format!("cannot reach PostgreSQL: {last}")))
 }
 
+/// Starts a throwaway cluster and makes real mode's database on it: the
+/// cluster (removed when dropped) and the database's URL.
+async fn start_throwaway() -> Result<(Cluster, String), RealError> {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(CLUSTER_SETTINGS))
+        .await
+        .map_err(|e| RealError::Start(e.to_string()))?
+        .map_err(database_error("cannot start PostgreSQL"))?;
+    let server = cluster.server_url();
+    let mut admin = connect_when_up(&format!("{server}/postgres")).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("create database {DATABASE}")))
+        .execute(&mut admin)
+        .await
+        .map_err(|e| database_error("cannot create the database")(e.to_string()))?;
+    let _ = admin.close().await;
+    Ok((cluster, format!("{server}/{DATABASE}")))
+}
+
+/// Migrates the store, then drops the constraints the design under test
+/// lacks, so the schema is the one that design would run on.
+async fn migrate_for_design(store: &PgStore) -> Result<(), RealError> {
+    store
+        .migrate()
+        .await
+        .map_err(|e| database_error("migration failed")(e.to_string()))?;
+    store
+        .drop_missing_constraints()
+        .await
+        .map_err(|e| database_error("cannot shape the schema for the design")(e.to_string()))?;
+    Ok(())
+}
+
 impl StoreHost {
     /// Starts (or reaches) the store and, with `migrate`, migrates it for
     /// `design` (a black-box target gets the database empty).
@@ -112,22 +143,8 @@ impl StoreHost {
     ) -> Result<Self, RealError> {
         let (cluster, url, schema) = match database {
             Database::Throwaway => {
-                let cluster = tokio::task::spawn_blocking(|| Cluster::start(CLUSTER_SETTINGS))
-                    .await
-                    .map_err(|e| RealError::Start(e.to_string()))?
-                    .map_err(database_error("cannot start PostgreSQL"))?;
-                let server = cluster.server_url();
-                let mut admin = connect_when_up(&format!("{server}/postgres")).await?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("create database {DATABASE}")))
-                    .execute(&mut admin)
-                    .await
-                    .map_err(|e| database_error("cannot create the database")(e.to_string()))?;
-                let _ = admin.close().await;
-                (
-                    Some(cluster),
-                    format!("{server}/{DATABASE}"),
-                    SCHEMA_DEFAULT.to_owned(),
-                )
+                let (cluster, url) = start_throwaway().await?;
+                (Some(cluster), url, SCHEMA_DEFAULT.to_owned())
             }
             Database::Url(url) => (
                 None,
@@ -139,22 +156,9 @@ impl StoreHost {
             .await
             .map_err(|e| database_error("cannot connect to the database")(e.to_string()))?
             .with_constraints(Constraints::for_design(design));
-        if !migrate {
-            return Ok(Self {
-                cluster,
-                url,
-                schema,
-                store,
-            });
+        if migrate {
+            migrate_for_design(&store).await?;
         }
-        store
-            .migrate()
-            .await
-            .map_err(|e| database_error("migration failed")(e.to_string()))?;
-        store
-            .drop_missing_constraints()
-            .await
-            .map_err(|e| database_error("cannot shape the schema for the design")(e.to_string()))?;
         Ok(Self {
             cluster,
             url,

@@ -45,7 +45,7 @@ impl Datum {
 
 /// What a change did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum ChangeKind {
     Insert,
     Update,
     Delete,
@@ -56,7 +56,7 @@ pub enum Action {
 pub struct Change {
     /// `schema.table`.
     pub table: String,
-    pub action: Action,
+    pub action: ChangeKind,
     pub columns: BTreeMap<String, Datum>,
 }
 
@@ -120,9 +120,9 @@ fn parse_line(line: &str) -> Result<Line, String> {
         .ok_or_else(|| format!("no table name in {line:?}"))?;
     let (action, rest) = rest.split_once(':').unwrap_or((rest, ""));
     let action = match action {
-        "INSERT" => Action::Insert,
-        "UPDATE" => Action::Update,
-        "DELETE" => Action::Delete,
+        "INSERT" => ChangeKind::Insert,
+        "UPDATE" => ChangeKind::Update,
+        "DELETE" => ChangeKind::Delete,
         _ => return Ok(Line::Other),
     };
     Ok(Line::Change(Change {
@@ -312,7 +312,7 @@ mod tests {
             panic!("a change");
         };
         assert_eq!(change.table, "idem.t");
-        assert_eq!(change.action, Action::Insert);
+        assert_eq!(change.action, ChangeKind::Insert);
         let expected: BTreeMap<String, Datum> = [
             ("id", text("00000000-0000-0000-0000-000000000001")),
             ("j", text("{\"a\": [1, \"x'y\"]}")),

@@ -30,7 +30,7 @@ pub struct Matrix<'a> {
 
 /// One run of the matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cell {
+pub struct MatrixRun {
     /// Indices into the matrix's designs, scenarios and seeds.
     pub design: usize,
     pub scenario: usize,
@@ -57,7 +57,7 @@ impl Matrix<'_> {
     }
 
     /// The run numbered `index` (below [`Matrix::len`]).
-    pub fn cell(&self, index: usize) -> Cell {
+    pub fn cell(&self, index: usize) -> MatrixRun {
         let (scenarios, seeds) = (self.scenarios.len(), self.seeds.len());
         let (design, scenario, seed_index, position) = match self.order {
             Order::DesignScenarioSeed => {
@@ -76,7 +76,7 @@ impl Matrix<'_> {
                 )
             }
         };
-        Cell {
+        MatrixRun {
             design,
             scenario,
             seed_index,
@@ -86,7 +86,7 @@ impl Matrix<'_> {
     }
 
     /// The scenario and design of `cell`.
-    pub fn at(&self, cell: Cell) -> (&Loaded, Design) {
+    pub fn at(&self, cell: MatrixRun) -> (&Loaded, Design) {
         (&self.scenarios[cell.scenario], self.designs[cell.design])
     }
 }

@@ -32,7 +32,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use matrix::{Cell, Matrix, Order};
+pub use matrix::{Matrix, MatrixRun, Order};
 pub use progress::Progress;
 pub use seeds::{SEEDS_MAX, Seeds, Shard};
 

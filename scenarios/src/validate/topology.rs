@@ -13,7 +13,7 @@ use super::{
     CONTEXT_WINDOW_TOKENS_MAX, Checker, DEVIATE_ONE_IN_MAX, RECONCILER_ATTEMPTS_PER_PASS_LIMIT,
     WORKER_ATTEMPTS_MAX, WORKER_JOBS_PER_TICK_LIMIT, value,
 };
-use crate::format::{ProviderFile, ReconcilerFile, ScenarioFile, TopologyFile, WorkerFile};
+use crate::format::{ProviderTable, ReconcilerFile, ScenarioFile, TopologyFile, WorkerFile};
 
 impl Checker {
     pub(super) fn topology(&mut self, file: &ScenarioFile) -> Topology {
@@ -125,7 +125,7 @@ impl Checker {
 
     fn providers(
         &mut self,
-        files: &[Spanned<ProviderFile>],
+        files: &[Spanned<ProviderTable>],
         defaults: &[ProviderProfile],
     ) -> Vec<ProviderProfile> {
         let mut seen: BTreeSet<String> = BTreeSet::new();
@@ -162,7 +162,7 @@ impl Checker {
     }
 
     /// A provider's behaviour: the file's fields over `b`.
-    fn behaviour(&mut self, p: &ProviderFile, b: &Behaviour) -> Behaviour {
+    fn behaviour(&mut self, p: &ProviderTable, b: &Behaviour) -> Behaviour {
         Behaviour {
             latency_ms: self.ms(&p.latency_ms, "latency_ms", b.latency_ms),
             latency_jitter_ms: self.ms(
@@ -200,7 +200,7 @@ impl Checker {
 
     /// The certifier's view of a provider's tokenizer: the file's fields
     /// over `t`.
-    fn tokenizer(&mut self, p: &ProviderFile, t: &TokenizerProfile) -> TokenizerProfile {
+    fn tokenizer(&mut self, p: &ProviderTable, t: &TokenizerProfile) -> TokenizerProfile {
         TokenizerProfile {
             encoding: value(&p.tokenizer, t.encoding),
             context_window_tokens: self.bounded(

@@ -115,6 +115,14 @@ fn bad_input_exits_2() {
         &["fuzz", "--seeds", "0..1", "--shard", "3/2"],
         &["fuzz", "--seeds", "0..1", "--shard", "1/2"],
         &["fuzz", "--seeds", "0..1", "--design", "nonsense"],
+        &[
+            "fuzz",
+            "--seeds",
+            "0..1",
+            "--direct",
+            "/no/such/explain.json",
+        ],
+        &["fuzz", "--seeds", "0..1", "--direct", "Cargo.toml"],
         &["merge"],
         &["merge", "/no/such/summary.json"],
     ] {

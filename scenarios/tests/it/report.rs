@@ -348,3 +348,39 @@ fn the_index_tells_what_each_naive_design_is_fragile_to() -> Result<(), Box<dyn 
     );
     Ok(())
 }
+
+/// `idem real --report`: a real run's page (real processes, a real
+/// PostgreSQL, the wall clock) renders cleanly in Chromium, says it is
+/// real, and draws the real run's attempt on its timeline.
+#[test]
+fn a_real_run_page_renders_in_chromium() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("real.html");
+    let out = idem(&[
+        "real",
+        "double-click",
+        "--seed",
+        "1",
+        "--report",
+        file.to_str().ok_or("a UTF-8 path")?,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = chromium(&file);
+    assert_clean(&rendered, "real run page");
+    let dom = &rendered.dom;
+    assert!(
+        dom.contains("Real mode: idem processes against a real PostgreSQL"),
+        "it says it is real"
+    );
+    assert!(dom.contains("attempt 1"), "the attempt is drawn");
+    assert!(
+        dom.contains("idem real double-click --seed 1"),
+        "the repro command is real mode's"
+    );
+    Ok(())
+}
