@@ -197,6 +197,48 @@ impl Json {
     }
 }
 
+/// Where the run of ASCII digits that starts at `from` in `bytes` ends.
+fn digits_end(bytes: &[u8], from: usize) -> usize {
+    let mut at = from;
+    while at < bytes.len() && bytes[at].is_ascii_digit() {
+        at += 1;
+    }
+    at
+}
+
+/// The exponent part of a JSON number's text at `*at` (0 when there is
+/// none), moving `*at` past it. `None` when an `e` has no digits; an
+/// exponent too large for an `i64` saturates.
+fn exponent_at(bytes: &[u8], at: &mut usize) -> Option<i64> {
+    if !matches!(bytes.get(*at), Some(b'e' | b'E')) {
+        return Some(0);
+    }
+    *at += 1;
+    let exp_negative = match bytes.get(*at) {
+        Some(b'-') => {
+            *at += 1;
+            true
+        }
+        Some(b'+') => {
+            *at += 1;
+            false
+        }
+        _ => false,
+    };
+    let start = *at;
+    let mut exponent: i64 = 0;
+    while *at < bytes.len() && bytes[*at].is_ascii_digit() {
+        exponent = exponent
+            .saturating_mul(10)
+            .saturating_add(i64::from(bytes[*at] - b'0'));
+        *at += 1;
+    }
+    if *at == start {
+        return None;
+    }
+    Some(if exp_negative { -exponent } else { exponent })
+}
+
 impl Decimal {
     fn zero() -> Self {
         Decimal {
@@ -238,9 +280,7 @@ impl Decimal {
             at += 1;
         }
         let int_start = at;
-        while at < bytes.len() && bytes[at].is_ascii_digit() {
-            at += 1;
-        }
+        at = digits_end(bytes, at);
         let int_part = &text[int_start..at];
         if int_part.is_empty() || (int_part.len() > 1 && int_part.starts_with('0')) {
             return None;
@@ -248,60 +288,36 @@ impl Decimal {
         let mut frac_part = "";
         if bytes.get(at) == Some(&b'.') {
             let start = at + 1;
-            at = start;
-            while at < bytes.len() && bytes[at].is_ascii_digit() {
-                at += 1;
-            }
+            at = digits_end(bytes, start);
             frac_part = &text[start..at];
             if frac_part.is_empty() {
                 return None;
             }
         }
-        let mut exponent: i64 = 0;
-        if matches!(bytes.get(at), Some(b'e' | b'E')) {
-            at += 1;
-            let exp_negative = match bytes.get(at) {
-                Some(b'-') => {
-                    at += 1;
-                    true
-                }
-                Some(b'+') => {
-                    at += 1;
-                    false
-                }
-                _ => false,
-            };
-            let start = at;
-            while at < bytes.len() && bytes[at].is_ascii_digit() {
-                exponent = exponent
-                    .saturating_mul(10)
-                    .saturating_add(i64::from(bytes[at] - b'0'));
-                at += 1;
-            }
-            if at == start {
-                return None;
-            }
-            if exp_negative {
-                exponent = -exponent;
-            }
-        }
+        let exponent = exponent_at(bytes, &mut at)?;
         if at != bytes.len() {
             return None;
         }
+        Some(Decimal::normalized(negative, int_part, frac_part, exponent))
+    }
+
+    /// The decimal `int_part.frac_part * 10^exponent` in its one form:
+    /// no leading or trailing zeros in `digits`, and zero unsigned.
+    fn normalized(negative: bool, int_part: &str, frac_part: &str, exponent: i64) -> Decimal {
         let all: String = int_part.chars().chain(frac_part.chars()).collect();
         let frac_len = i64::try_from(frac_part.len()).unwrap_or(i64::MAX);
         let exponent = exponent.saturating_sub(frac_len);
         let leading = all.bytes().take_while(|b| *b == b'0').count();
         let trimmed = all[leading..].trim_end_matches('0');
         if trimmed.is_empty() {
-            return Some(Decimal::zero());
+            return Decimal::zero();
         }
         let trailing = all.len() - leading - trimmed.len();
-        Some(Decimal {
+        Decimal {
             negative,
             digits: trimmed.to_owned(),
             exponent: exponent.saturating_add(i64::try_from(trailing).unwrap_or(i64::MAX)),
-        })
+        }
     }
 
     /// Where the decimal point sits relative to the digits:

@@ -181,12 +181,7 @@ impl Engine {
     ) -> Result<CertificateStatus, EngineError> {
         #[cfg(feature = "bench")]
         if self.runs(Design::BlindFailover) {
-            // Naive: every configured provider is taken to share the contract.
-            return Ok(if self.providers.contains(provider) {
-                CertificateStatus::Valid
-            } else {
-                CertificateStatus::Missing
-            });
+            return Ok(self.blind_failover_status(provider));
         }
         if self.pending.contains(provider) {
             return Ok(CertificateStatus::Pending);
@@ -203,20 +198,8 @@ impl Engine {
         if !certificate.passed {
             return Ok(CertificateStatus::Failed);
         }
-        let configured = self
-            .providers
-            .specs
-            .get(provider)
-            .and_then(|spec| spec.endpoint.as_deref());
-        if let (Some(configured), Some(certified)) = (configured, certificate.endpoint())
-            && configured != certified
-        {
-            // Not revoked: another replica may still be configured with the
-            // endpoint it was earned at (a rollout in progress).
-            return Ok(CertificateStatus::OtherEndpoint {
-                certified: certified.to_owned(),
-                configured: configured.to_owned(),
-            });
+        if let Some(moved) = self.endpoint_moved(provider, &certificate) {
+            return Ok(moved);
         }
         let (Some(probes), Some(certified)) = (&self.probes, certificate.model_identity()) else {
             return Ok(CertificateStatus::Valid);
@@ -225,26 +208,8 @@ impl Engine {
         match probes.identity(provider).await {
             Ok(Some(serving)) if serving == certified => Ok(CertificateStatus::Valid),
             Ok(Some(serving)) => {
-                let reason = "the provider serves another model than the one certified";
-                let evidence = crate::certify::manage::revocation_evidence(
-                    reason,
-                    "model probe",
-                    &certificate,
-                    json!({"certified_model_identity": certified, "serving_model_identity": serving}),
-                );
-                self.store
-                    .put_certificate(Certificate {
-                        key: certificate.key.clone(),
-                        passed: false,
-                        evidence,
-                        at: self.clock.now(),
-                    })
-                    .await?;
-                tracing::warn!(
-                    provider, certified = %certified, serving = %serving,
-                    "certificate revoked: {reason}"
-                );
-                Ok(CertificateStatus::Stale { certified, serving })
+                self.revoke_for_other_model(provider, &certificate, certified, serving)
+                    .await
             }
             // It no longer says: nothing shows it is still what was certified.
             Ok(None) => Ok(CertificateStatus::Unverified {
@@ -252,5 +217,73 @@ impl Engine {
             }),
             Err(detail) => Ok(CertificateStatus::Unverified { detail }),
         }
+    }
+
+    /// The naive design's answer, kept out of the real path: every
+    /// configured provider is taken to share the contract.
+    #[cfg(feature = "bench")]
+    fn blind_failover_status(&self, provider: &str) -> CertificateStatus {
+        if self.providers.contains(provider) {
+            CertificateStatus::Valid
+        } else {
+            CertificateStatus::Missing
+        }
+    }
+
+    /// [`CertificateStatus::OtherEndpoint`] when `certificate` was earned
+    /// at another endpoint than the one `provider` is configured with now.
+    /// Not revoked: another replica may still be configured with the
+    /// endpoint it was earned at (a rollout in progress).
+    fn endpoint_moved(
+        &self,
+        provider: &str,
+        certificate: &Certificate,
+    ) -> Option<CertificateStatus> {
+        let configured = self
+            .providers
+            .specs
+            .get(provider)
+            .and_then(|spec| spec.endpoint.as_deref());
+        match (configured, certificate.endpoint()) {
+            (Some(configured), Some(certified)) if configured != certified => {
+                Some(CertificateStatus::OtherEndpoint {
+                    certified: certified.to_owned(),
+                    configured: configured.to_owned(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Revokes `certificate` in the store, its evidence saying `provider`
+    /// was found `serving` another model than the `certified` one, so that
+    /// every replica refuses the provider until it is certified again.
+    async fn revoke_for_other_model(
+        &self,
+        provider: &str,
+        certificate: &Certificate,
+        certified: String,
+        serving: String,
+    ) -> Result<CertificateStatus, EngineError> {
+        let reason = "the provider serves another model than the one certified";
+        let evidence = crate::certify::manage::revocation_evidence(
+            reason,
+            "model probe",
+            certificate,
+            json!({"certified_model_identity": certified, "serving_model_identity": serving}),
+        );
+        self.store
+            .put_certificate(Certificate {
+                key: certificate.key.clone(),
+                passed: false,
+                evidence,
+                at: self.clock.now(),
+            })
+            .await?;
+        tracing::warn!(
+            provider, certified = %certified, serving = %serving,
+            "certificate revoked: {reason}"
+        );
+        Ok(CertificateStatus::Stale { certified, serving })
     }
 }

@@ -160,38 +160,10 @@ impl Engine {
         attempt_id: AttemptId,
         resolution: Resolution,
     ) -> Result<Resolved, EngineError> {
-        let mut attempt = self.attempt(attempt_id).await?;
-        if attempt.state == AttemptState::Starting {
-            attempt = match self.mark_unknown_after_deadline(attempt_id).await {
-                Ok(attempt) => attempt,
-                Err(EngineError::IllegalTransition { current, .. }) => {
-                    return Err(EngineError::NotResolvable {
-                        attempt: attempt_id,
-                        state: current,
-                    });
-                }
-                Err(e) => return Err(e),
-            };
-        }
-        if attempt.state != AttemptState::Unknown {
-            return Err(EngineError::NotResolvable {
-                attempt: attempt_id,
-                state: attempt.state,
-            });
-        }
+        let attempt = self.unknown_for_resolution(attempt_id).await?;
         let (to, error, outcome) = match resolution {
             Resolution::Succeeded { result } => {
-                return match self
-                    .offer(&attempt, result, OutputSource::OutOfBand)
-                    .await?
-                {
-                    Completed::Won(job) => Ok(Resolved::Won(job)),
-                    Completed::Lost { winner } => Ok(Resolved::Lost { winner }),
-                    Completed::Discarded { state } => Err(EngineError::NotResolvable {
-                        attempt: attempt_id,
-                        state,
-                    }),
-                };
+                return self.resolve_succeeded(&attempt, result).await;
             }
             Resolution::Failed { error } => (AttemptState::Failed, Some(error), "failed"),
             Resolution::Cancelled => (AttemptState::Cancelled, None, "cancelled"),
@@ -216,5 +188,48 @@ impl Engine {
             })
             .await?;
         Ok(Resolved::Ended(moved))
+    }
+
+    /// The attempt to resolve, unknown: a starting one is first marked
+    /// unknown (nobody knows whether the provider has it); any other state
+    /// is not resolvable out of band.
+    async fn unknown_for_resolution(&self, attempt_id: AttemptId) -> Result<Attempt, EngineError> {
+        let mut attempt = self.attempt(attempt_id).await?;
+        if attempt.state == AttemptState::Starting {
+            attempt = match self.mark_unknown_after_deadline(attempt_id).await {
+                Ok(attempt) => attempt,
+                Err(EngineError::IllegalTransition { current, .. }) => {
+                    return Err(EngineError::NotResolvable {
+                        attempt: attempt_id,
+                        state: current,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        if attempt.state != AttemptState::Unknown {
+            return Err(EngineError::NotResolvable {
+                attempt: attempt_id,
+                state: attempt.state,
+            });
+        }
+        Ok(attempt)
+    }
+
+    /// An unknown attempt resolved as succeeded: its result is offered to
+    /// the job like any output, through the same compare-and-swap.
+    async fn resolve_succeeded(
+        &self,
+        attempt: &Attempt,
+        result: Value,
+    ) -> Result<Resolved, EngineError> {
+        match self.offer(attempt, result, OutputSource::OutOfBand).await? {
+            Completed::Won(job) => Ok(Resolved::Won(job)),
+            Completed::Lost { winner } => Ok(Resolved::Lost { winner }),
+            Completed::Discarded { state } => Err(EngineError::NotResolvable {
+                attempt: attempt.id,
+                state,
+            }),
+        }
     }
 }

@@ -194,22 +194,7 @@ impl Store for MemStore {
                 && t.first_by_key(&new.owner_id, &new.idempotency_key)
                     .is_some());
         if refused {
-            let Some(existing) = t.first_by_key(&new.owner_id, &new.idempotency_key).cloned()
-            else {
-                // The id is another key's job: nothing to replay.
-                return Err(StoreError::Constraint {
-                    constraint: constraint::JOBS_PKEY.to_owned(),
-                });
-            };
-            let stored = t
-                .requests
-                .get(&existing.id)
-                .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
-            let (outcome, event) = found_key(&existing, &stored, &new, at);
-            if let Some(event) = event {
-                t.push_event(event)?;
-            }
-            return Ok(outcome);
+            return refused_create(&mut t, &new, at);
         }
         let job = Job {
             id: new.id,
@@ -247,19 +232,7 @@ impl Store for MemStore {
             .get(&new.job_id)
             .ok_or(StoreError::JobNotFound(new.job_id))?;
         let (job_state, read_version) = (job.state, job.version);
-        let refusal = if job_state.is_terminal() {
-            Some(StartOutcome::Completed { state: job_state })
-        } else {
-            // Strict: no other attempt may be running; hedged: one may.
-            t.job_attempts(new.job_id)
-                .filter(|a| a.state == AttemptState::Running)
-                .nth(usize::from(new.allow_while_running))
-                .map(|running| StartOutcome::InFlight {
-                    attempt: running.id,
-                    state: AttemptState::Running,
-                })
-        };
-        let refusal = match refusal {
+        let refusal = match finished_or_running(&t, &new, job_state) {
             Some(refusal) => Some(refusal),
             None => {
                 text(&new.provider)?;
@@ -278,37 +251,7 @@ impl Store for MemStore {
             t.push_event(refusal_event(&NewAttempt { at, ..new }, &refusal))?;
             return Ok(refusal);
         }
-        let seq = t
-            .attempts_by_job
-            .get(&new.job_id)
-            .and_then(|by_seq| by_seq.keys().next_back().copied())
-            .unwrap_or(0)
-            + 1;
-        let attempt = Attempt {
-            id: new.id,
-            job_id: new.job_id,
-            seq,
-            provider: new.provider,
-            state: AttemptState::Starting,
-            read_version,
-            started_at: at,
-            ended_at: None,
-            output: None,
-            error: None,
-        };
-        t.attempts.insert(attempt.id, attempt.clone());
-        t.attempts_by_job
-            .entry(attempt.job_id)
-            .or_default()
-            .insert(seq, attempt.id);
-        t.push_event(NewEvent {
-            job_id: attempt.job_id,
-            attempt_id: Some(attempt.id),
-            at,
-            kind: EventKind::AttemptStarted,
-            detail: json!({"seq": attempt.seq, "provider": attempt.provider}),
-        })?;
-        Ok(StartOutcome::Started(attempt))
+        insert_attempt(&mut t, new, read_version, at).map(StartOutcome::Started)
     }
 
     async fn transition_attempt(
@@ -389,21 +332,7 @@ impl Store for MemStore {
         let unclaimed = job.completed_by.is_none() != self.completion_cas_swapped();
         let swap = job.version == attempt.read_version && unclaimed;
         if swap || !self.completion_cas() {
-            let job = t.job_mut(completion.job_id);
-            job.result = Some(output.clone());
-            job.completed_by = Some(attempt.id);
-            job.version += 1;
-            job.state = JobState::Succeeded;
-            job.updated_at = completion.at;
-            let job = job.clone();
-            let row = t.attempt_mut(attempt.id);
-            row.state = AttemptState::Succeeded;
-            row.output = Some(output);
-            row.ended_at = Some(completion.at);
-            for event in won_events(&attempt, &completion) {
-                t.push_event(event)?;
-            }
-            Ok(CompleteOutcome::Won(job))
+            record_win(&mut t, &attempt, &completion, output).map(CompleteOutcome::Won)
         } else {
             let winner = job.completed_by;
             let row = t.attempt_mut(attempt.id);
@@ -708,6 +637,120 @@ fn certificate_key(key: &CertificateKey) -> Result<(), StoreError> {
     text(&key.model)?;
     text(&key.prompt_version)?;
     text(&key.schema_version)
+}
+
+/// A create whose insert was refused: the job that holds the key is
+/// replayed, or its other body refused with an event, as the PostgreSQL
+/// store reads it back. When the id is another key's job there is nothing
+/// to replay: the primary key's error.
+fn refused_create(
+    t: &mut MemTables,
+    new: &NewJob,
+    at: Timestamp,
+) -> Result<CreateOutcome, StoreError> {
+    let Some(existing) = t.first_by_key(&new.owner_id, &new.idempotency_key).cloned() else {
+        // The id is another key's job: nothing to replay.
+        return Err(StoreError::Constraint {
+            constraint: constraint::JOBS_PKEY.to_owned(),
+        });
+    };
+    let stored = t
+        .requests
+        .get(&existing.id)
+        .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
+    let (outcome, event) = found_key(&existing, &stored, new, at);
+    if let Some(event) = event {
+        t.push_event(event)?;
+    }
+    Ok(outcome)
+}
+
+/// The refusal a start meets before its insert is tried, in the
+/// PostgreSQL transaction's order: the job is finished, or an attempt is
+/// running. Strict: no other attempt may be running; hedged: one may.
+fn finished_or_running(
+    t: &MemTables,
+    new: &NewAttempt,
+    job_state: JobState,
+) -> Option<StartOutcome> {
+    if job_state.is_terminal() {
+        return Some(StartOutcome::Completed { state: job_state });
+    }
+    t.job_attempts(new.job_id)
+        .filter(|a| a.state == AttemptState::Running)
+        .nth(usize::from(new.allow_while_running))
+        .map(|running| StartOutcome::InFlight {
+            attempt: running.id,
+            state: AttemptState::Running,
+        })
+}
+
+/// The started attempt's row, numbered after the job's last, and its
+/// `attempt_started` event: the insert PostgreSQL runs once nothing
+/// refused the start.
+fn insert_attempt(
+    t: &mut MemTables,
+    new: NewAttempt,
+    read_version: i64,
+    at: Timestamp,
+) -> Result<Attempt, StoreError> {
+    let seq = t
+        .attempts_by_job
+        .get(&new.job_id)
+        .and_then(|by_seq| by_seq.keys().next_back().copied())
+        .unwrap_or(0)
+        + 1;
+    let attempt = Attempt {
+        id: new.id,
+        job_id: new.job_id,
+        seq,
+        provider: new.provider,
+        state: AttemptState::Starting,
+        read_version,
+        started_at: at,
+        ended_at: None,
+        output: None,
+        error: None,
+    };
+    t.attempts.insert(attempt.id, attempt.clone());
+    t.attempts_by_job
+        .entry(attempt.job_id)
+        .or_default()
+        .insert(seq, attempt.id);
+    t.push_event(NewEvent {
+        job_id: attempt.job_id,
+        attempt_id: Some(attempt.id),
+        at,
+        kind: EventKind::AttemptStarted,
+        detail: json!({"seq": attempt.seq, "provider": attempt.provider}),
+    })?;
+    Ok(attempt)
+}
+
+/// The completion that won the compare-and-swap (or met none): the job
+/// succeeds with `output`, completed by `attempt`, which succeeds too,
+/// and the events say so.
+fn record_win(
+    t: &mut MemTables,
+    attempt: &Attempt,
+    completion: &Completion,
+    output: Value,
+) -> Result<Job, StoreError> {
+    let job = t.job_mut(completion.job_id);
+    job.result = Some(output.clone());
+    job.completed_by = Some(attempt.id);
+    job.version += 1;
+    job.state = JobState::Succeeded;
+    job.updated_at = completion.at;
+    let job = job.clone();
+    let row = t.attempt_mut(attempt.id);
+    row.state = AttemptState::Succeeded;
+    row.output = Some(output);
+    row.ended_at = Some(completion.at);
+    for event in won_events(attempt, completion) {
+        t.push_event(event)?;
+    }
+    Ok(job)
 }
 
 impl MemStore {

@@ -6,6 +6,7 @@
 //! the completion. Errors are classified by SQLSTATE and constraint name,
 //! never by message text.
 
+mod endings;
 mod races;
 mod rows;
 mod statements;
@@ -17,9 +18,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 
-use super::shared::{
-    assert_transition_target, completion_allowed, lost_event, transition_event, won_events,
-};
+use super::shared::{assert_transition_target, completion_allowed, transition_event};
 use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
     PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
@@ -31,6 +30,7 @@ use crate::model::{
 };
 use crate::transition;
 
+use self::endings::{lock_prunable_jobs, mark_job_failed, record_lost, record_won};
 use self::rows::{
     attempt_from_row, event_from_row, fetch_decoded, insert_event, job_from_row, lock_attempt,
     lock_job_for_dispatch, parse_state,
@@ -284,40 +284,8 @@ impl Store for PgStore {
             .await
             .map_err(classify)?;
         let outcome = match won {
-            Some(row) => {
-                let job = job_from_row(&row)?;
-                sqlx::query(
-                    "update attempts set state = 'succeeded', output = $2, ended_at = $3 where id = $1",
-                )
-                .bind(completion.attempt_id.0)
-                .bind(&completion.output)
-                .bind(completion.at)
-                .execute(&mut *tx)
-                .await
-                .map_err(classify)?;
-                for event in won_events(&attempt, &completion) {
-                    insert_event(&mut tx, &event).await?;
-                }
-                CompleteOutcome::Won(job)
-            }
-            None => {
-                let winner: Option<uuid::Uuid> =
-                    sqlx::query_scalar("select completed_by from jobs where id = $1")
-                        .bind(completion.job_id.0)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(classify)?;
-                let winner = winner.map(AttemptId);
-                // Discarded: the output is not stored anywhere, only its digest.
-                sqlx::query("update attempts set state = 'lost', ended_at = $2 where id = $1")
-                    .bind(completion.attempt_id.0)
-                    .bind(completion.at)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(classify)?;
-                insert_event(&mut tx, &lost_event(&attempt, &completion, winner)).await?;
-                CompleteOutcome::Lost { winner }
-            }
+            Some(row) => record_won(&mut tx, &row, &attempt, &completion).await?,
+            None => record_lost(&mut tx, &attempt, &completion).await?,
         };
         tx.commit().await.map_err(classify)?;
         Ok(outcome)
@@ -355,27 +323,7 @@ impl Store for PgStore {
                 version: job.version,
             });
         }
-        let row = sqlx::query(
-            "update jobs set state = 'failed', version = version + 1, updated_at = $2
-              where id = $1 returning *",
-        )
-        .bind(job_id.0)
-        .bind(at)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(classify)?;
-        let job = job_from_row(&row)?;
-        insert_event(
-            &mut tx,
-            &NewEvent {
-                job_id,
-                attempt_id: None,
-                at,
-                kind: EventKind::JobFailed,
-                detail: reason,
-            },
-        )
-        .await?;
+        let job = mark_job_failed(&mut tx, job_id, reason, at).await?;
         tx.commit().await.map_err(classify)?;
         Ok(FailJobOutcome::Failed(job))
     }
@@ -710,25 +658,7 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(classify)?;
-        // FOR UPDATE: a replay or a start that holds the job waits for us, or
-        // we for it. A terminal job whose attempts have all ended stays so:
-        // no attempt starts on a terminal job, and an ended attempt never
-        // reopens.
-        let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
-            "select j.id from jobs j
-              where j.state in ('succeeded', 'failed') and j.updated_at < $1
-                and not exists (select 1 from attempts a
-                                 where a.job_id = j.id
-                                   and a.state in ('starting', 'running', 'unknown'))
-              order by j.updated_at, j.id
-              limit $2
-              for update of j",
-        )
-        .bind(updated_before)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(classify)?;
+        let ids = lock_prunable_jobs(&mut tx, updated_before, limit).await?;
         if ids.is_empty() {
             tx.commit().await.map_err(classify)?;
             return Ok(Vec::new());

@@ -12,7 +12,7 @@ use super::rows::{
     EVENTS_JOB_FKEY, attempt_from_row, blocking_attempt, classify, insert_event, job_from_row,
     parse_state, unique_violation,
 };
-use crate::model::{AttemptId, AttemptState, EventKind, JobState, NewEvent};
+use crate::model::{AttemptId, AttemptState, EventKind, Job, JobState, NewEvent};
 use crate::store::shared::{found_key, refusal_event};
 use crate::store::{
     CreateOutcome, NewAttempt, NewJob, StartOutcome, Store, StoreError, constraint,
@@ -52,28 +52,7 @@ impl PgStore {
             // insert waited for it and did nothing, the read cannot see it.
             // A new statement (a new snapshot) will.
             Ok(None) => return Ok(None),
-            Err(e) => {
-                return match unique_violation(&e) {
-                    // The id is taken. By a create of the same key (the same
-                    // request sent twice with one id) whose row this
-                    // statement's arbiter check ran too early to see: the
-                    // next try finds the key and replays it, as a serial
-                    // order would. By a row of another key: running again
-                    // cannot help, unless that row is gone (pruned).
-                    Some(constraint::JOBS_PKEY) => match self.job(new.id).await? {
-                        Some(taken)
-                            if taken.owner_id != new.owner_id
-                                || taken.idempotency_key != new.idempotency_key =>
-                        {
-                            Err(StoreError::Constraint {
-                                constraint: constraint::JOBS_PKEY.to_owned(),
-                            })
-                        }
-                        Some(_) | None => Ok(None),
-                    },
-                    _ => Err(classify(e)),
-                };
-            }
+            Err(e) => return self.refused_create(new, e).await,
         };
         let job = job_from_row(&row)?;
         if row.try_get::<bool, _>("inserted").map_err(classify)? {
@@ -86,14 +65,53 @@ impl PgStore {
             // Same fingerprint: replayed. Nothing is written.
             return Ok(Some(CreateOutcome::Existing(job)));
         };
-        // Another body: name the differing pointers against the exact
-        // stored request, and record the refusal. The job's key, body and
-        // fingerprint never change, so the read explains the refusal; if a
-        // prune took the job since, the event's foreign key refuses it and
-        // the create runs again (the key is free).
+        self.refuse_other_body(&job, &text, new).await
+    }
+
+    /// What a create's statement refused by a constraint means;
+    /// `Ok(None)`: run again.
+    async fn refused_create(
+        &self,
+        new: &NewJob,
+        e: sqlx::Error,
+    ) -> Result<Option<CreateOutcome>, StoreError> {
+        match unique_violation(&e) {
+            // The id is taken. By a create of the same key (the same
+            // request sent twice with one id) whose row this
+            // statement's arbiter check ran too early to see: the
+            // next try finds the key and replays it, as a serial
+            // order would. By a row of another key: running again
+            // cannot help, unless that row is gone (pruned).
+            Some(constraint::JOBS_PKEY) => match self.job(new.id).await? {
+                Some(taken)
+                    if taken.owner_id != new.owner_id
+                        || taken.idempotency_key != new.idempotency_key =>
+                {
+                    Err(StoreError::Constraint {
+                        constraint: constraint::JOBS_PKEY.to_owned(),
+                    })
+                }
+                Some(_) | None => Ok(None),
+            },
+            _ => Err(classify(e)),
+        }
+    }
+
+    /// The key is held by `job`, whose stored request `text` has another
+    /// body than `new`'s: names the differing pointers against the exact
+    /// stored request, and records the refusal. The job's key, body and
+    /// fingerprint never change, so the read explains the refusal; if a
+    /// prune took the job since, the event's foreign key refuses it and
+    /// the create runs again (`Ok(None)`: the key is free).
+    async fn refuse_other_body(
+        &self,
+        job: &Job,
+        text: &str,
+        new: &NewJob,
+    ) -> Result<Option<CreateOutcome>, StoreError> {
         let stored = crate::json::parse(text.as_bytes())
             .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
-        let (outcome, event) = found_key(&job, &stored, new, new.at);
+        let (outcome, event) = found_key(job, &stored, new, new.at);
         let Some(event) = event else {
             return Ok(Some(outcome));
         };
@@ -127,20 +145,9 @@ impl PgStore {
                 state: AttemptState::Running,
             }));
         }
-        // A savepoint, so that a refusal by the index leaves the transaction,
-        // and its share lock on the job, alive for the read that names the
-        // blocker: the job cannot complete in between, and the blocker is
-        // read as it is at one moment while the job is still pending.
-        let mut insert = Acquire::begin(&mut tx).await.map_err(classify)?;
-        let row = match insert_attempt(&mut insert, new, read_version).await {
-            Ok(row) => {
-                insert.commit().await.map_err(classify)?;
-                row
-            }
-            Err(e) => {
-                insert.rollback().await.map_err(classify)?;
-                return refused_insert(tx, new, e).await;
-            }
+        let row = match insert_in_savepoint(&mut tx, new, read_version).await? {
+            Ok(row) => row,
+            Err(e) => return refused_insert(tx, new, e).await,
         };
         let attempt = attempt_from_row(&row)?;
         insert_event(
@@ -222,6 +229,30 @@ async fn running_blocker(
     running
         .map(|row| row.try_get("id").map(AttemptId).map_err(classify))
         .transpose()
+}
+
+/// The attempt's row, inserted in a savepoint of `tx`; `Ok(Err(_))`: the
+/// insert was refused, and the savepoint rolled back. A savepoint, so that
+/// a refusal by the index leaves the transaction, and its share lock on
+/// the job, alive for the read that names the blocker: the job cannot
+/// complete in between, and the blocker is read as it is at one moment
+/// while the job is still pending.
+async fn insert_in_savepoint(
+    tx: &mut Transaction<'static, Postgres>,
+    new: &NewAttempt,
+    read_version: i64,
+) -> Result<Result<PgRow, sqlx::Error>, StoreError> {
+    let mut insert = Acquire::begin(&mut *tx).await.map_err(classify)?;
+    match insert_attempt(&mut insert, new, read_version).await {
+        Ok(row) => {
+            insert.commit().await.map_err(classify)?;
+            Ok(Ok(row))
+        }
+        Err(e) => {
+            insert.rollback().await.map_err(classify)?;
+            Ok(Err(e))
+        }
+    }
 }
 
 /// The attempt's row, numbered after the job's last.
