@@ -382,5 +382,10 @@ fn a_real_run_page_renders_in_chromium() -> Result<(), Box<dyn std::error::Error
         dom.contains("idem real double-click --seed 1"),
         "the repro command is real mode's"
     );
+    assert!(
+        dom.contains("ms of the run (wall clock)"),
+        "its time is the wall clock's"
+    );
+    assert!(!dom.contains("simulated ms"), "not the simulator's");
     Ok(())
 }
