@@ -117,6 +117,22 @@ fn violations(out: &mut String, record: &RunRecord, trace: Option<&Trace>) {
     }
 }
 
+/// The race windows a run reached, with how often: `a x2, b x1`, or `none`.
+pub fn windows_reached<W: std::fmt::Display>(
+    windows: &std::collections::BTreeMap<W, u32>,
+) -> String {
+    let reached: Vec<String> = windows
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(w, n)| format!("{w} x{n}"))
+        .collect();
+    if reached.is_empty() {
+        "none".to_owned()
+    } else {
+        reached.join(", ")
+    }
+}
+
 /// How the run stopped, the windows it reached, its trace.
 fn details(out: &mut String, record: &RunRecord, trace_path: Option<&Path>) {
     let _ = writeln!(
@@ -124,21 +140,7 @@ fn details(out: &mut String, record: &RunRecord, trace_path: Option<&Path>) {
         "stop: {} at {} simulated ms, {} steps, {} trace events",
         record.stop, record.sim_ms, record.steps, record.trace_events
     );
-    let reached: Vec<String> = record
-        .windows
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(w, n)| format!("{w} x{n}"))
-        .collect();
-    let _ = writeln!(
-        out,
-        "windows reached: {}",
-        if reached.is_empty() {
-            "none".to_owned()
-        } else {
-            reached.join(", ")
-        }
-    );
+    let _ = writeln!(out, "windows reached: {}", windows_reached(&record.windows));
     if !record.expect_windows.is_empty() {
         let expected: Vec<String> = record
             .expect_windows

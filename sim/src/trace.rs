@@ -38,13 +38,6 @@ fn trigger(body: &TraceBody) -> Option<TriggerKind> {
     }
 }
 
-/// Simulated milliseconds since the run started (0 outside a host).
-fn sim_now_ms() -> u64 {
-    crate::scheduler::sim_elapsed().map_or(0, |d| {
-        u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
-    })
-}
-
 #[derive(Debug, Default)]
 struct RecorderState {
     events: Vec<TraceEvent>,
@@ -70,13 +63,13 @@ impl Recorder {
 
     /// Records `body` as seen by `host` now (simulated time).
     pub fn record(&self, host: &str, body: TraceBody) {
-        self.record_at(sim_now_ms(), host, body);
+        self.record_at(crate::scheduler::sim_elapsed_ms(), host, body);
     }
 
     /// Records `body` as seen by `host` now, while serving a call from
     /// `caller`.
     pub fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody) {
-        self.push(sim_now_ms(), host, caller, body);
+        self.push(crate::scheduler::sim_elapsed_ms(), host, caller, body);
     }
 
     /// Records `body` at an explicit time (for the driver, outside hosts).

@@ -209,20 +209,10 @@ fn write_stop_and_windows(out: &mut String, record: &RealRecord) {
         "stop: {} at {} ms of the run ({} ms in all), {} trace events",
         run.stop, run.sim_ms, record.wall_ms, run.trace_events
     );
-    let reached: Vec<String> = run
-        .windows
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(w, n)| format!("{w} x{n}"))
-        .collect();
     let _ = writeln!(
         out,
         "windows reached: {}",
-        if reached.is_empty() {
-            "none".to_owned()
-        } else {
-            reached.join(", ")
-        }
+        crate::run::windows_reached(&run.windows)
     );
 }
 
