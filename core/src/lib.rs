@@ -44,7 +44,9 @@ pub mod worker;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
-pub use idem_model::{build_stamp, contract, fingerprint, json, model, stamp, transition};
+pub use idem_model::{
+    build_stamp, contract, document, fingerprint, json, model, stamp, transition,
+};
 
 #[cfg(test)]
 mod tests {

@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::document::Document;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
@@ -120,7 +121,7 @@ impl Drop for Held {
 
 /// What the provider call came to.
 enum CallOutcome {
-    Answered(Result<Value, ProviderError>),
+    Answered(Result<Document, ProviderError>),
     TimedOut,
 }
 
@@ -379,7 +380,7 @@ impl Worker {
                 .specs
                 .get(&attempt.provider)
                 .map_or_else(|| attempt.provider.clone(), |s| s.model.clone()),
-            params: job.request.get("params").cloned().unwrap_or(Value::Null),
+            params: job.request.member_or_null("params"),
         }
     }
 

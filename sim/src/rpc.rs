@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::TcpStream;
 
-use idem_core::fingerprint::fingerprint;
+use idem_core::document::Document;
 use idem_core::model::{AttemptId, AttemptState, JobId};
 use idem_core::store::call::{CallStore, StoreCall, StoreReply};
 use idem_core::store::faults::{FaultPlan, Injected, apply_with_faults};
@@ -353,7 +353,11 @@ fn completed(
                 from,
                 version: job.version,
                 out_of_band: completion.out_of_band,
-                result_sha256: job.result.as_ref().map(fingerprint).unwrap_or_default(),
+                result_sha256: job
+                    .result
+                    .as_ref()
+                    .map(Document::fingerprint)
+                    .unwrap_or_default(),
             }
         }
         CompleteOutcome::Lost { winner } => {
@@ -363,7 +367,7 @@ fn completed(
                 attempt_id: completion.attempt_id,
                 from,
                 winner: *winner,
-                discarded_sha256: fingerprint(&completion.output),
+                discarded_sha256: completion.output.fingerprint(),
             }
         }
         CompleteOutcome::NotOpen { state } => TraceBody::CompletionRefused {

@@ -52,6 +52,13 @@ pub struct Decimal {
     exponent: i64,
 }
 
+/// An integer of up to 128 bits (see [`Decimal::as_wide_integer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WideInteger {
+    Signed(i128),
+    Unsigned(u128),
+}
+
 /// Why a body is refused. Each names where, as a line and column of the
 /// text or as an RFC 6901 JSON pointer into the document.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -391,6 +398,21 @@ impl Decimal {
             let _ = write!(out, "e{sign}{exponent}");
         }
         out
+    }
+
+    /// The number as an `i128` (or a `u128` past `i128::MAX`) when it is
+    /// an integer either holds: the widest serde writes without a raw value.
+    pub fn as_wide_integer(&self) -> Option<WideInteger> {
+        // u128::MAX has 39 digits.
+        if self.exponent < 0 || self.point() > 39 {
+            return None;
+        }
+        let sign = if self.negative { "-" } else { "" };
+        let zeros = "0".repeat(usize::try_from(self.exponent).unwrap_or(0));
+        let text = format!("{sign}{}{zeros}", self.digits);
+        let text = if self.digits.is_empty() { "0" } else { &text };
+        (text.parse().map(WideInteger::Signed).ok())
+            .or_else(|| text.parse().ok().map(WideInteger::Unsigned))
     }
 
     /// An integer within `i64::MIN..=u64::MAX`.

@@ -14,6 +14,7 @@
 //! share no code with the decisions they judge.
 
 pub mod contract;
+pub mod document;
 pub mod dump;
 pub mod fingerprint;
 pub mod json;

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::document::Document;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -227,15 +228,16 @@ pub struct Job {
     pub idempotency_key: IdempotencyKey,
     /// Hex SHA-256 of the canonical request.
     pub request_fingerprint: String,
-    /// The canonical request body.
-    pub request: Value,
+    /// The canonical request body, its numbers exact.
+    pub request: Document,
     pub provider: String,
     pub fallbacks: Vec<String>,
     pub state: JobState,
     /// Grows by one on every completion or give-up; never shrinks.
     pub version: i64,
     pub completed_by: Option<AttemptId>,
-    pub result: Option<Value>,
+    /// The winning output, its numbers exact.
+    pub result: Option<Document>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

@@ -4,6 +4,7 @@
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState, JobView, operator, owner, within};
@@ -194,8 +195,19 @@ pub(super) async fn list_jobs(
         .last()
         .filter(|_| more)
         .map(|j| encode_cursor(j.created_at, j.id.0));
-    let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
-    Ok(axum::Json(json!({"jobs": views, "next_cursor": next_cursor})).into_response())
+    let page = JobsPage {
+        jobs: jobs.iter().map(JobView::from).collect(),
+        next_cursor,
+    };
+    Ok(axum::Json(page).into_response())
+}
+
+/// A page of the caller's jobs. A struct, not a `json!` value: a job's
+/// exact numbers survive only a direct serialization.
+#[derive(Serialize)]
+struct JobsPage {
+    jobs: Vec<JobView>,
+    next_cursor: Option<String>,
 }
 
 /// `GET /v1/attempts?state=unknown` (operator): the attempts in a state

@@ -20,9 +20,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::clock::{IdSource, SeededIds};
+use crate::document::Document;
 use crate::engine::{Created, Engine, Resolution, Resolved, Trigger};
 use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp};
 use crate::worker::AttemptRunner;
@@ -209,10 +210,12 @@ pub struct JobView {
     pub state: JobState,
     pub version: i64,
     pub completed_by: Option<AttemptId>,
-    pub result: Option<Value>,
+    /// The winning output, its numbers exact.
+    pub result: Option<Document>,
     pub provider: String,
     pub fallbacks: Vec<String>,
-    pub params: Value,
+    /// The job's `params`, its numbers exact as the client wrote them.
+    pub params: Document,
     pub request_fingerprint: String,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
@@ -229,7 +232,7 @@ impl From<&Job> for JobView {
             result: job.result.clone(),
             provider: job.provider.clone(),
             fallbacks: job.fallbacks.clone(),
-            params: job.request.get("params").cloned().unwrap_or(Value::Null),
+            params: job.request.member_or_null("params"),
             request_fingerprint: job.request_fingerprint.clone(),
             created_at: job.created_at,
             updated_at: job.updated_at,
@@ -448,24 +451,59 @@ async fn resolve(
 ) -> Result<Response, ApiError> {
     operator(&state, &headers)?;
     let attempt_id: AttemptId = parse_id(&id)?;
-    let resolution: Resolution = json_body(&state, &headers, body)
+    let document = json_document(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
+    // The result as the operator wrote it: serde's reading rounds numbers.
+    let resolution = match typed(&document)? {
+        Resolution::Succeeded { result } => Resolution::Succeeded {
+            result: document
+                .get("result")
+                .map_or(result, |exact| Document::from_json(exact.clone())),
+        },
+        other => other,
+    };
     let resolve = state.engine.resolve_out_of_band(attempt_id, resolution);
     let resolved = within(&state, async { Ok(resolve.await?) }).await?;
     tracing::info!(attempt = %attempt_id, "attempt resolved out of band");
     let body = match resolved {
-        Resolved::Won(job) => json!({
-            "attempt": attempt_id, "attempt_state": AttemptState::Succeeded, "job": JobView::from(&job),
-        }),
-        Resolved::Lost { winner } => json!({
-            "attempt": attempt_id, "attempt_state": AttemptState::Lost, "winner": winner,
-        }),
-        Resolved::Ended(attempt) => json!({
-            "attempt": attempt_id, "attempt_state": attempt.state,
-        }),
+        Resolved::Won(job) => ResolvedBody::Won {
+            attempt: attempt_id,
+            attempt_state: AttemptState::Succeeded,
+            job: Box::new(JobView::from(&job)),
+        },
+        Resolved::Lost { winner } => ResolvedBody::Lost {
+            attempt: attempt_id,
+            attempt_state: AttemptState::Lost,
+            winner,
+        },
+        Resolved::Ended(attempt) => ResolvedBody::Ended {
+            attempt: attempt_id,
+            attempt_state: attempt.state,
+        },
     };
     Ok(axum::Json(body).into_response())
+}
+
+/// The answer to a resolution. A type, not a `json!` value: the job's
+/// exact numbers survive only a direct serialization.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResolvedBody {
+    Won {
+        attempt: AttemptId,
+        attempt_state: AttemptState,
+        job: Box<JobView>,
+    },
+    Lost {
+        attempt: AttemptId,
+        attempt_state: AttemptState,
+        winner: Option<AttemptId>,
+    },
+    Ended {
+        attempt: AttemptId,
+        attempt_state: AttemptState,
+    },
 }
 
 /// The attempt view is the attempt itself.

@@ -9,6 +9,9 @@ use std::fmt;
 use minijinja::Environment;
 use serde_json::Value;
 
+use crate::document::Document;
+use crate::json::{Json, WideInteger};
+
 use super::business::BusinessType;
 
 /// The highest sampling temperature a contract may be certified at: above
@@ -142,6 +145,37 @@ impl fmt::Debug for Contract {
     }
 }
 
+/// `json` as a template value with its numbers exact: an integer of up to
+/// 128 bits is a template integer (printed, and written by `tojson`, with
+/// all its digits); a number neither that nor an `f64` holds is its exact
+/// digits as text, since the template engine has no wider number (so
+/// `tojson` writes it as a JSON string, digits intact).
+fn template_value(json: &Json) -> minijinja::Value {
+    match json {
+        Json::Null => minijinja::Value::from(()),
+        Json::Bool(b) => minijinja::Value::from(*b),
+        Json::String(s) => minijinja::Value::from(s.as_str()),
+        Json::Number(n) => match n.as_wide_integer() {
+            Some(WideInteger::Signed(i)) => minijinja::Value::from(i),
+            Some(WideInteger::Unsigned(u)) => minijinja::Value::from(u),
+            None => {
+                let read = json.to_value();
+                if Json::from_value(&read) == *json {
+                    minijinja::Value::from(minijinja::value::Serde(&read))
+                } else {
+                    minijinja::Value::from(n.canonical_text())
+                }
+            }
+        },
+        Json::Array(items) => items.iter().map(template_value).collect(),
+        Json::Object(members) => members
+            .iter()
+            .map(|(k, v)| (k.clone(), template_value(v)))
+            .collect::<BTreeMap<_, _>>()
+            .into(),
+    }
+}
+
 impl Contract {
     /// The output schema, as written.
     pub fn schema(&self) -> &Value {
@@ -150,7 +184,18 @@ impl Contract {
 
     /// Renders the prompt for `params`.
     pub fn render(&self, params: &Value) -> Result<RenderedPrompt, RenderError> {
-        let context = minijinja::context! { params => minijinja::Value::from(minijinja::value::Serde(params)) };
+        self.render_exact(&Document::from(params.clone()))
+    }
+
+    /// Renders the prompt for `params`, its numbers exact (see
+    /// [`template_value`]).
+    pub fn render_exact(&self, params: &Document) -> Result<RenderedPrompt, RenderError> {
+        let params = if params.is_rounded_in_value() {
+            template_value(&params.json())
+        } else {
+            minijinja::Value::from(minijinja::value::Serde(params.value()))
+        };
+        let context = minijinja::context! { params => params };
         let render = |part: &'static str| {
             self.templates
                 .get_template(part)
@@ -178,5 +223,37 @@ impl Contract {
                 format!("at {at}: {e}")
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped contract writes params that have no `text` with
+    /// `tojson`: a number an `f64` would round reaches the provider with
+    /// its digits.
+    #[test]
+    fn numbers_reach_the_prompt_with_their_digits() {
+        let contract = Contract::shipped();
+        let params = Document::parse(
+            br#"{"n":18446744073709551617,"m":-170141183460469231731687303715884105729,"x":0.10000000000000000000001,"k":1.5}"#,
+        )
+        .expect("valid JSON");
+        let user = contract.render_exact(&params).expect("renders").user;
+        for digits in [
+            "18446744073709551617",
+            "0.10000000000000000000001",
+            "1.70141183460469231731687303715884105729e+38",
+            "1.5",
+        ] {
+            assert!(user.contains(digits), "{digits} in {user}");
+        }
+        // Params a `Value` holds render exactly as before.
+        let plain = serde_json::json!({"n": 7, "k": 1.5});
+        assert_eq!(
+            contract.render_exact(&Document::from(plain.clone())),
+            contract.render(&plain)
+        );
     }
 }

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 #[cfg(feature = "bench")]
 use crate::design::Design;
+use crate::document::Document;
 use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, NewEvent};
 #[cfg(feature = "bench")]
 use crate::store::StoreError;
@@ -22,15 +23,16 @@ impl Engine {
     pub async fn complete(
         &self,
         attempt: &Attempt,
-        output: Value,
+        output: impl Into<Document> + Send,
     ) -> Result<Completed, EngineError> {
-        self.offer(attempt, output, OutputSource::Provider).await
+        self.offer(attempt, output.into(), OutputSource::Provider)
+            .await
     }
 
     pub(super) async fn offer(
         &self,
         attempt: &Attempt,
-        output: Value,
+        output: Document,
         source: OutputSource,
     ) -> Result<Completed, EngineError> {
         retry_store_call(|| async {
@@ -221,7 +223,7 @@ impl Engine {
     async fn resolve_succeeded(
         &self,
         attempt: &Attempt,
-        result: Value,
+        result: Document,
     ) -> Result<Resolved, EngineError> {
         match self.offer(attempt, result, OutputSource::OutOfBand).await? {
             Completed::Won(job) => Ok(Resolved::Won(job)),

@@ -27,6 +27,7 @@ use crate::clock::{Clock, IdSource};
 use crate::contract::Providers;
 #[cfg(feature = "bench")]
 use crate::design::Design;
+use crate::document::Document;
 use crate::metrics::Metrics;
 use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, KeyError};
 use crate::store::{Store, StoreError};
@@ -175,7 +176,7 @@ pub enum Resolved {
 pub enum Resolution {
     /// The provider did it; `result` is its output (evidence).
     Succeeded {
-        result: Value,
+        result: Document,
     },
     Failed {
         #[serde(default)]

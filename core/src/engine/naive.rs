@@ -59,7 +59,10 @@ impl Engine {
         }
         Ok(Some(Err(EngineError::KeyReused {
             existing: existing.id,
-            differing_pointers: crate::fingerprint::diff(&existing.request, &new.request.value()),
+            differing_pointers: crate::fingerprint::diff_exact(
+                &existing.request.json(),
+                &new.request.json(),
+            ),
         })))
     }
 

@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::document::Document;
 use crate::model::{AttemptId, JobId};
 
 /// One request to a provider.
@@ -34,8 +35,8 @@ pub struct ProviderCall {
     pub attempt_id: AttemptId,
     pub job_id: JobId,
     pub model: String,
-    /// The job's `params`, rendered into the prompt.
-    pub params: Value,
+    /// The job's `params`, rendered into the prompt, its numbers exact.
+    pub params: Document,
 }
 
 /// Why a provider call did not produce an output. Which variant it is
@@ -69,7 +70,7 @@ pub enum RemoteStatus {
     /// Still executing.
     Running,
     Succeeded {
-        output: Value,
+        output: Document,
     },
     Failed {
         error: Value,
@@ -83,7 +84,7 @@ pub enum RemoteStatus {
 #[async_trait]
 pub trait Dispatch: Send {
     /// Sends the call and waits for the output. The caller bounds the wait.
-    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Value, ProviderError>;
+    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Document, ProviderError>;
 }
 
 /// A provider the engine can call.

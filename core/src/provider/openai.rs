@@ -38,7 +38,11 @@ use serde_json::{Value, json};
 use super::connect::Connector;
 use super::{Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
 use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest, Contract};
+use crate::document::Document;
 use crate::model::AttemptId;
+
+mod api_key;
+pub use api_key::ApiKey;
 
 /// The largest response body read, in bytes. A provider that sends more is
 /// treated as breaking the contract rather than being buffered without end.
@@ -82,51 +86,6 @@ pub fn execution_path(key: &str) -> String {
 /// The path of the cancel request for idempotency key `key`.
 pub fn cancel_path(key: &str) -> String {
     format!("/v1/executions/{}/cancel", path_segment(key))
-}
-
-/// An API key. Read from the environment variable a provider's
-/// configuration names, never from the command line; never printed, logged,
-/// serialized or traced: `Debug` and `Display` redact it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    /// The key in the environment variable `var`. The error names the
-    /// variable, never its value.
-    pub fn from_env(var: &str) -> Result<Self, ConfigError> {
-        match std::env::var(var) {
-            Ok(key) if !key.trim().is_empty() => Ok(Self(key.trim().to_owned())),
-            Ok(_) => Err(ConfigError::ApiKeyEnv(format!("{var} is empty"))),
-            Err(std::env::VarError::NotPresent) => {
-                Err(ConfigError::ApiKeyEnv(format!("{var} is not set")))
-            }
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::ApiKeyEnv(format!(
-                "{var} is not valid Unicode"
-            ))),
-        }
-    }
-
-    /// The key itself: for the `Authorization` header, and for cutting
-    /// it out of text a provider echoes.
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
-
-impl fmt::Display for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
 }
 
 /// How to reach and drive one OpenAI-compatible provider. What is sent
@@ -492,17 +451,23 @@ fn answer_of(body: &[u8]) -> Result<ChatAnswer, ProviderError> {
 
 /// The output of a successful chat completion: the first choice's content,
 /// which must be a JSON object.
-fn output_of(body: &[u8]) -> Result<Value, ProviderError> {
+fn output_of(body: &[u8]) -> Result<Document, ProviderError> {
     let content = answer_of(body)?
         .content
         .ok_or_else(|| ProviderError::Invalid("the first choice has no content".to_owned()))?;
     object_of(&content)
 }
 
-/// `content` parsed as JSON, if it is a JSON object.
-fn object_of(content: &str) -> Result<Value, ProviderError> {
+/// `content` parsed as JSON, if it is a JSON object, its numbers exact (as
+/// serde_json reads it when the strict reader refuses it: a duplicate key).
+fn object_of(content: &str) -> Result<Document, ProviderError> {
+    if let Ok(document) = Document::parse(content.as_bytes())
+        && document.value().is_object()
+    {
+        return Ok(document);
+    }
     match serde_json::from_str::<Value>(content) {
-        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(value @ Value::Object(_)) => Ok(Document::from(value)),
         Ok(other) => Err(ProviderError::Invalid(format!(
             "the content is JSON but not an object: {}",
             excerpt(other.to_string().as_bytes())
@@ -524,8 +489,8 @@ struct StatusBody {
     error: Option<Value>,
 }
 
-fn remote_status_of(body: &[u8]) -> Result<RemoteStatus, ProviderError> {
-    let body: StatusBody = serde_json::from_slice(body)
+fn remote_status_of(bytes: &[u8]) -> Result<RemoteStatus, ProviderError> {
+    let body: StatusBody = serde_json::from_slice(bytes)
         .map_err(|error| ProviderError::Invalid(format!("not a status answer: {error}")))?;
     match body.status.as_str() {
         "running" => Ok(RemoteStatus::Running),
@@ -536,7 +501,13 @@ fn remote_status_of(body: &[u8]) -> Result<RemoteStatus, ProviderError> {
             Some(Value::String(content)) => Ok(RemoteStatus::Succeeded {
                 output: object_of(&content)?,
             }),
-            Some(output @ Value::Object(_)) => Ok(RemoteStatus::Succeeded { output }),
+            // Exact when the strict reader takes the whole answer.
+            Some(output @ Value::Object(_)) => Ok(RemoteStatus::Succeeded {
+                output: (Document::parse(bytes)
+                    .ok()
+                    .and_then(|all| all.get("output")))
+                .unwrap_or_else(|| Document::from(output)),
+            }),
             Some(other) => Err(ProviderError::Invalid(format!(
                 "the stored output is not a JSON object: {}",
                 excerpt(other.to_string().as_bytes())
@@ -752,7 +723,7 @@ impl OpenAiDispatch {
         let shared = &self.shared;
         let contract = &shared.contract;
         let prompt = contract
-            .render(&call.params)
+            .render_exact(&call.params)
             .map_err(|e| ProviderError::Invalid(e.to_string()))?;
         // The call's model is the one its certificate was checked against;
         // the configured model stands in only when the call names none.
@@ -773,7 +744,7 @@ impl OpenAiDispatch {
 
 #[async_trait]
 impl Dispatch for OpenAiDispatch {
-    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Value, ProviderError> {
+    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Document, ProviderError> {
         let shared = Arc::clone(&self.shared);
         let body = self.body(&call)?;
         let key = call.attempt_id.to_string();
@@ -816,7 +787,12 @@ mod tests {
 
     #[test]
     fn content_must_be_an_object() {
-        assert_eq!(object_of(r#"{"a":1}"#), Ok(json!({"a": 1})));
+        assert_eq!(object_of(r#"{"a":1}"#), Ok(Document::from(json!({"a": 1}))));
+        let exact = object_of(r#"{"n":18446744073709551617}"#).expect("an object");
+        assert_eq!(
+            serde_json::to_string(&exact).expect("serializes"),
+            r#"{"n":18446744073709551617}"#
+        );
         assert!(matches!(object_of("[1]"), Err(ProviderError::Invalid(_))));
         assert!(matches!(
             object_of("Sure! Here is your summary."),

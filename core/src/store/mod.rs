@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::{Certificate, CertificateKey};
+use crate::document::Document;
 use crate::fingerprint::Canonical;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, JobState, NewEvent,
@@ -123,7 +124,8 @@ pub struct Completion {
     /// The compare-and-swap uses the version this attempt recorded when it
     /// started, read from its row, not one the caller supplies.
     pub attempt_id: AttemptId,
-    pub output: Value,
+    /// The output offered, its numbers exact.
+    pub output: Document,
     pub at: Timestamp,
     /// An out-of-band resolution: only an unknown attempt may complete this way.
     pub out_of_band: bool,

@@ -178,7 +178,7 @@ pub(crate) fn lost_event(
             "from": attempt.state,
             "winner": winner,
             "read_version": attempt.read_version,
-            "discarded_output_sha256": fingerprint::fingerprint(&completion.output),
+            "discarded_output_sha256": completion.output.fingerprint(),
         }),
     }
 }

@@ -249,7 +249,7 @@ fn job_row(new: &NewJob) -> Job {
         owner_id: new.owner_id.clone(),
         idempotency_key: new.idempotency_key.clone(),
         request_fingerprint: new.request_fingerprint.clone(),
-        request: new.request.value(),
+        request: new.request.value().into(),
         provider: new.provider.clone(),
         fallbacks: new.fallbacks.clone(),
         state: JobState::Pending,
@@ -283,7 +283,7 @@ fn completion(attempt: &Attempt, output: Value, t: Timestamp) -> Completion {
     Completion {
         job_id: attempt.job_id,
         attempt_id: attempt.id,
-        output,
+        output: output.into(),
         at: t,
         out_of_band: false,
     }
@@ -1017,7 +1017,7 @@ async fn complete_won(store: &dyn Store) -> TestResult {
         state: JobState::Succeeded,
         version: 1,
         completed_by: Some(attempt.id),
-        result: Some(output.clone()),
+        result: Some(output.clone().into()),
         updated_at: at(5000),
         ..job_before
     };
@@ -1067,7 +1067,7 @@ async fn complete_lost_names_the_winner_and_discards_the_output(store: &dyn Stor
     );
     let dump = store.dump().await?;
     assert_eq!(dump.jobs, before.jobs, "the winner's result stays");
-    assert_eq!(dump.jobs[0].result, Some(winner_output));
+    assert_eq!(dump.jobs[0].result, Some(winner_output.into()));
     assert_eq!(
         store.attempt(primary.id).await?,
         Some(Attempt {
@@ -1158,7 +1158,7 @@ async fn complete_out_of_band_from_unknown_is_resolved_and_won(store: &dyn Store
         return Err(format!("an out-of-band resolution wins, got {outcome:?}").into());
     };
     assert_eq!(job.completed_by, Some(attempt.id));
-    assert_eq!(job.result, Some(evidence.clone()));
+    assert_eq!(job.result, Some(evidence.clone().into()));
     let dump = store.dump().await?;
     let seq = last_event(&before.events)?.seq;
     assert_eq!(
@@ -1872,7 +1872,10 @@ async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -
         serde_json::to_string(&job.request)?,
         serde_json::to_string(&expected)?
     );
-    assert_eq!(store.job(job.id).await?.map(|j| j.request), Some(expected));
+    assert_eq!(
+        store.job(job.id).await?.map(|j| j.request.value().clone()),
+        Some(expected)
+    );
     let attempt = start(store, new_attempt(1, job.id, at(2))).await?;
     let attempt = move_to(store, attempt.id, Running, at(3)).await?;
     let won = win(store, &attempt, json!({"score": 1e17}), at(4)).await?;
@@ -1897,8 +1900,8 @@ async fn create_keeps_every_digit_of_the_request(store: &dyn Store) -> TestResul
     let first = exact("18446744073709551616")?;
     let job = create(store, first.clone()).await?;
     assert_eq!(
-        job.request,
-        json!({"params": {"n": 18_446_744_073_709_551_616_f64}})
+        job.request.value(),
+        &json!({"params": {"n": 18_446_744_073_709_551_616_f64}})
     );
     let other = NewJob {
         id: job_id(2),

@@ -651,7 +651,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 completion: Completion {
                     job_id,
                     attempt_id,
-                    output: value(output),
+                    output: value(output).into(),
                     at,
                     out_of_band,
                 },

@@ -232,7 +232,8 @@ async fn http_mismatched_payload_is_409_naming_the_pointers() -> TestResult {
     assert_eq!(reused.body["differing_pointers"], json!(["/params/text"]));
     let job = app.store.dump().await?.jobs.remove(0);
     assert_eq!(
-        job.request["params"]["text"], "hello",
+        job.request.value()["params"]["text"],
+        "hello",
         "the stored job is unchanged"
     );
     Ok(())

@@ -21,7 +21,10 @@ use idem_core::testing::pg::fresh_store;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::http::{ALICE, App, Backend, OPERATOR, body, quiet_config, start_app_on};
+use crate::http::{
+    ALICE, App, Backend, OPERATOR, attempts_in, body, fast_worker, quiet_config, start_app_on,
+    wait_for,
+};
 use crate::support::{Reply, send};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -51,6 +54,7 @@ both_stores! {
     nul_characters_are_400_naming_the_pointer,
     duplicate_keys_anywhere_are_400,
     numbers_past_f64_precision_are_two_intents,
+    numbers_stay_exact_from_the_request_to_the_result,
     two_idempotency_keys_are_400,
     server_errors_carry_a_request_id_and_no_internal_text,
     unknown_routes_methods_and_oversized_requests_get_problems,
@@ -259,6 +263,74 @@ async fn numbers_past_f64_precision_are_two_intents(backend: Backend) -> TestRes
     check_problem("1e400", &huge, 400, ProblemType::MalformedJson);
     assert_eq!(huge.body["pointer"], "/params/n");
     assert_eq!(app.store.dump().await?.jobs.len(), 1);
+    Ok(())
+}
+
+/// Numbers no `f64` holds keep their digits end to end: in the job's
+/// params as the API answers them, in the operator's resolution as stored
+/// and answered, and in the store's own rows.
+async fn numbers_stay_exact_from_the_request_to_the_result(backend: Backend) -> TestResult {
+    const BIG: &str = "18446744073709551617";
+    const FINE: &str = "0.10000000000000000000001";
+    let hang = Behaviour {
+        hang: true,
+        ..Behaviour::default()
+    };
+    let app = start_app_on(
+        backend.store().await,
+        Policy::Strict,
+        vec![("primary", hang)],
+        fast_worker(200, false),
+    )
+    .await;
+    let raw = format!(r#"{{"provider":"primary","params":{{"n":{BIG},"x":{FINE}}}}}"#);
+    let created = post(&app, "/v1/jobs", &create_headers("exact"), &raw).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let exact_params = format!(r#""params":{{"n":{BIG},"x":{FINE}}}"#);
+    assert!(created.text.contains(&exact_params), "{}", created.text);
+    let job = created.body["id"].as_str().ok_or("a job id")?.to_owned();
+    let listed = wait_for(&app, &format!("/v1/jobs/{job}/attempts"), |b| {
+        attempts_in(b)
+            .first()
+            .is_some_and(|a| a["state"] == "unknown")
+    })
+    .await;
+    let attempt = attempts_in(&listed)[0]["id"]
+        .as_str()
+        .ok_or("an attempt id")?
+        .to_owned();
+    let resolution =
+        format!(r#"{{"outcome":"succeeded","result":{{"total":{BIG},"share":{FINE}}}}}"#);
+    let operator = vec![
+        ("authorization", OPERATOR.to_owned()),
+        ("content-type", "application/json".to_owned()),
+    ];
+    let path = format!("/v1/attempts/{attempt}/resolution");
+    let resolved = post(&app, &path, &operator, &resolution).await;
+    assert_eq!(resolved.status, 200, "{}", resolved.text);
+    let exact_result = format!(r#""result":{{"share":{FINE},"total":{BIG}}}"#);
+    assert!(resolved.text.contains(&exact_result), "{}", resolved.text);
+    let read = send(
+        app.addr,
+        "GET",
+        &format!("/v1/jobs/{job}"),
+        &[("authorization", ALICE)],
+        None,
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert!(read.text.contains(&exact_params), "{}", read.text);
+    assert!(read.text.contains(&exact_result), "{}", read.text);
+    let stored = app.store.dump().await?.jobs.pop().ok_or("the job")?;
+    let exact = |text: &str| idem_core::json::parse(text.as_bytes());
+    assert_eq!(
+        stored.result.ok_or("a result")?.json(),
+        exact(&format!(r#"{{"total":{BIG},"share":{FINE}}}"#))?
+    );
+    assert_eq!(
+        stored.request.member_or_null("params").json(),
+        exact(&format!(r#"{{"n":{BIG},"x":{FINE}}}"#))?
+    );
     Ok(())
 }
 

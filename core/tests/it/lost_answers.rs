@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
+use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy, Trigger};
 use idem_core::model::{AttemptId, AttemptState, JobRequest};
 use idem_core::provider::{
@@ -28,7 +29,7 @@ use idem_core::store::bounded::Bounded;
 use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
 use idem_core::store::mem::MemStore;
 use idem_core::worker::{Worker, WorkerConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::owner;
 
@@ -74,7 +75,7 @@ impl Provider for Lookups {
             std::future::pending::<()>().await;
         }
         Ok(RemoteStatus::Succeeded {
-            output: json!({"answer": "done"}),
+            output: json!({"answer": "done"}).into(),
         })
     }
 
@@ -219,7 +220,7 @@ struct MuteDispatch;
 
 #[async_trait]
 impl Dispatch for MuteDispatch {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Value, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
         std::future::pending().await
     }
 }

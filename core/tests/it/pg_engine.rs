@@ -250,7 +250,7 @@ async fn completion_race(first_is_primary: bool) -> TestResult {
     let dump = store.dump().await?;
     let stored = &dump.jobs[0];
     assert_eq!(stored.completed_by, Some(early.id));
-    assert_eq!(stored.result, Some(json!({"answer": "early"})));
+    assert_eq!(stored.result, Some(json!({"answer": "early"}).into()));
     assert_eq!(stored.version, 1, "the version rose once");
     assert_eq!(stored.state, JobState::Succeeded);
     let late_row = dump
@@ -326,7 +326,10 @@ async fn pg_concurrent_completions_exactly_one_wins() -> TestResult {
         assert_eq!((winners.len(), losers), (1, 1), "round {round}");
         let stored = engine.store().job(job.id).await?.expect("job");
         assert_eq!(stored.version, 1);
-        assert_eq!(stored.result, Some(json!({"by": stored.completed_by})));
+        assert_eq!(
+            stored.result,
+            Some(json!({"by": stored.completed_by}).into())
+        );
     }
     assert_eq!(
         count(
@@ -409,7 +412,7 @@ async fn pg_resolution_as_succeeded_goes_through_the_cas() -> TestResult {
         .resolve_out_of_band(
             attempt.id,
             Resolution::Succeeded {
-                result: json!({"ok": true}),
+                result: json!({"ok": true}).into(),
             },
         )
         .await?;

@@ -76,7 +76,7 @@ fn call(n: u128, params: Value) -> ProviderCall {
         attempt_id: attempt(n),
         job_id: JobId(Uuid::from_u128(1_000 + n)),
         model: "test-model".to_owned(),
-        params,
+        params: params.into(),
     }
 }
 
@@ -90,7 +90,10 @@ async fn send(
     client: &OpenAiClient<TcpConnector>,
     call: ProviderCall,
 ) -> Result<Value, ProviderError> {
-    let exchange = async { client.connect().await?.send(call).await };
+    let exchange = async {
+        let output = client.connect().await?.send(call).await?;
+        Ok(output.value().clone())
+    };
     timeout(Duration::from_millis(PROMPT_MS), exchange)
         .await
         .expect("the provider answers promptly")
@@ -135,7 +138,9 @@ async fn valid_output_is_parsed_and_the_execution_billed() -> TestResult {
     assert_eq!(fixture.server.billed_count(), 1);
     assert_eq!(
         fixture.client.status(attempt(1)).await?,
-        RemoteStatus::Succeeded { output }
+        RemoteStatus::Succeeded {
+            output: output.into()
+        }
     );
     Ok(())
 }

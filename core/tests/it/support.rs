@@ -64,6 +64,8 @@ pub struct Reply {
     pub headers: http::HeaderMap,
     /// The body parsed as JSON, or `Value::Null` when empty or not JSON.
     pub body: Value,
+    /// The body as sent, for what serde_json's reading would round.
+    pub text: String,
 }
 
 impl Reply {
@@ -112,5 +114,6 @@ pub async fn send(
         status,
         headers,
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        text: String::from_utf8_lossy(&bytes).into_owned(),
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
+use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy};
 use idem_core::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
 use idem_core::provider::{
@@ -22,7 +23,7 @@ use idem_core::provider::{
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
 use idem_core::worker::{Worker, WorkerConfig};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::owner;
 
@@ -49,11 +50,11 @@ struct Connection {
 
 #[async_trait]
 impl Dispatch for Connection {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Value, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
         match self.latency_ms {
             Some(ms) => {
                 idem_core::timer::sleep(Duration::from_millis(ms)).await;
-                Ok(json!({"answer": "done"}))
+                Ok(json!({"answer": "done"}).into())
             }
             None => std::future::pending().await,
         }

@@ -518,7 +518,7 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
         .complete(Completion {
             job_id: job.id,
             attempt_id: attempt.id,
-            output: serde_json::json!({"ok": true}),
+            output: serde_json::json!({"ok": true}).into(),
             at,
             out_of_band: false,
         })

@@ -363,7 +363,7 @@ impl RowCheck<'_> {
             );
         }
         if let (Some(won_with), Some(result)) = (result_sha256, &self.row.result) {
-            let holds = fingerprint(result);
+            let holds = result.fingerprint();
             if holds != won_with {
                 self.report(
                     findings,
@@ -393,7 +393,7 @@ impl RowCheck<'_> {
                 format!("attempt {named}, which completed_by names, has no output in the store"),
                 self.win_seqs.clone(),
             ),
-            Some(output) if fingerprint(output) != fingerprint(result) => self.report(
+            Some(output) if fingerprint(output) != fingerprint(result.value()) => self.report(
                 findings,
                 format!(
                     "the result is not the output of attempt {named}, which completed_by names"
@@ -605,7 +605,7 @@ fn output_in_result(
 ) -> Option<(String, Vec<u64>)> {
     let job = row.map(|r| r.job_id).or(loser.job)?;
     let result = run.jobs.get(&job).and_then(|j| j.result.as_ref())?;
-    let result_fingerprint = fingerprint(result);
+    let result_fingerprint = result.fingerprint();
     if loser.discarded.contains(&result_fingerprint) {
         return Some((
             format!(
@@ -620,7 +620,7 @@ fn output_in_result(
     let key = attempt.to_string();
     run.executions_for_key(&key).find_map(|execution| {
         let output = execution.output?;
-        contains_value(result, output, RESULT_DEPTH_MAX).then(|| {
+        contains_value(result.value(), output, RESULT_DEPTH_MAX).then(|| {
             (
                 format!(
                     "the output of lost attempt {attempt} (provider {} execution {}) appears in job {job}'s result",

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 pub mod pg_value;
 mod tables;
 
-use self::pg_value::{jsonb, jsonb_text, text, timestamptz};
+use self::pg_value::{jsonb, jsonb_document, jsonb_text, text, timestamptz};
 pub use self::tables::MemTables;
 
 use super::shared::{
@@ -43,8 +43,8 @@ use super::{
 use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
 use crate::design::Design;
+use crate::document::Document;
 use crate::fingerprint::Canonical;
-use crate::json::Json;
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
@@ -323,7 +323,7 @@ impl Store for MemStore {
             });
         }
         // The compare-and-swap binds the output whether it wins or not.
-        let output = jsonb(&completion.output)?;
+        let output = jsonb_document(&completion.output)?;
         let job = t
             .jobs
             .get(&completion.job_id)
@@ -657,7 +657,7 @@ fn refused_create(
     let stored = t
         .requests
         .get(&existing.id)
-        .map_or_else(|| Json::from_value(&existing.request), Canonical::json);
+        .map_or_else(|| existing.request.json(), Canonical::json);
     let (outcome, event) = found_key(&existing, &stored, new, at);
     if let Some(event) = event {
         t.push_event(event)?;
@@ -734,7 +734,7 @@ fn record_win(
     t: &mut MemTables,
     attempt: &Attempt,
     completion: &Completion,
-    output: Value,
+    output: Document,
 ) -> Result<Job, StoreError> {
     let job = t.job_mut(completion.job_id);
     job.result = Some(output.clone());
@@ -745,7 +745,7 @@ fn record_win(
     let job = job.clone();
     let row = t.attempt_mut(attempt.id);
     row.state = AttemptState::Succeeded;
-    row.output = Some(output);
+    row.output = Some(output.value().clone());
     row.ended_at = Some(completion.at);
     for event in won_events(attempt, completion) {
         t.push_event(event)?;

@@ -4,6 +4,7 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Number, Value};
 
+use crate::document::Document;
 use crate::model::Timestamp;
 use crate::store::StoreError;
 
@@ -45,6 +46,21 @@ pub fn jsonb(value: &Value) -> Result<Value, StoreError> {
     })
 }
 
+/// [`jsonb`] of a document with exact numbers: what PostgreSQL reads back
+/// from the exact text the document is written as.
+pub fn jsonb_document(document: &Document) -> Result<Document, StoreError> {
+    let value = jsonb(document.value())?;
+    Ok(if document.is_rounded_in_value() {
+        let exact = document.json();
+        Document::with_value(
+            exact.to_value_with(&|n| numeric_text(&n.canonical_text())),
+            exact,
+        )
+    } else {
+        Document::from(value)
+    })
+}
+
 /// SQLSTATE invalid_text_representation: text that is not JSON.
 pub const SQLSTATE_INVALID_TEXT: &str = "22P02";
 
@@ -52,9 +68,12 @@ pub const SQLSTATE_INVALID_TEXT: &str = "22P02";
 /// `jsonb` input does (refused if a string or key holds a NUL
 /// character), numbers kept as `numeric` and read back as PostgreSQL
 /// prints them.
-pub fn jsonb_text(text: &str) -> Result<Value, StoreError> {
+pub fn jsonb_text(text: &str) -> Result<Document, StoreError> {
     match crate::json::parse(text.as_bytes()) {
-        Ok(json) => Ok(json.to_value_with(&|n| numeric_text(&n.canonical_text()))),
+        Ok(json) => Ok(Document::with_value(
+            json.to_value_with(&|n| numeric_text(&n.canonical_text())),
+            json,
+        )),
         Err(crate::json::JsonError::NulCharacter { .. }) => Err(StoreError::Database {
             sqlstate: SQLSTATE_NUL_IN_JSONB.to_owned(),
             message: "unsupported Unicode escape sequence".to_owned(),

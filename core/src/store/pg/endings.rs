@@ -27,7 +27,7 @@ pub(super) async fn record_won(
         "update attempts set state = 'succeeded', output = $2, ended_at = $3 where id = $1",
     )
     .bind(completion.attempt_id.0)
-    .bind(&completion.output)
+    .bind(sqlx::types::Json(&completion.output))
     .bind(completion.at)
     .execute(&mut *tx)
     .await

@@ -277,7 +277,7 @@ impl Store for PgStore {
         let won = sqlx::query(self.complete_sql())
             .bind(completion.job_id.0)
             .bind(attempt.read_version)
-            .bind(&completion.output)
+            .bind(sqlx::types::Json(&completion.output))
             .bind(completion.attempt_id.0)
             .bind(completion.at)
             .fetch_optional(&mut *tx)

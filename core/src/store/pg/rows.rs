@@ -1,8 +1,10 @@
 //! Reading rows and classifying errors: the helpers every PostgreSQL
 //! operation shares.
 
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgRow, PgValueFormat};
 use sqlx::{Postgres, Row};
+
+use crate::document::Document;
 
 use crate::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
@@ -192,7 +194,8 @@ pub(super) fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
         idempotency_key: IdempotencyKey::parse(&key)
             .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         request_fingerprint: row.try_get("request_fingerprint").map_err(classify)?,
-        request: row.try_get("request").map_err(classify)?,
+        request: document_column(row, "request")?
+            .ok_or_else(|| StoreError::Corrupt("a job row without its request".to_owned()))?,
         provider: row.try_get("provider").map_err(classify)?,
         fallbacks: row.try_get("fallbacks").map_err(classify)?,
         state: parse_state(row.try_get("state").map_err(classify)?)?,
@@ -201,10 +204,32 @@ pub(super) fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
             .try_get::<Option<uuid::Uuid>, _>("completed_by")
             .map_err(classify)?
             .map(AttemptId),
-        result: row.try_get("result").map_err(classify)?,
+        result: document_column(row, "result")?,
         created_at: row.try_get("created_at").map_err(classify)?,
         updated_at: row.try_get("updated_at").map_err(classify)?,
     })
+}
+
+/// A `jsonb` column as an exact [`Document`]: sqlx's reading of it as a
+/// [`serde_json::Value`] rounds a number `numeric` keeps, so the column's
+/// own text is parsed as well.
+fn document_column(row: &PgRow, column: &str) -> Result<Option<Document>, StoreError> {
+    let value: Option<serde_json::Value> = row.try_get(column).map_err(classify)?;
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let raw = row.try_get_raw(column).map_err(classify)?;
+    let bytes = raw
+        .as_bytes()
+        .map_err(|e| StoreError::Corrupt(format!("the {column} column: {e}")))?;
+    // In the binary format, jsonb is a version byte (1) before its text.
+    let text = match raw.format() {
+        PgValueFormat::Binary => bytes.get(1..).unwrap_or_default(),
+        PgValueFormat::Text => bytes,
+    };
+    let exact = crate::json::parse(text)
+        .map_err(|e| StoreError::Corrupt(format!("the {column} column: {e}")))?;
+    Ok(Some(Document::with_value(value, exact)))
 }
 
 pub(super) fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {

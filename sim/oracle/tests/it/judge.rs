@@ -310,7 +310,7 @@ impl Run {
             owner_id: OwnerId(owner_of(client)),
             idempotency_key: IdempotencyKey::parse(key).expect("valid key"),
             request_fingerprint: fp,
-            request,
+            request: request.into(),
             provider: PRIMARY.to_owned(),
             fallbacks: vec![FALLBACK.to_owned()],
             state: JobState::Pending,
@@ -537,7 +537,7 @@ fn hedged_run() -> Hedged {
     row.state = JobState::Succeeded;
     row.version = 1;
     row.completed_by = Some(hedge);
-    row.result = Some(hedge_output.clone());
+    row.result = Some(hedge_output.clone().into());
     run.attempt_row(first, job, 1, PRIMARY, Lost, None);
     run.attempt_row(hedge, job, 2, FALLBACK, Succeeded, Some(hedge_output));
     run.event_row(job, Some(hedge), EventKind::Won, json!({"from": "running"}));
@@ -649,7 +649,7 @@ fn reconciled_run(blocked_note: bool) -> Reconciled {
     row.state = JobState::Succeeded;
     row.version = 1;
     row.completed_by = Some(attempt);
-    row.result = Some(result.clone());
+    row.result = Some(result.clone().into());
     run.attempt_row(attempt, job, 1, PRIMARY, Succeeded, Some(result));
     run.job_row(stuck_job, BOB, "order-3", "hangs");
     run.attempt_row(stuck, stuck_job, 1, PRIMARY, Unknown, None);
@@ -695,7 +695,7 @@ fn win_with(strict: &mut Strict, attempt: AttemptId, seq: i32, exec: Exec) -> u6
     row.state = JobState::Succeeded;
     row.version = 1;
     row.completed_by = Some(attempt);
-    row.result = Some(result.clone());
+    row.result = Some(result.clone().into());
     let job = strict.job;
     strict
         .run
@@ -951,7 +951,7 @@ fn one_winner_fires_when_two_attempts_win() {
     let row = run.job_mut(job);
     row.version = 2;
     row.completed_by = Some(first);
-    row.result = Some(first_output.clone());
+    row.result = Some(first_output.clone().into());
     let attempt = run.attempt_mut(first);
     attempt.state = Succeeded;
     attempt.output = Some(first_output);
@@ -1112,7 +1112,7 @@ fn losers_discarded_fires_when_the_lost_output_is_merged_into_the_result() {
     let (job, hedge) = (hedged.job, hedged.hedge);
     let first_output = output(PRIMARY, hedged.first_exec.exec_seq);
     let hedge_output = output(FALLBACK, 1);
-    hedged.run.job_mut(job).result = Some(json!({"answers": [hedge_output, first_output]}));
+    hedged.run.job_mut(job).result = Some(json!({"answers": [hedge_output, first_output]}).into());
     let judgement = fires(
         &hedged.run,
         &[
@@ -1138,7 +1138,7 @@ fn losers_discarded_fires_when_the_lost_output_is_merged_into_the_result() {
 fn losers_discarded_fires_when_the_lost_output_is_the_result() {
     let mut hedged = hedged_run();
     let job = hedged.job;
-    hedged.run.job_mut(job).result = Some(output(PRIMARY, hedged.first_exec.exec_seq));
+    hedged.run.job_mut(job).result = Some(output(PRIMARY, hedged.first_exec.exec_seq).into());
     fires(
         &hedged.run,
         &[
