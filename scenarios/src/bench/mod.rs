@@ -270,6 +270,7 @@ fn postgres_markdown(out: &mut String, pg: &PgBenchReport) {
     for ratio in &pg.pg_vs_pgbench_throughput_ratio {
         postgres_row(out, pg, ratio);
     }
+    minimal_markdown(out, pg);
     let c = &pg.checks;
     let _ = writeln!(
         out,
@@ -278,6 +279,48 @@ fn postgres_markdown(out: &mut String, pg: &PgBenchReport) {
         c.duplicate_rows,
         c.violations.len()
     );
+}
+
+/// idem's server against the minimal service the bench builds (same
+/// statement, same answers, no idem code), per client count.
+fn minimal_markdown(out: &mut String, pg: &PgBenchReport) {
+    let _ = writeln!(
+        out,
+        "\nidem's server against a minimal hyper + sqlx service (same statement and answers, no idem code; \
+         CPU of each server's own runtime threads per create, the load generator left out):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| clients | http req/s | minimal req/s | http CPU/create | minimal CPU/create | server_cpu_vs_minimal_ratio | http_vs_minimal_throughput_ratio |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
+    let ms = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.3} ms"));
+    for ratio in &pg.server_vs_minimal {
+        let point = |path: pgbench::BenchPath| {
+            pg.points
+                .iter()
+                .find(|p| p.path == path && p.clients == ratio.clients)
+        };
+        let (Some(http), Some(minimal)) = (
+            point(pgbench::BenchPath::Http),
+            point(pgbench::BenchPath::Minimal),
+        ) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.0} | {} | {} | {} | {:.2} |",
+            ratio.clients,
+            http.requests_per_s,
+            minimal.requests_per_s,
+            ms(http.server_cpu_ms_per_create),
+            ms(minimal.server_cpu_ms_per_create),
+            ratio
+                .server_cpu_vs_minimal_ratio
+                .map_or("n/a".to_owned(), |r| format!("{r:.2}")),
+            ratio.http_vs_minimal_throughput_ratio
+        );
+    }
 }
 
 /// One client count's row: the three paths side by side.

@@ -16,14 +16,15 @@ use idem_core::fingerprint::Canonical;
 use idem_core::model::{IdempotencyKey, OwnerId};
 use idem_core::provider::ProviderSet;
 use idem_core::service::{Service, ServiceConfig, ShutdownTrigger, shutdown_pair};
-use idem_core::store::pg::PgStore;
+use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, pool_options};
 use idem_core::store::{CreateOutcome, NewJob, Store};
+use sqlx::PgPool;
 
 use super::workload::{Answer, Ask, FALLBACK, Ledger, PRIMARY, Plan};
-use super::{BenchPath, PgBenchError, PointReport, now};
+use super::{BenchPath, POOL_CONNECTIONS_MAX, PgBenchError, PointReport, now};
 
 /// The bearer token of every bench owner is its name.
-const TOKEN_PREFIX: &str = "bench-token-";
+pub(super) const TOKEN_PREFIX: &str = "bench-token-";
 /// The most latencies one client keeps (about 40 minutes at 10,000
 /// requests/s, far past any point's bound); past it, requests still count.
 const LATENCIES_PER_CLIENT_MAX: usize = 1 << 24;
@@ -57,6 +58,7 @@ impl Measured {
             statements_per_request: None,
             rollbacks_per_request: None,
             server_ms_per_request: None,
+            server_cpu_ms_per_create: None,
         }
     }
 }
@@ -74,28 +76,48 @@ pub fn percentiles_ms(mut latencies_us: Vec<u32>) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
-/// Opens every connection of the pool before anything is measured, so that
-/// no point pays for connecting (pgbench's figure leaves its connection
-/// time out too).
-pub async fn warm_pool(store: &PgStore, connections: u32) -> Result<(), PgBenchError> {
+/// A pool as `idem-server` opens it, on the current runtime (whose reactor
+/// then drives its connections), every connection opened before anything
+/// is measured, so that no point pays for connecting (pgbench's figure
+/// leaves its connection time out too).
+pub async fn open_pool(database_url: &str, pool_ping: bool) -> Result<PgPool, PgBenchError> {
+    let db = |e: sqlx::Error| PgBenchError::Database(e.to_string());
+    let options = connect_options(database_url, SCHEMA_DEFAULT)
+        .map_err(|e| PgBenchError::Database(e.to_string()))?;
+    let pool = pool_options(POOL_CONNECTIONS_MAX)
+        .test_before_acquire(pool_ping)
+        .connect_with(options)
+        .await
+        .map_err(db)?;
     let mut held = Vec::new();
-    for _ in 0..connections {
-        held.push(
-            store
-                .pool()
-                .acquire()
-                .await
-                .map_err(|e| PgBenchError::Database(e.to_string()))?,
-        );
+    for _ in 0..POOL_CONNECTIONS_MAX {
+        held.push(pool.acquire().await.map_err(db)?);
     }
-    Ok(())
+    drop(held);
+    Ok(pool)
+}
+
+/// The names of idem's service's runtime threads.
+pub const THREAD_NAME: &str = "idem-bench-server";
+
+/// A service's runtime: as many threads as `idem-server` would have on
+/// this machine, named so that their CPU time can be read apart.
+pub fn server_runtime(thread_name: &'static str) -> Result<tokio::runtime::Runtime, PgBenchError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(server_threads())
+        .thread_name(thread_name)
+        .enable_all()
+        .build()
+        .map_err(|e| PgBenchError::Load(format!("a service's runtime: {e}")))
 }
 
 /// idem's service (the API only: no worker, reconciler or pruner, whose
-/// work is not what is measured) on a loopback port of its own runtime.
+/// work is not what is measured) on a loopback port of its own runtime,
+/// with a pool of its own opened on that runtime, as in `idem-server`.
 #[derive(Debug)]
 pub struct HttpServer {
     pub addr: std::net::SocketAddr,
+    store: PgStore,
     trigger: ShutdownTrigger,
     runtime: tokio::runtime::Runtime,
     served: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -108,15 +130,16 @@ fn server_threads() -> usize {
 }
 
 impl HttpServer {
-    pub fn start(store: Arc<dyn Store>) -> Result<Self, PgBenchError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(server_threads())
-            .thread_name("idem-bench-server")
-            .enable_all()
-            .build()
-            .map_err(|e| PgBenchError::Load(format!("the server's runtime: {e}")))?;
+    pub async fn start(database_url: &str, pool_ping: bool) -> Result<Self, PgBenchError> {
+        let runtime = server_runtime(THREAD_NAME)?;
+        let url = database_url.to_owned();
+        let pool = runtime
+            .spawn(async move { open_pool(&url, pool_ping).await })
+            .await
+            .map_err(|e| PgBenchError::Load(format!("opening the server's pool: {e}")))??;
+        let store = PgStore::new(pool, SCHEMA_DEFAULT);
         let engine = Engine::new(
-            store,
+            Arc::new(store.clone()),
             Arc::new(SystemClock),
             Arc::new(UuidV7Ids),
             Providers::named([PRIMARY, FALLBACK]),
@@ -151,6 +174,7 @@ impl HttpServer {
         let served = runtime.spawn(service.run(listener, shutdown));
         Ok(Self {
             addr,
+            store,
             trigger,
             runtime,
             served,
@@ -162,6 +186,8 @@ impl HttpServer {
         // The service drains and returns; a failure to serve was already
         // seen by the clients as failed requests.
         let _ = self.served.await;
+        let pool = self.store.pool().clone();
+        let _ = self.runtime.spawn(async move { pool.close().await }).await;
         self.runtime.shutdown_background();
     }
 }
@@ -247,13 +273,13 @@ impl ClientRun {
     }
 }
 
-/// Drives the service over HTTP/1, one keep-alive connection per client.
+/// Drives the service at `addr` (idem's or the minimal one) over HTTP/1,
+/// one keep-alive connection per client.
 pub async fn http(
-    server: &HttpServer,
+    addr: std::net::SocketAddr,
     plan: &Arc<Plan>,
     duration: Duration,
 ) -> Result<Measured, PgBenchError> {
-    let addr = server.addr;
     let measured = drive(plan, duration, move |c, plan, deadline| async move {
         let stream = tokio::net::TcpStream::connect(addr)
             .await

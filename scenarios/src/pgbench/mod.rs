@@ -1,11 +1,16 @@
 //! The PostgreSQL create path against pgbench, on one throwaway server in
 //! one run (issue 14, item 3).
 //!
-//! Three paths per client count, run back to back so that whatever else the
+//! Four paths per client count, run back to back so that whatever else the
 //! machine is doing weighs on each alike:
 //! - `http`: idem's real service (axum, the engine, the pool as
-//!   `idem-server` opens it) in this process, driven over loopback by a
-//!   compiled HTTP/1 load generator with one keep-alive connection per client;
+//!   `idem-server` opens it) in this process, on a runtime of its own,
+//!   driven over loopback by a compiled HTTP/1 load generator with one
+//!   keep-alive connection per client;
+//! - `minimal`: a minimal hyper + sqlx service with no idem code in its
+//!   request path ([`minimal`]), on a runtime and pool of the same sizes,
+//!   running the same statement and giving the same answers, driven by the
+//!   same load generator;
 //! - `store`: the same `PgStore::create_job`, called directly;
 //! - `pgbench`: PostgreSQL's own pgbench running the raw statements such a
 //!   create needs at least, `INSERT … ON CONFLICT (owner_id,
@@ -17,11 +22,16 @@
 //! are new keys. Every answer is checked: a new key is created, a repeat
 //! gets the job id its key was created with, another body is refused; and
 //! the table holds exactly the rows the answers name, with no duplicate.
-//! The figure to read is `pg_vs_pgbench_throughput_ratio`: idem's requests/s
-//! over pgbench's transactions/s at the same client count, measured minutes
-//! apart on the same server, which means the same on any machine.
+//! The figures to read are `pg_vs_pgbench_throughput_ratio`: idem's
+//! requests/s over pgbench's transactions/s at the same client count,
+//! measured minutes apart on the same server, which means the same on any
+//! machine; and `server_vs_minimal`: idem's server's own CPU per create
+//! (its runtime's threads only, so the load generator in the same process
+//! is not counted; [`cpu`]) and its requests/s, over the minimal service's.
 
+mod cpu;
 mod drive;
+mod minimal;
 mod pgbench_tool;
 mod workload;
 
@@ -33,7 +43,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
-use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, pool_options};
+use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
 
 pub use workload::{MIX, Mix};
 
@@ -84,21 +94,42 @@ pub enum PgBenchError {
     Load(String),
 }
 
-/// One of the three paths measured.
+/// One of the four paths measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BenchPath {
     Http,
+    Minimal,
     Store,
     Pgbench,
 }
 
 impl BenchPath {
+    /// Every path, in the order a client count measures them: the two
+    /// services side by side.
+    pub const ALL: [BenchPath; 4] = [
+        BenchPath::Http,
+        BenchPath::Minimal,
+        BenchPath::Store,
+        BenchPath::Pgbench,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             BenchPath::Http => "http",
+            BenchPath::Minimal => "minimal",
             BenchPath::Store => "store",
             BenchPath::Pgbench => "pgbench",
+        }
+    }
+
+    /// The names of the threads that serve this path's requests in this
+    /// process, for the paths that have a server of their own.
+    fn server_threads(self) -> Option<&'static str> {
+        match self {
+            BenchPath::Http => Some(drive::THREAD_NAME),
+            BenchPath::Minimal => Some(minimal::THREAD_NAME),
+            BenchPath::Store | BenchPath::Pgbench => None,
         }
     }
 }
@@ -129,14 +160,33 @@ pub struct PointReport {
     /// per request, summed over every backend (pg_stat_statements): the
     /// server's share of a request's cost, next to the client's.
     pub server_ms_per_request: Option<f64>,
+    /// CPU milliseconds the service's own runtime threads spent per
+    /// request (user and system, from /proc): `http` and `minimal` only,
+    /// and only where /proc can be read. The load generator's threads are
+    /// not counted.
+    #[serde(default)]
+    pub server_cpu_ms_per_create: Option<f64>,
 }
 
-/// idem's throughput over pgbench's at one client count.
+/// Each path's throughput over pgbench's at one client count.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RatioAt {
     pub clients: u32,
     pub http: f64,
+    #[serde(default)]
+    pub minimal: f64,
     pub store: f64,
+}
+
+/// idem's service against the minimal one at one client count.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MinimalRatioAt {
+    pub clients: u32,
+    /// idem's server CPU per create over the minimal service's (issue 24's
+    /// target: at most 1.5); None without both CPU readings.
+    pub server_cpu_vs_minimal_ratio: Option<f64>,
+    /// idem's requests/s over the minimal service's (target: at least 0.8).
+    pub http_vs_minimal_throughput_ratio: f64,
 }
 
 /// What the answers and the table were checked for.
@@ -171,6 +221,9 @@ pub struct PgBenchReport {
     pub pool_ping: bool,
     pub points: Vec<PointReport>,
     pub pg_vs_pgbench_throughput_ratio: Vec<RatioAt>,
+    /// idem's service over the minimal one, per client count.
+    #[serde(default)]
+    pub server_vs_minimal: Vec<MinimalRatioAt>,
     pub checks: Checks,
 }
 
@@ -186,7 +239,7 @@ impl PgBenchReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:<8} {:>7} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>7}",
+            "{:<8} {:>7} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>7}",
             "path",
             "clients",
             "requests",
@@ -195,19 +248,13 @@ impl PgBenchReport {
             "p99 ms",
             "stmts/req",
             "pg ms/req",
+            "cpu ms/req",
             "errors"
         );
         for p in &self.points {
             p.row(&mut out);
         }
-        let _ = writeln!(out, "\npg_vs_pgbench_throughput_ratio");
-        for r in &self.pg_vs_pgbench_throughput_ratio {
-            let _ = writeln!(
-                out,
-                "  {:>3} clients: http {:.2}x, store {:.2}x",
-                r.clients, r.http, r.store
-            );
-        }
+        self.ratio_lines(&mut out);
         let c = &self.checks;
         let _ = writeln!(
             out,
@@ -224,6 +271,34 @@ impl PgBenchReport {
         }
         out
     }
+
+    /// The ratio lines of [`PgBenchReport::table`].
+    fn ratio_lines(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(out, "\npg_vs_pgbench_throughput_ratio");
+        for r in &self.pg_vs_pgbench_throughput_ratio {
+            let _ = writeln!(
+                out,
+                "  {:>3} clients: http {:.2}x, minimal {:.2}x, store {:.2}x",
+                r.clients, r.http, r.minimal, r.store
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nidem's server against the minimal service (CPU per create, requests/s)"
+        );
+        for r in &self.server_vs_minimal {
+            let cpu = r
+                .server_cpu_vs_minimal_ratio
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}x"));
+            let _ = writeln!(
+                out,
+                "  {:>3} clients: server_cpu_vs_minimal_ratio {cpu}, \
+                 http_vs_minimal_throughput_ratio {:.2}x",
+                r.clients, r.http_vs_minimal_throughput_ratio
+            );
+        }
+    }
 }
 
 impl PointReport {
@@ -236,9 +311,12 @@ impl PointReport {
         let server = self
             .server_ms_per_request
             .map_or_else(|| "-".to_owned(), |s| format!("{s:.3}"));
+        let cpu = self
+            .server_cpu_ms_per_create
+            .map_or_else(|| "-".to_owned(), |c| format!("{c:.3}"));
         let _ = writeln!(
             out,
-            "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>7}",
+            "{:<8} {:>7} {:>9} {:>10.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>11} {:>7}",
             self.path.name(),
             self.clients,
             self.requests,
@@ -247,6 +325,7 @@ impl PointReport {
             self.p99_ms,
             statements,
             server,
+            cpu,
             self.errors
         );
     }
@@ -317,11 +396,12 @@ async fn run_on(
     let mut points = Vec::new();
     let mut checks = Checks::default();
     for &clients in &args.clients {
-        for path in [BenchPath::Http, BenchPath::Store, BenchPath::Pgbench] {
+        for path in BenchPath::ALL {
             points.push(bench.point(path, clients, &mut checks).await?);
         }
     }
     bench.server.stop().await;
+    bench.minimal.stop().await;
     checks.duplicate_rows = workload::duplicate_rows(&bench.admin).await.map_err(db)?;
     if checks.duplicate_rows != 0 {
         checks.violations.push(format!(
@@ -332,6 +412,7 @@ async fn run_on(
     bench.admin.close().await;
     bench.store.pool().close().await;
     let pg_vs_pgbench_throughput_ratio = ratios(&points);
+    let server_vs_minimal = minimal_ratios(&points);
     Ok(PgBenchReport {
         server_version,
         seconds_per_point: args.seconds_per_point,
@@ -341,6 +422,7 @@ async fn run_on(
         pool_ping: args.pool_ping,
         points,
         pg_vs_pgbench_throughput_ratio,
+        server_vs_minimal,
         checks,
     })
 }
@@ -353,7 +435,7 @@ fn db(e: sqlx::Error) -> PgBenchError {
 }
 
 /// What every point of a run uses: the database, idem's store and HTTP
-/// service on it, and pgbench.
+/// service on it, the minimal service, and pgbench.
 struct Bench<'a> {
     args: &'a PgBenchArgs,
     pgbench: &'a std::path::Path,
@@ -363,6 +445,7 @@ struct Bench<'a> {
     admin: sqlx::PgPool,
     statements: Statements,
     server: drive::HttpServer,
+    minimal: minimal::MinimalServer,
 }
 
 impl<'a> Bench<'a> {
@@ -371,13 +454,7 @@ impl<'a> Bench<'a> {
         pgbench: &'a std::path::Path,
         database_url: &'a str,
     ) -> Result<Self, PgBenchError> {
-        let options = connect_options(database_url, SCHEMA_DEFAULT)
-            .map_err(|e| PgBenchError::Database(e.to_string()))?;
-        let pool = pool_options(POOL_CONNECTIONS_MAX)
-            .test_before_acquire(args.pool_ping)
-            .connect_with(options)
-            .await
-            .map_err(db)?;
+        let pool = drive::open_pool(database_url, args.pool_ping).await?;
         let store = PgStore::new(pool, SCHEMA_DEFAULT);
         let admin = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
@@ -385,8 +462,8 @@ impl<'a> Bench<'a> {
             .await
             .map_err(db)?;
         let statements = Statements::enable(&admin).await;
-        drive::warm_pool(&store, POOL_CONNECTIONS_MAX).await?;
-        let server = drive::HttpServer::start(Arc::new(store.clone()))?;
+        let server = drive::HttpServer::start(database_url, args.pool_ping).await?;
+        let minimal = minimal::MinimalServer::start(database_url, args.pool_ping).await?;
         Ok(Self {
             args,
             pgbench,
@@ -395,6 +472,7 @@ impl<'a> Bench<'a> {
             admin,
             statements,
             server,
+            minimal,
         })
     }
 
@@ -411,16 +489,15 @@ impl<'a> Bench<'a> {
         let admin = &self.admin;
         self.statements.reset(admin).await;
         let mut point = match path {
-            BenchPath::Http | BenchPath::Store => {
+            BenchPath::Http | BenchPath::Minimal | BenchPath::Store => {
                 let plan = Arc::new(workload::Plan::new(self.args.seed, clients, owner.clone()));
-                let measured = match path {
-                    BenchPath::Http => drive::http(&self.server, &plan, duration).await?,
-                    _ => drive::store(&self.store, &plan, duration).await?,
-                };
+                let (measured, cpu_ms) = self.drive(path, &plan, duration).await?;
                 let ledger_errors = measured.ledger.check(&plan, checks);
                 let rows = workload::rows_of(admin, &owner).await.map_err(db)?;
                 measured.ledger.check_rows(&owner, &rows, checks);
-                measured.point(path, clients, ledger_errors)
+                let mut point = measured.point(path, clients, ledger_errors);
+                point.server_cpu_ms_per_create = cpu_ms.map(|ms| ms / point.requests.max(1) as f64);
+                point
             }
             BenchPath::Pgbench => {
                 let url = self.database_url;
@@ -437,7 +514,57 @@ impl<'a> Bench<'a> {
     }
 }
 
-/// idem's requests/s over pgbench's, per client count.
+impl Bench<'_> {
+    /// Drives `path` (not pgbench) for `duration`; with the CPU
+    /// milliseconds its server's threads spent meanwhile, where it has a
+    /// server and /proc can be read.
+    async fn drive(
+        &self,
+        path: BenchPath,
+        plan: &Arc<workload::Plan>,
+        duration: Duration,
+    ) -> Result<(drive::Measured, Option<f64>), PgBenchError> {
+        let threads = path.server_threads();
+        let before_ms = threads.and_then(cpu::threads_cpu_ms);
+        let measured = match path {
+            BenchPath::Http => drive::http(self.server.addr, plan, duration).await?,
+            BenchPath::Minimal => drive::http(self.minimal.addr, plan, duration).await?,
+            _ => drive::store(&self.store, plan, duration).await?,
+        };
+        let after_ms = threads.and_then(cpu::threads_cpu_ms);
+        let cpu_ms = before_ms.zip(after_ms).map(|(b, a)| (a - b).max(0.0));
+        Ok((measured, cpu_ms))
+    }
+}
+
+/// idem's server against the minimal service, per client count where both
+/// were measured.
+fn minimal_ratios(points: &[PointReport]) -> Vec<MinimalRatioAt> {
+    let at = |path, clients| {
+        points
+            .iter()
+            .find(|p| p.path == path && p.clients == clients)
+    };
+    let clients: std::collections::BTreeSet<u32> = points.iter().map(|p| p.clients).collect();
+    clients
+        .into_iter()
+        .filter_map(|c| {
+            let (http, minimal) = (at(BenchPath::Http, c)?, at(BenchPath::Minimal, c)?);
+            let over = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+            let cpu = http
+                .server_cpu_ms_per_create
+                .zip(minimal.server_cpu_ms_per_create)
+                .map(|(h, m)| over(h, m));
+            Some(MinimalRatioAt {
+                clients: c,
+                server_cpu_vs_minimal_ratio: cpu,
+                http_vs_minimal_throughput_ratio: over(http.requests_per_s, minimal.requests_per_s),
+            })
+        })
+        .collect()
+}
+
+/// Each path's requests/s over pgbench's, per client count.
 fn ratios(points: &[PointReport]) -> Vec<RatioAt> {
     let mut by_clients: BTreeMap<u32, BTreeMap<BenchPath, f64>> = BTreeMap::new();
     for p in points {
@@ -460,6 +587,7 @@ fn ratios(points: &[PointReport]) -> Vec<RatioAt> {
             Some(RatioAt {
                 clients,
                 http: ratio(BenchPath::Http),
+                minimal: ratio(BenchPath::Minimal),
                 store: ratio(BenchPath::Store),
             })
         })

@@ -102,6 +102,7 @@ pub async fn run(
         statements_per_request: None,
         rollbacks_per_request: None,
         server_ms_per_request: None,
+        server_cpu_ms_per_create: None,
     })
 }
 

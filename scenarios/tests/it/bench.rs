@@ -33,7 +33,7 @@ fn a_quick_bench_writes_its_report_and_the_readme_table() -> Result<(), Box<dyn 
     let postgres = &report["postgres"];
     assert_eq!(
         postgres["points"].as_array().map(Vec::len),
-        Some(6),
+        Some(8),
         "{postgres}"
     );
     assert_eq!(postgres["checks"]["duplicate_rows"], 0, "{postgres}");
@@ -46,6 +46,11 @@ fn a_quick_bench_writes_its_report_and_the_readme_table() -> Result<(), Box<dyn 
         postgres["pg_vs_pgbench_throughput_ratio"]
             .as_array()
             .map(Vec::len),
+        Some(2),
+        "{postgres}"
+    );
+    assert_eq!(
+        postgres["server_vs_minimal"].as_array().map(Vec::len),
         Some(2),
         "{postgres}"
     );

@@ -1,6 +1,7 @@
 //! The PostgreSQL section of `idem bench` on a tiny budget, so that the bench cannot rot: every
-//! path measured at two client counts, the report well-formed, and every
-//! answer and row checked (no duplicate row, every repeat got its job).
+//! path (the minimal service's too) measured at two client counts, the
+//! report well-formed, and every answer and row checked (no duplicate row,
+//! every repeat got its job).
 
 use idem_scenarios::pgbench::{self, BenchPath, PgBenchArgs, PgBenchReport};
 
@@ -21,9 +22,11 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
         paths,
         [
             (BenchPath::Http, 1),
+            (BenchPath::Minimal, 1),
             (BenchPath::Store, 1),
             (BenchPath::Pgbench, 1),
             (BenchPath::Http, 3),
+            (BenchPath::Minimal, 3),
             (BenchPath::Store, 3),
             (BenchPath::Pgbench, 3),
         ]
@@ -36,9 +39,19 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
             "{point:?}"
         );
         assert_eq!(point.errors, 0, "{point:?}");
+        // The two services' own threads were read, the others have none.
+        let served = matches!(point.path, BenchPath::Http | BenchPath::Minimal);
+        assert_eq!(
+            point.server_cpu_ms_per_create.is_some(),
+            served,
+            "{point:?}"
+        );
+        if let Some(cpu_ms) = point.server_cpu_ms_per_create {
+            assert!(cpu_ms > 0.0 && cpu_ms.is_finite(), "{point:?}");
+        }
     }
-    // Every request the two idem paths answered was checked, and the mix
-    // had all three kinds in it.
+    // Every request the three checked paths answered was checked, and the
+    // mix had all three kinds in it.
     let idem_requests: u64 = report
         .points
         .iter()
@@ -61,7 +74,21 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
         .collect();
     assert_eq!(ratio_clients, [1, 3]);
     for ratio in &report.pg_vs_pgbench_throughput_ratio {
-        assert!(ratio.http > 0.0 && ratio.store > 0.0, "{ratio:?}");
+        assert!(
+            ratio.http > 0.0 && ratio.minimal > 0.0 && ratio.store > 0.0,
+            "{ratio:?}"
+        );
+    }
+    let minimal_clients: Vec<u32> = report.server_vs_minimal.iter().map(|r| r.clients).collect();
+    assert_eq!(minimal_clients, [1, 3]);
+    for ratio in &report.server_vs_minimal {
+        assert!(ratio.http_vs_minimal_throughput_ratio > 0.0, "{ratio:?}");
+        assert!(
+            ratio
+                .server_cpu_vs_minimal_ratio
+                .is_some_and(|r| r > 0.0 && r.is_finite()),
+            "{ratio:?}"
+        );
     }
     let json = serde_json::to_string(&report).expect("the report serializes");
     // Rates are floats, which a JSON round trip may move by an ulp: the
@@ -81,6 +108,8 @@ fn the_postgres_bench_measures_every_path_and_checks_every_answer() {
         );
     }
     assert!(json.contains("\"pg_vs_pgbench_throughput_ratio\""));
+    assert!(json.contains("\"server_cpu_vs_minimal_ratio\""));
+    assert!(json.contains("\"http_vs_minimal_throughput_ratio\""));
 }
 
 #[test]
