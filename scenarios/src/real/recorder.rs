@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::AttemptState;
+use idem_core::model::{AttemptState, JobId};
 use idem_core::provider::server::ExecutionOutcome;
 use idem_sim::scenario::TriggerKind;
 use idem_sim::trace::{TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent};
@@ -135,6 +135,25 @@ impl RealRecorder {
         self.lock().triggers.get(&kind).copied().unwrap_or(0)
     }
 
+    /// Every job id answered to a client in a success, and the first
+    /// client it was answered to: the jobs the users were told of.
+    pub fn answered_jobs(&self) -> BTreeMap<JobId, String> {
+        let mut jobs = BTreeMap::new();
+        for event in &self.lock().events {
+            if let TraceBody::HttpResponse {
+                client,
+                status,
+                job_id: Some(job),
+                ..
+            } = &event.body
+                && (200..300).contains(status)
+            {
+                jobs.entry(*job).or_insert_with(|| client.clone());
+            }
+        }
+        jobs
+    }
+
     /// The trace: every event on the run's time axis, numbered in order.
     pub fn finish(&self, clock: RunClock) -> Trace {
         let mut state = self.lock();
@@ -158,7 +177,7 @@ impl RealRecorder {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::model::{AttemptId, JobId};
+    use idem_core::model::AttemptId;
     use idem_sim::trace::Recorder;
 
     use super::*;

@@ -23,6 +23,7 @@ use super::clock::now_us;
 use super::faults::{Step, aftermath};
 use super::history::History;
 use super::judge::{Observed, judge};
+use super::read_back::read_back;
 use super::recorder::{RealRecorder, Source};
 use super::wal::WalReader;
 use super::world::{RealWorld, design_of, journal_path};
@@ -339,6 +340,16 @@ pub async fn run_in(
     });
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
+    let mut observed = options.system.observed();
+    // A black-box target's rows are its own: its jobs are read back
+    // through its API instead, while it still runs.
+    let read_backs = if observed.read_back {
+        let reads = read_back(&world.recorder, &world.instances).await;
+        observed.read_back = reads.is_some();
+        reads.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     // The engine first (it writes), then the providers (their ledgers are
     // final from here), then the store's history to its end.
     world.processes.stop_all().await;
@@ -355,7 +366,6 @@ pub async fn run_in(
     followed.map_err(RealError::Run)?;
     world.read_journals(dir)?;
     let trace = world.recorder.finish(world.clock);
-    let observed = options.system.observed();
     // A black-box target's rows are its own: not read.
     let dump = if observed.store_rows {
         world.store.dump().await?
@@ -365,6 +375,7 @@ pub async fn run_in(
     let judged = Judged {
         trace,
         dump,
+        read_backs,
         executions,
         stop,
         run_ms,
@@ -376,6 +387,8 @@ pub async fn run_in(
 struct Judged {
     trace: idem_sim::trace::Trace,
     dump: idem_core::store::StoreDump,
+    /// A black-box target's jobs, read back at the end.
+    read_backs: Vec<idem_sim::oracle::ReadBack>,
     executions: BTreeMap<String, Vec<idem_core::provider::server::Execution>>,
     stop: Stop,
     run_ms: u64,
@@ -397,6 +410,7 @@ impl Judged {
                 executions: &self.executions,
                 facts: &world.facts,
             },
+            &self.read_backs,
             observed,
         );
         let report = RunReport {
