@@ -246,3 +246,192 @@ fn describe(execution: &ExecutionRecord<'_>) -> String {
         execution.outcome.as_str()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use idem_model::dump::StoreDump;
+    use idem_model::ledger::Execution;
+    use idem_model::policy::Policy;
+
+    use super::*;
+    use crate::WorldFacts;
+    use crate::trace::{Trace, TraceBody, TraceEvent};
+
+    const JOB: u128 = 1;
+    const OTHER_JOB: u128 = 2;
+
+    fn job(n: u128) -> JobId {
+        JobId(uuid::Uuid::from_u128(n))
+    }
+
+    fn output(n: u64) -> Value {
+        json!({"summary": format!("primary #{n}")})
+    }
+
+    fn execution(seq: u64, job_n: u128, outcome: ExecutionOutcome) -> Execution {
+        let succeeded = outcome == ExecutionOutcome::Succeeded;
+        Execution {
+            key: format!("key-{seq}"),
+            job_id: Some(job(job_n).to_string()),
+            seq,
+            billed: succeeded,
+            outcome,
+            output: succeeded.then(|| output(seq)),
+        }
+    }
+
+    /// The answer that told alice of the job, and `ledger` as provider
+    /// primary's.
+    fn judged(ledger: Vec<Execution>, reconciler: bool, answer: ReadAnswer) -> Vec<Violation> {
+        let event = |seq: u64, body| TraceEvent {
+            seq,
+            t_ms: seq,
+            host: "client-alice".into(),
+            caller: None,
+            body,
+        };
+        let trace = Trace {
+            events: vec![event(
+                0,
+                TraceBody::HttpResponse {
+                    client: "alice".into(),
+                    request_id: 0,
+                    status: 201,
+                    job_id: Some(job(JOB)),
+                    attempt_id: None,
+                    replayed: false,
+                    problem: None,
+                    blocking_attempt: None,
+                },
+            )],
+        };
+        let facts = WorldFacts {
+            client_owners: [("alice".to_owned(), "alice".to_owned())].into(),
+            certified: Default::default(),
+            certified_models: BTreeMap::new(),
+            defects: BTreeMap::new(),
+            policy: Policy::Strict,
+            reconciler,
+            reconciler_config: None,
+        };
+        let executions = [("primary".to_owned(), ledger)].into();
+        let input = OracleInput {
+            trace: &trace,
+            dump: &StoreDump::default(),
+            executions: &executions,
+            facts: &facts,
+        };
+        let read = ReadBack {
+            job_id: job(JOB),
+            client: "alice".into(),
+            answer,
+        };
+        judge_read_backs(input, &[read])
+    }
+
+    fn succeeded(result: Value) -> ReadAnswer {
+        ReadAnswer::Job {
+            state: JobState::Succeeded,
+            result: Some(result),
+        }
+    }
+
+    fn fired(violations: &[Violation]) -> Vec<Invariant> {
+        violations.iter().map(|v| v.invariant).collect()
+    }
+
+    #[test]
+    fn one_executions_output_as_the_result_holds_however_it_is_kept() {
+        use ExecutionOutcome::Succeeded;
+        let two = || vec![execution(1, JOB, Succeeded), execution(2, JOB, Succeeded)];
+        assert_eq!(judged(two(), true, succeeded(output(2))), []);
+        let text = Value::String(output(1).to_string());
+        assert_eq!(judged(two(), true, succeeded(text)), []);
+    }
+
+    #[test]
+    fn a_result_no_execution_of_the_job_made_breaks_one_winner() {
+        use ExecutionOutcome::Succeeded;
+        let made_up = judged(
+            vec![execution(1, JOB, Succeeded)],
+            true,
+            succeeded(json!(1)),
+        );
+        assert_eq!(fired(&made_up), [Invariant::OneWinner]);
+        assert!(
+            made_up[0].message.contains("no billed execution"),
+            "{made_up:?}"
+        );
+        assert_eq!(made_up[0].evidence, [0]);
+        let ledger = vec![
+            execution(1, JOB, Succeeded),
+            execution(2, OTHER_JOB, Succeeded),
+        ];
+        let stolen = judged(ledger, true, succeeded(output(2)));
+        assert_eq!(fired(&stolen), [Invariant::OneWinner]);
+        assert!(stolen[0].message.contains("made for job"), "{stolen:?}");
+    }
+
+    #[test]
+    fn outputs_merged_into_the_result_break_losers_discarded() {
+        use ExecutionOutcome::Succeeded;
+        let ledger = vec![execution(1, JOB, Succeeded), execution(2, JOB, Succeeded)];
+        let merged = json!({"first": output(1), "second": output(2)});
+        assert_eq!(
+            fired(&judged(ledger, true, succeeded(merged))),
+            [
+                Invariant::OneWinner,
+                Invariant::LosersDiscarded,
+                Invariant::LosersDiscarded
+            ]
+        );
+    }
+
+    #[test]
+    fn a_result_goes_with_success_only() {
+        let failed = ReadAnswer::Job {
+            state: JobState::Failed,
+            result: Some(output(1)),
+        };
+        assert_eq!(
+            fired(&judged(Vec::new(), true, failed)),
+            [Invariant::OneWinner]
+        );
+        let empty = ReadAnswer::Job {
+            state: JobState::Succeeded,
+            result: None,
+        };
+        assert_eq!(
+            fired(&judged(Vec::new(), true, empty)),
+            [Invariant::OneWinner]
+        );
+    }
+
+    #[test]
+    fn a_pending_job_is_stuck_unless_an_action_is_pending() {
+        use ExecutionOutcome::{Failed, Running};
+        let pending = || ReadAnswer::Job {
+            state: JobState::Pending,
+            result: None,
+        };
+        let running = vec![execution(1, JOB, Running)];
+        assert_eq!(judged(running, true, pending()), []);
+        let ended = || vec![execution(1, JOB, Failed)];
+        assert_eq!(
+            fired(&judged(ended(), true, pending())),
+            [Invariant::Liveness]
+        );
+        // Without a reconciler, an attempt made waits for an operator.
+        assert_eq!(judged(ended(), false, pending()), []);
+        assert_eq!(
+            fired(&judged(Vec::new(), false, pending())),
+            [Invariant::Liveness]
+        );
+        let gone = judged(Vec::new(), true, ReadAnswer::NotFound);
+        assert_eq!(fired(&gone), [Invariant::Liveness]);
+    }
+}
