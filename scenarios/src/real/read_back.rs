@@ -20,13 +20,29 @@ use idem_sim::oracle::{ReadAnswer, ReadBack};
 use idem_sim::world::client_token;
 
 use super::client::http_call;
+use super::judge::Observed;
 use super::recorder::RealRecorder;
+use super::world::RealWorld;
 
 /// How long one read may take.
 const READ_TIMEOUT_MS: u64 = 2_000;
 /// Tries per job, across the instances in turn, and the pause between.
 const TRIES_MAX: usize = 10;
 const RETRY_PAUSE_MS: u64 = 200;
+
+impl RealWorld {
+    /// What a run that `observed` this much reads back: for a black-box
+    /// target, whose rows are its own, every job while it still runs, and
+    /// whether every job answered; for idem's processes, nothing.
+    pub(super) async fn read_back(&self, mut observed: Observed) -> (Vec<ReadBack>, Observed) {
+        if !observed.read_back {
+            return (Vec::new(), observed);
+        }
+        let reads = read_back(&self.recorder, &self.instances).await;
+        observed.read_back = reads.is_some();
+        (reads.unwrap_or_default(), observed)
+    }
+}
 
 /// Every job answered to a client, read back at `instances`; `None` if a
 /// job did not answer.

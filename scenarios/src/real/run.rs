@@ -23,7 +23,6 @@ use super::clock::now_us;
 use super::faults::{Step, aftermath};
 use super::history::History;
 use super::judge::{Observed, judge};
-use super::read_back::read_back;
 use super::recorder::{RealRecorder, Source};
 use super::wal::WalReader;
 use super::world::{RealWorld, design_of, journal_path};
@@ -340,16 +339,7 @@ pub async fn run_in(
     });
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
-    let mut observed = options.system.observed();
-    // A black-box target's rows are its own: its jobs are read back
-    // through its API instead, while it still runs.
-    let read_backs = if observed.read_back {
-        let reads = read_back(&world.recorder, &world.instances).await;
-        observed.read_back = reads.is_some();
-        reads.unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    let (read_backs, observed) = world.read_back(options.system.observed()).await;
     // The engine first (it writes), then the providers (their ledgers are
     // final from here), then the store's history to its end.
     world.processes.stop_all().await;
@@ -366,7 +356,6 @@ pub async fn run_in(
     followed.map_err(RealError::Run)?;
     world.read_journals(dir)?;
     let trace = world.recorder.finish(world.clock);
-    // A black-box target's rows are its own: not read.
     let dump = if observed.store_rows {
         world.store.dump().await?
     } else {
@@ -403,16 +392,13 @@ impl Judged {
         options: &RealOptions,
         observed: Observed,
     ) -> RealOutcome {
-        let (judgement, invariants) = judge(
-            idem_sim::oracle::OracleInput {
-                trace: &self.trace,
-                dump: &self.dump,
-                executions: &self.executions,
-                facts: &world.facts,
-            },
-            &self.read_backs,
-            observed,
-        );
+        let input = idem_sim::oracle::OracleInput {
+            trace: &self.trace,
+            dump: &self.dump,
+            executions: &self.executions,
+            facts: &world.facts,
+        };
+        let (judgement, invariants) = judge(input, &self.read_backs, observed);
         let report = RunReport {
             scenario: scenario.name.clone(),
             seed: options.seed,
