@@ -72,7 +72,8 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
                    which this run could not observe";
     let rows = "it reads the store's rows at the end, which this run could not observe";
     let ends = "it reads the store's rows at the end, or every job read back through the \
-                service's API at the end, and a job did not answer its read";
+                service's API at the end, and a job could not be read back (no answer to its \
+                read, or a create answered without a UUID job id)";
     let needs_history = !observed.store_history;
     let needs_rows = !observed.store_rows;
     // What the rows say of how jobs ended, a service's read-back jobs say
@@ -189,7 +190,7 @@ mod tests {
             Invariant::Liveness,
         ] {
             let reason = unjudged(invariant, unread).expect("not judged");
-            assert!(reason.contains("did not answer its read"), "{reason}");
+            assert!(reason.contains("could not be read back"), "{reason}");
         }
     }
 

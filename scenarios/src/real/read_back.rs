@@ -45,8 +45,11 @@ impl RealWorld {
 }
 
 /// Every job answered to a client, read back at `instances`; `None` if a
-/// job did not answer.
+/// job did not answer, or a create's success named no job id to read.
 pub async fn read_back(recorder: &RealRecorder, instances: &[SocketAddr]) -> Option<Vec<ReadBack>> {
+    if recorder.created_without_an_id() {
+        return None;
+    }
     let mut reads = Vec::new();
     for (job, client) in recorder.answered_jobs() {
         let answer = read_one(job, &client_token(&client), instances).await?;
