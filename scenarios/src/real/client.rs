@@ -49,10 +49,10 @@ pub struct ClientContext {
     pub seed: u64,
 }
 
-struct Answer {
-    status: u16,
+pub(super) struct Answer {
+    pub(super) status: u16,
     replayed: bool,
-    body: Value,
+    pub(super) body: Value,
 }
 
 struct Client {
@@ -363,7 +363,7 @@ fn build_request(
 }
 
 /// One HTTP/1 exchange over a fresh connection.
-async fn http_call(
+pub(super) async fn http_call(
     address: SocketAddr,
     method: &str,
     path: &str,

@@ -3,14 +3,18 @@
 //! invariant it could not judge: what it could not see is said.
 //!
 //! The judge is the simulator's oracle (`idem_sim::oracle::judge`) on the
-//! trace real mode assembled. Which invariants it can judge depends on
-//! what the run let real mode observe ([`Observed`]): idem's own processes
-//! on a store real mode reads give everything; a service judged from
-//! outside gives less.
+//! trace real mode assembled, and for a service judged from outside, the
+//! oracle's rules for its jobs read back at the end
+//! (`idem_sim::oracle::judge_read_backs`). Which invariants it can judge
+//! depends on what the run let real mode observe ([`Observed`]): idem's
+//! own processes on a store real mode reads give everything; a service
+//! judged from outside gives less.
 
 use serde::{Deserialize, Serialize};
 
-use idem_sim::oracle::{Invariant, Judgement, OracleInput, judge as oracle};
+use idem_sim::oracle::{
+    Invariant, Judgement, OracleInput, ReadBack, judge as oracle, judge_read_backs,
+};
 
 /// What real mode observed of a run, besides what it always sees (the
 /// clients' requests and answers, the providers' ledgers, its own faults).
@@ -20,6 +24,10 @@ pub struct Observed {
     pub store_history: bool,
     /// The store's rows at the end.
     pub store_rows: bool,
+    /// Every job its users were told of, read back through the service's
+    /// API at the end (a service judged from outside: its rows are its
+    /// own, its answers are not).
+    pub read_back: bool,
 }
 
 impl Observed {
@@ -27,11 +35,14 @@ impl Observed {
     pub const ALL: Observed = Observed {
         store_history: true,
         store_rows: true,
+        read_back: false,
     };
-    /// A service judged from outside: its answers, the ledgers, the faults.
+    /// A service judged from outside: its answers (every job read back at
+    /// the end included), the ledgers, the faults.
     pub const OUTSIDE: Observed = Observed {
         store_history: false,
         store_rows: false,
+        read_back: true,
     };
 }
 
@@ -60,8 +71,14 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
     let history = "it reads the store's committed history (attempts starting and moving), \
                    which this run could not observe";
     let rows = "it reads the store's rows at the end, which this run could not observe";
+    let ends = "it reads the store's rows at the end, or every job read back through the \
+                service's API at the end, and a job could not be read back (no answer to its \
+                read, or a create answered without a UUID job id)";
     let needs_history = !observed.store_history;
     let needs_rows = !observed.store_rows;
+    // What the rows say of how jobs ended, a service's read-back jobs say
+    // from outside (`idem_sim::oracle::judge_read_backs`).
+    let needs_ends = needs_rows && !observed.read_back;
     match invariant {
         // The clients' answers carry what these need.
         Invariant::OneJobPerIntent | Invariant::MismatchRejected => None,
@@ -69,15 +86,19 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
         // billed answer the service received and refused as broken counts
         // as billed work: the store's history would have said it).
         Invariant::SideEffects => None,
-        Invariant::OwnerIsolation | Invariant::Liveness => needs_rows.then_some(rows),
-        Invariant::NothingLost => needs_rows.then_some(rows),
+        Invariant::Liveness => {
+            needs_ends.then_some(if observed.store_history { rows } else { ends })
+        }
+        Invariant::OwnerIsolation | Invariant::NothingLost => needs_rows.then_some(rows),
         Invariant::Guard
         | Invariant::TimeoutMeansUnknown
         | Invariant::CertifiedFailover
         | Invariant::WaitsInTrueTime => needs_history.then_some(history),
         Invariant::OneWinner | Invariant::LosersDiscarded => {
-            if needs_history {
-                Some(history)
+            if observed.read_back && needs_rows {
+                None
+            } else if needs_history {
+                Some(if needs_rows { ends } else { history })
             } else {
                 needs_rows.then_some(rows)
             }
@@ -95,8 +116,19 @@ pub fn invariant_name(invariant: Invariant) -> String {
 
 /// The oracle's judgement of the invariants that can be judged, and every
 /// invariant's verdict.
-pub fn judge(input: OracleInput<'_>, observed: Observed) -> (Judgement, Vec<InvariantVerdict>) {
+pub fn judge(
+    input: OracleInput<'_>,
+    read_backs: &[ReadBack],
+    observed: Observed,
+) -> (Judgement, Vec<InvariantVerdict>) {
     let mut judgement = oracle(input);
+    if observed.read_back {
+        judgement
+            .violations
+            .extend(judge_read_backs(input, read_backs));
+        // Stable: each invariant's violations stay in the order found.
+        judgement.violations.sort_by_key(|v| v.invariant);
+    }
     judgement
         .violations
         .retain(|v| unjudged(v.invariant, observed).is_none());
@@ -147,7 +179,19 @@ mod tests {
             .filter(|i| unjudged(**i, outside).is_some())
             .map(|i| i.number())
             .collect();
-        assert_eq!(unjudged_outside, [3, 4, 5, 6, 7, 8, 10, 11, 12]);
+        assert_eq!(unjudged_outside, [4, 5, 7, 8, 11, 12]);
+        let unread = Observed {
+            read_back: false,
+            ..outside
+        };
+        for invariant in [
+            Invariant::OneWinner,
+            Invariant::LosersDiscarded,
+            Invariant::Liveness,
+        ] {
+            let reason = unjudged(invariant, unread).expect("not judged");
+            assert!(reason.contains("could not be read back"), "{reason}");
+        }
     }
 
     #[test]

@@ -24,9 +24,10 @@
 //!    the clients' requests and answers, the store proxies' injections,
 //!    the faults, kills and restarts, the providers' ledgers, the store's
 //!    committed history ([`history`]), the processes' journals of what
-//!    writes nothing, and the store's final rows; the simulator's oracle
-//!    judges it ([`judge`]), every invariant held, violated or not judged
-//!    with a reason.
+//!    writes nothing, and the store's final rows (for a black-box target,
+//!    whose rows are its own, its jobs read back through its API instead:
+//!    [`read_back`]); the simulator's oracle judges it ([`judge`]), every
+//!    invariant held, violated or not judged with a reason.
 //!
 //! Nothing is left behind: the processes exit when the harness's pipe to
 //! them closes ([`procs`]), and the cluster is removed by a watchdog once
@@ -47,6 +48,7 @@ pub mod pgwire;
 pub mod procs;
 pub mod providers;
 pub mod proxy;
+pub mod read_back;
 pub mod record;
 pub mod recorder;
 mod run;

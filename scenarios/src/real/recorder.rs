@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::AttemptState;
+use idem_core::model::{AttemptState, JobId};
 use idem_core::provider::server::ExecutionOutcome;
 use idem_sim::scenario::TriggerKind;
 use idem_sim::trace::{TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent};
@@ -135,6 +135,55 @@ impl RealRecorder {
         self.lock().triggers.get(&kind).copied().unwrap_or(0)
     }
 
+    /// Every job id answered to a client in a success, and the first
+    /// client it was answered to: the jobs the users were told of.
+    pub fn answered_jobs(&self) -> BTreeMap<JobId, String> {
+        let mut jobs = BTreeMap::new();
+        for event in &self.lock().events {
+            if let TraceBody::HttpResponse {
+                client,
+                status,
+                job_id: Some(job),
+                ..
+            } = &event.body
+                && (200..300).contains(status)
+            {
+                jobs.entry(*job).or_insert_with(|| client.clone());
+            }
+        }
+        jobs
+    }
+
+    /// Whether a create was answered with success but no job id real mode
+    /// could read (the trace's job ids are UUIDs): that job cannot be read
+    /// back, and nothing says it is the only one.
+    pub fn created_without_an_id(&self) -> bool {
+        let state = self.lock();
+        let mut creates = std::collections::BTreeSet::new();
+        state.events.iter().any(|event| match &event.body {
+            TraceBody::HttpRequest {
+                client,
+                request_id,
+                method,
+                path,
+                ..
+            } => {
+                if method == "POST" && path == "/v1/jobs" {
+                    creates.insert((client.clone(), *request_id));
+                }
+                false
+            }
+            TraceBody::HttpResponse {
+                client,
+                request_id,
+                status,
+                job_id: None,
+                ..
+            } => (200..300).contains(status) && creates.contains(&(client.clone(), *request_id)),
+            _ => false,
+        })
+    }
+
     /// The trace: every event on the run's time axis, numbered in order.
     pub fn finish(&self, clock: RunClock) -> Trace {
         let mut state = self.lock();
@@ -158,7 +207,7 @@ impl RealRecorder {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::model::{AttemptId, JobId};
+    use idem_core::model::AttemptId;
     use idem_sim::trace::Recorder;
 
     use super::*;
@@ -234,6 +283,40 @@ mod tests {
             );
             assert_eq!(real.trigger_count(kind), 1, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn a_create_answered_without_a_job_id_is_noticed() {
+        let recorder = RealRecorder::default();
+        let request = |request_id, method: &str, path: &str| TraceBody::HttpRequest {
+            client: "c".into(),
+            request_id,
+            replica: "api-1".into(),
+            method: method.into(),
+            path: path.into(),
+            idempotency_key: None,
+            body_fingerprint: None,
+        };
+        let answered = |request_id, job_id| TraceBody::HttpResponse {
+            client: "c".into(),
+            request_id,
+            status: 201,
+            job_id,
+            attempt_id: None,
+            replayed: false,
+            problem: None,
+            blocking_attempt: None,
+        };
+        let job = JobId(uuid::Uuid::from_u128(1));
+        recorder.record("client-c", request(0, "POST", "/v1/jobs"));
+        recorder.record("client-c", answered(0, Some(job)));
+        recorder.record("client-c", request(1, "GET", "/v1/jobs/x"));
+        recorder.record("client-c", answered(1, None));
+        assert!(!recorder.created_without_an_id());
+        assert_eq!(recorder.answered_jobs(), [(job, "c".to_owned())].into());
+        recorder.record("client-c", request(2, "POST", "/v1/jobs"));
+        recorder.record("client-c", answered(2, None));
+        assert!(recorder.created_without_an_id());
     }
 
     #[test]

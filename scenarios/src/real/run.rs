@@ -339,6 +339,7 @@ pub async fn run_in(
     });
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
+    let (read_backs, observed) = world.read_back(options.system.observed()).await;
     // The engine first (it writes), then the providers (their ledgers are
     // final from here), then the store's history to its end.
     world.processes.stop_all().await;
@@ -355,8 +356,6 @@ pub async fn run_in(
     followed.map_err(RealError::Run)?;
     world.read_journals(dir)?;
     let trace = world.recorder.finish(world.clock);
-    let observed = options.system.observed();
-    // A black-box target's rows are its own: not read.
     let dump = if observed.store_rows {
         world.store.dump().await?
     } else {
@@ -365,6 +364,7 @@ pub async fn run_in(
     let judged = Judged {
         trace,
         dump,
+        read_backs,
         executions,
         stop,
         run_ms,
@@ -376,6 +376,8 @@ pub async fn run_in(
 struct Judged {
     trace: idem_sim::trace::Trace,
     dump: idem_core::store::StoreDump,
+    /// A black-box target's jobs, read back at the end.
+    read_backs: Vec<idem_sim::oracle::ReadBack>,
     executions: BTreeMap<String, Vec<idem_core::provider::server::Execution>>,
     stop: Stop,
     run_ms: u64,
@@ -390,15 +392,13 @@ impl Judged {
         options: &RealOptions,
         observed: Observed,
     ) -> RealOutcome {
-        let (judgement, invariants) = judge(
-            idem_sim::oracle::OracleInput {
-                trace: &self.trace,
-                dump: &self.dump,
-                executions: &self.executions,
-                facts: &world.facts,
-            },
-            observed,
-        );
+        let input = idem_sim::oracle::OracleInput {
+            trace: &self.trace,
+            dump: &self.dump,
+            executions: &self.executions,
+            facts: &world.facts,
+        };
+        let (judgement, invariants) = judge(input, &self.read_backs, observed);
         let report = RunReport {
             scenario: scenario.name.clone(),
             seed: options.seed,

@@ -63,6 +63,10 @@ pub struct RealWorld {
     pub(super) replicas: BTreeMap<String, Vec<(String, SocketAddr)>>,
     /// A black-box target runs in place of idem's processes.
     pub(super) target: bool,
+    /// Where each of a black-box target's instances listens, in replica
+    /// order: the jobs are read back there at the end, past the links'
+    /// faults (that read is no user's).
+    pub(super) instances: Vec<SocketAddr>,
 }
 
 /// The engine's hosts of `scenario` and the role flags of each.
@@ -157,6 +161,7 @@ impl RealWorld {
             hosts: lanes(scenario),
             replicas: BTreeMap::new(),
             target: command.is_some(),
+            instances: Vec::new(),
         };
         let specs = match &command {
             None => world.wire(scenario, options, dir).await?,
@@ -260,6 +265,8 @@ impl RealWorld {
             let name = host::api(index);
             let port = free_port()?;
             api_ports.insert(name.clone(), port);
+            self.instances
+                .push(SocketAddr::from(([127, 0, 0, 1], port)));
             let (store_link, providers) = self.engine_links(scenario, options.seed, &name).await?;
             let database_url = with_address(self.store.url(), store_link);
             let config = TargetConfig::new(scenario, port, database_url, &providers);

@@ -182,8 +182,10 @@ fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
     );
     let invariants = record["invariants"].as_array().expect("every invariant");
     assert_eq!(invariants.len(), 12, "{record}");
+    // From outside: the answers (1, 2), the jobs read back at the end
+    // against the ledgers (3, 6, 10), the ledgers (9).
     for verdict in invariants {
-        let judged = [1, 2, 9].contains(&verdict["invariant"].as_u64().unwrap_or(0));
+        let judged = [1, 2, 3, 6, 9, 10].contains(&verdict["invariant"].as_u64().unwrap_or(0));
         if judged {
             assert_eq!(verdict["verdict"], "held", "{verdict}");
         } else {
@@ -210,6 +212,69 @@ fn a_naive_black_box_target_is_caught_for_real() {
         caught.is_some(),
         "check-then-insert behind a black box, in 5 seeds"
     );
+}
+
+/// The naive target in `mode` (`scenarios/tests/targets/naive.rs`).
+fn naive_in(mode: &str) -> String {
+    format!(
+        "{} --config {{config}} --mode {mode}",
+        env!("CARGO_BIN_EXE_naive-target")
+    )
+}
+
+/// The violations of `invariant` in a run's record.
+fn violations_of(record: &Value, invariant: u64) -> Vec<String> {
+    record["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["invariant"] == invariant)
+        .filter_map(|v| v["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_black_box_target_answering_a_result_no_execution_made_breaks_one_winner() {
+    let (code, record, text) = real_with(
+        "double-click",
+        &["--seed", "7", "--target", &naive_in("made-up-result")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 3);
+    assert!(!found.is_empty(), "{text}");
+    for message in found {
+        assert!(
+            message.contains("is the output of no billed execution"),
+            "{message}"
+        );
+    }
+    assert_eq!(record["invariants"][9]["verdict"], "held", "{text}");
+}
+
+#[test]
+fn a_black_box_target_that_never_finishes_a_job_breaks_liveness() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("one-click.toml");
+    // Settled in 3 s: a job still running then never will be.
+    std::fs::write(
+        &file,
+        "description = \"one click\"\n[timing]\nsettle_ms = 3000\n[[clients]]\nname = \"alice\"\n\
+         actions = [{ action = \"click\", key = \"k\", params = { text = \"hello\" } }]\n",
+    )
+    .expect("writes");
+    let scenario = file.display().to_string();
+    let (code, record, text) = real_with(
+        &scenario,
+        &["--seed", "1", "--target", &naive_in("never-finish")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 10);
+    assert_eq!(found.len(), 1, "{text}");
+    assert!(
+        found[0].contains("still pending at the end, and no provider execution was made"),
+        "{text}"
+    );
+    assert_eq!(record["invariants"][2]["verdict"], "held", "{text}");
 }
 
 #[test]

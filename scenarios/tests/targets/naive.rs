@@ -12,7 +12,14 @@
 //! it, in the background, with the provider's idempotency key and the
 //! job's id in the request.
 //!
-//! Run: `naive-target --config FILE` (the file idem real writes).
+//! Two more mistakes, each behind a flag, for the invariants judged from
+//! the jobs read back at the end: `--mode made-up-result` answers a
+//! succeeded job with a result no provider execution produced (invariant
+//! 3, one winner), and `--mode never-finish` never runs a job, which stays
+//! `running` forever (invariant 10, liveness).
+//!
+//! Run: `naive-target --config FILE [--mode made-up-result|never-finish]`
+//! (the file idem real writes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,9 +46,20 @@ struct Config {
     models: BTreeMap<String, String>,
 }
 
+/// Which mistakes the service makes besides check-then-insert.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Plain,
+    /// A succeeded job's result is made up, not the provider's output.
+    MadeUpResult,
+    /// Jobs are never run.
+    NeverFinish,
+}
+
 struct Service {
     config: Config,
     pool: PgPool,
+    mode: Mode,
 }
 
 type Shared = Arc<Service>;
@@ -126,7 +144,9 @@ async fn create(State(service): State<Shared>, headers: HeaderMap, body: Json<Va
         return problem(StatusCode::SERVICE_UNAVAILABLE, "database unavailable");
     };
     let id: uuid::Uuid = row.get("id");
-    tokio::spawn(execute(Arc::clone(&service), id, body.0));
+    if service.mode != Mode::NeverFinish {
+        tokio::spawn(execute(Arc::clone(&service), id, body.0));
+    }
     (StatusCode::CREATED, Json(job_json(&row))).into_response()
 }
 
@@ -162,6 +182,9 @@ async fn execute(service: Shared, id: uuid::Uuid, request: Value) {
         None => None,
     };
     let (state, result) = match answer {
+        Some(_) if service.mode == Mode::MadeUpResult => {
+            ("succeeded", Some(json!({"summary": "made up"})))
+        }
         Some(content) => ("succeeded", Some(content)),
         None => ("failed", None),
     };
@@ -228,15 +251,24 @@ async fn migrate(pool: &PgPool) -> Result<(), sqlx::Error> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = match args.as_slice() {
-        [_, flag, path] if flag == "--config" => path.clone(),
-        _ => return Err("usage: naive-target --config FILE".into()),
+    let usage = "usage: naive-target --config FILE [--mode made-up-result|never-finish]";
+    let (path, mode) = match args.as_slice() {
+        [_, flag, path] if flag == "--config" => (path.clone(), Mode::Plain),
+        [_, flag, path, mode_flag, mode] if flag == "--config" && mode_flag == "--mode" => {
+            let mode = match mode.as_str() {
+                "made-up-result" => Mode::MadeUpResult,
+                "never-finish" => Mode::NeverFinish,
+                _ => return Err(usage.into()),
+            };
+            (path.clone(), mode)
+        }
+        _ => return Err(usage.into()),
     };
     let config: Config = serde_json::from_slice(&std::fs::read(&path)?)?;
     let pool = PgPool::connect(&config.database_url).await?;
     migrate(&pool).await?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
-    let service = Arc::new(Service { config, pool });
+    let service = Arc::new(Service { config, pool, mode });
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/jobs", post(create))

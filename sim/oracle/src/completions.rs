@@ -645,7 +645,7 @@ fn race_text(loser: &Loser) -> String {
 /// Whether `needle` is `haystack` or one of its parts, compared as
 /// canonical JSON. Bare numbers, booleans and nulls are not searched for
 /// inside: they coincide too easily to prove anything.
-fn contains_value(haystack: &Value, needle: &Value, depth_left: usize) -> bool {
+pub(super) fn contains_value(haystack: &Value, needle: &Value, depth_left: usize) -> bool {
     if fingerprint(haystack) == fingerprint(needle) {
         return true;
     }

@@ -23,6 +23,8 @@
 //! - [`effects`]: 9 side effects (billed work, and executions at once),
 //!   10 liveness.
 //! - [`waits`]: 12 waits in true time (clock faults).
+//! - [`read_back`]: 3, 6 and 10 for a service judged from outside, from
+//!   its jobs read back through its API at the end ([`judge_read_backs`]).
 //! - `windows`: the race windows ([`Window`]) and their counts.
 //! - [`findings`]: the bounded list of violations being collected.
 //!
@@ -35,6 +37,7 @@ mod effects;
 mod findings;
 mod index;
 mod intents;
+mod read_back;
 mod replay;
 pub mod trace;
 mod waits;
@@ -50,6 +53,7 @@ use idem_model::loops::ReconcilerConfig;
 use idem_model::policy::Policy;
 
 use crate::trace::Trace;
+pub use read_back::{ReadAnswer, ReadBack, judge_read_backs};
 pub use windows::Window;
 
 /// The invariants, numbered as in docs/MODEL.md; the twelfth says that
