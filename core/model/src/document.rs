@@ -50,6 +50,18 @@ impl Document {
         }
     }
 
+    /// The document `text` is, with `value` as serde_json's reading of it
+    /// (see [`Document::with_value`]). The text is parsed a second time,
+    /// strictly, only when one of its numbers could be rounded by the
+    /// reading: a store reads every job row, and nearly none has such a
+    /// number.
+    pub fn with_value_of_text(value: Value, text: &[u8]) -> Result<Self, JsonError> {
+        if !may_round(text) {
+            return Ok(Document::from(value));
+        }
+        crate::json::parse(text).map(|exact| Document::with_value(value, exact))
+    }
+
     /// The exact document, read as serde_json reads it.
     pub fn from_json(exact: Json) -> Self {
         Document::with_value(exact.to_value(), exact)
@@ -122,6 +134,53 @@ impl<'de> Deserialize<'de> for Document {
     }
 }
 
+/// Whether a number in the JSON `text` could be one that serde_json's
+/// `Value` does not hold exactly. serde_json (without its
+/// `float_roundtrip` feature) reads a number exactly on its fast path, a
+/// significand below 2^53 scaled by a power of ten of at most 22, and may
+/// be an ulp off elsewhere; and a decimal of at most 15 digits comes back
+/// from its nearest `f64` with the same digits. So a number of at most 15
+/// digits (leading zeros counted) with an exponent of at most 7 is held
+/// exactly: its power of ten is at most 7 + 15 = 22. Digits inside strings
+/// are not numbers.
+fn may_round(text: &[u8]) -> bool {
+    /// The largest exponent written after `e` that keeps the number on
+    /// the fast path (see above).
+    const EXPONENT_SAFE_MAX: u32 = 7;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut digits = 0u32;
+    let mut exponent = 0u32;
+    let mut in_exponent = false;
+    for &byte in text {
+        if in_string {
+            (in_string, escaped) = match (escaped, byte) {
+                (true, _) => (true, false),
+                (false, b'\\') => (true, true),
+                (false, b'"') => (false, false),
+                (false, _) => (true, false),
+            };
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'e' | b'E' => in_exponent = true,
+            b'0'..=b'9' if in_exponent => {
+                exponent = exponent
+                    .saturating_mul(10)
+                    .saturating_add(u32::from(byte - b'0'));
+            }
+            b'0'..=b'9' => digits += 1,
+            b'.' | b'-' | b'+' => {}
+            _ => (digits, exponent, in_exponent) = (0, 0, false),
+        }
+        if digits > 15 || exponent > EXPONENT_SAFE_MAX {
+            return true;
+        }
+    }
+    false
+}
+
 /// Serializes a [`Json`] node: every number serde_json's `Value` holds
 /// exactly as that `Value` is serialized, the rest exactly.
 struct Exactly<'a>(&'a Json);
@@ -171,6 +230,54 @@ mod tests {
 
     fn exact(text: &str) -> Document {
         Document::parse(text.as_bytes()).expect("valid JSON")
+    }
+
+    #[test]
+    fn only_numbers_that_could_round_are_parsed_again() {
+        for (text, could) in [
+            (
+                r#"{"a":1,"b":[1.5,-2,0.001],"c":"x","d":true,"e":null}"#,
+                false,
+            ),
+            (
+                r#"{"s":"18446744073709551617 in a string \" 1234567890123456789"}"#,
+                false,
+            ),
+            ("123456789012345", false),
+            ("1234567890123456", true),
+            ("18446744073709551617", true),
+            ("1e300", true),
+            ("875959995136999e99", true),
+            ("1.5e-7", false),
+            (r#"[0.000000000000000000001, 1e-310]"#, true),
+        ] {
+            assert_eq!(may_round(text.as_bytes()), could, "{text}");
+            let value: Value = serde_json::from_str(text).expect("JSON");
+            let read = Document::with_value_of_text(value, text.as_bytes()).expect("JSON");
+            assert_eq!(read, exact(text), "{text}");
+        }
+    }
+
+    /// The premise of [`may_round`]: a number it passes is held exactly by
+    /// a `Value`.
+    #[test]
+    fn numbers_may_round_passes_are_held_by_a_value() {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let digits = (state >> 11) % 1_000_000_000_000_000;
+            let exponent = i64::try_from((state >> 3) % 41).unwrap_or(0) - 20;
+            let text = format!("[{digits}e{exponent}, -{digits}e{exponent}]");
+            let shifted = format!("[0.{digits:015}, {digits}.5]");
+            for text in [text, shifted] {
+                if !may_round(text.as_bytes()) {
+                    let document = exact(&text);
+                    assert!(!document.is_rounded_in_value(), "{text}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -42,8 +42,8 @@ pub const BODY_LIMIT_BYTES_DEFAULT: usize = 64 * 1024;
 /// How long a request body may take to arrive, by default.
 pub const BODY_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// The most header fields, and header bytes (names, values and the target),
-/// a request may have; past them it gets a 431 problem. hyper's own limits
-/// sit above these, as a backstop.
+/// a request may have; past them it gets a 431 problem. hyper's own limit
+/// on fields is its default, the same 100 (see `serve`).
 pub const HEADERS_MAX: usize = 100;
 pub const HEADER_BYTES_MAX: usize = 16 * 1024;
 
@@ -55,7 +55,9 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// What every handler can reach.
 #[derive(Clone, Debug)]
 pub struct AppState {
-    pub engine: Engine,
+    /// Shared, not cloned: axum clones the state for every request, and
+    /// an engine holds its provider table and policy by value.
+    pub engine: Arc<Engine>,
     pub auth: Arc<Auth>,
     pub body_limit_bytes: usize,
     /// How long a request body may take to arrive before the answer is 408.
@@ -82,7 +84,7 @@ pub struct AppState {
 impl AppState {
     pub fn new(engine: Engine, auth: Auth) -> Self {
         Self {
-            engine,
+            engine: Arc::new(engine),
             auth: Arc::new(auth),
             body_limit_bytes: BODY_LIMIT_BYTES_DEFAULT,
             body_read_timeout_ms: BODY_READ_TIMEOUT_MS_DEFAULT,

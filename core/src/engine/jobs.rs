@@ -1,5 +1,7 @@
 //! Creating a job for an (owner, key), or replaying it.
 
+use std::collections::BTreeMap;
+
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::fingerprint::Canonical;
@@ -85,13 +87,7 @@ impl Engine {
         request: JobRequest,
         params: Option<&Json>,
     ) -> NewJob {
-        let mut body = Json::from_value(
-            &serde_json::to_value(&request).expect("a JobRequest always serializes"),
-        );
-        if let (Some(params), Json::Object(members)) = (params, &mut body) {
-            members.insert("params".to_owned(), params.clone());
-        }
-        let canonical = Canonical::from_json(&body);
+        let canonical = Canonical::from_json(&request_body(&request, params));
         NewJob {
             id: self.ids.job_id(),
             owner_id: owner.clone(),
@@ -164,4 +160,50 @@ fn check_fallbacks(request: &JobRequest) -> Result<(), EngineError> {
         }
     }
     Ok(())
+}
+
+/// The request as the JSON object serde writes for it, with `params`
+/// exactly as written when given. Built member by member, not through
+/// `serde_json::to_value` and back: every create pays for it. The
+/// destructuring names every field, so a new one cannot be left out of the
+/// fingerprint unnoticed (a test compares this with serde's form).
+fn request_body(request: &JobRequest, params: Option<&Json>) -> Json {
+    let JobRequest {
+        provider,
+        fallbacks,
+        params: params_value,
+    } = request;
+    let fallbacks = fallbacks.iter().cloned().map(Json::String).collect();
+    let params = params
+        .cloned()
+        .unwrap_or_else(|| Json::from_value(params_value));
+    Json::Object(BTreeMap::from([
+        ("fallbacks".to_owned(), Json::Array(fallbacks)),
+        ("params".to_owned(), params),
+        ("provider".to_owned(), Json::String(provider.clone())),
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_request_body_is_serdes_form_of_the_request() {
+        let request = JobRequest {
+            provider: "primary".to_owned(),
+            fallbacks: vec!["backup".to_owned(), "b\"2".to_owned()],
+            params: json!({"text": "x", "n": [1, 2.5, {"deep": null}]}),
+        };
+        let serde = Json::from_value(&serde_json::to_value(&request).expect("serializes"));
+        assert_eq!(request_body(&request, None), serde);
+        let exact = crate::json::parse(br#"{"n":18446744073709551617}"#).expect("JSON");
+        let Json::Object(mut members) = serde else {
+            panic!("a request is an object");
+        };
+        members.insert("params".to_owned(), exact.clone());
+        assert_eq!(request_body(&request, Some(&exact)), Json::Object(members));
+    }
 }

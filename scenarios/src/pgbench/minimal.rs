@@ -359,8 +359,8 @@ fn json_response(status: StatusCode, body: Vec<u8>, content_type: &'static str) 
     response
 }
 
-/// A new job's time-ordered id, as idem's `UuidV7Ids` makes it: the bench
-/// measures a real service, whose ids are not seeded.
+/// A new job's time-ordered id, as a plain service makes it (uuid's own
+/// v7): the bench measures a real service, whose ids are not seeded.
 #[allow(clippy::disallowed_methods)]
 fn job_id() -> Uuid {
     Uuid::now_v7()

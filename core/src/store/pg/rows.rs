@@ -227,9 +227,9 @@ fn document_column(row: &PgRow, column: &str) -> Result<Option<Document>, StoreE
         PgValueFormat::Binary => bytes.get(1..).unwrap_or_default(),
         PgValueFormat::Text => bytes,
     };
-    let exact = crate::json::parse(text)
-        .map_err(|e| StoreError::Corrupt(format!("the {column} column: {e}")))?;
-    Ok(Some(Document::with_value(value, exact)))
+    Document::with_value_of_text(value, text)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(format!("the {column} column: {e}")))
 }
 
 pub(super) fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
