@@ -104,6 +104,10 @@ impl RunPage<'_> {
             divergence: compared
                 .as_ref()
                 .and_then(|(n, a, other)| neighbour::divergence(n, a, &trace, other)),
+            decisive: self
+                .likelihood
+                .and_then(|l| l.decisive.as_ref())
+                .map(|d| (d.t_ms, d.words.clone())),
         };
         let view = RunView {
             r: record,

@@ -174,12 +174,14 @@ mod tests {
         let overlay = Overlay {
             evidence: [8].into_iter().collect(),
             divergence: Some((3000, "diverges".to_owned())),
+            decisive: Some((2105, "the provider answered late".to_owned())),
         };
         let svg = timeline.to_svg(&overlay);
         assert_eq!(svg.matches("class=\"lane-label\"").count(), hosts().len());
         assert!(svg.contains("state-unknown"));
         assert!(svg.matches(" ev\"").count() >= 1, "evidence is marked");
         assert!(svg.contains("class=\"diverge\""));
+        assert!(svg.contains("decisive: the provider answered late"));
         assert!(!svg.contains("http://") && !svg.contains("https://"));
     }
 

@@ -182,4 +182,6 @@ pub struct Overlay {
     pub evidence: BTreeSet<u64>,
     /// The first divergence from the compared run, and what to call it.
     pub divergence: Option<(u64, String)>,
+    /// The decision `idem explain` found decisive, and its words.
+    pub decisive: Option<(u64, String)>,
 }

@@ -89,7 +89,8 @@ struct SvgView<'a> {
     attempts: Vec<BarView<'a>>,
     arrows: Vec<ArrowView<'a>>,
     marks: Vec<MarkView<'a>>,
-    divergence: Option<DivergenceView<'a>>,
+    divergence: Option<LineView<'a>>,
+    decisive: Option<LineView<'a>>,
 }
 
 impl Timeline {
@@ -130,7 +131,8 @@ impl Timeline {
             attempts: self.attempts.iter().map(|b| self.bar_view(&g, b)).collect(),
             arrows: self.arrow_views(&g),
             marks: self.mark_views(&g),
-            divergence: divergence_view(&g, overlay),
+            divergence: line_view(&g, overlay.divergence.as_ref()),
+            decisive: line_view(&g, overlay.decisive.as_ref()),
         };
         template::render("timeline.svg", view)
     }
@@ -452,22 +454,20 @@ impl Timeline {
     }
 }
 
-/// The line where the run parts from the run it is compared with.
+/// A labelled line across every lane at one time: where the run parts
+/// from the run it is compared with, or the decisive decision.
 #[derive(Serialize)]
-struct DivergenceView<'a> {
+struct LineView<'a> {
     label: &'a str,
     at: At,
 }
 
-fn divergence_view<'a>(g: &Geometry<'_>, overlay: &'a Overlay) -> Option<DivergenceView<'a>> {
-    overlay
-        .divergence
-        .as_ref()
-        .map(|(t, label)| DivergenceView {
-            label,
-            at: At {
-                t_ms: *t,
-                x: g.x(*t),
-            },
-        })
+fn line_view<'a>(g: &Geometry<'_>, line: Option<&'a (u64, String)>) -> Option<LineView<'a>> {
+    line.map(|(t, label)| LineView {
+        label,
+        at: At {
+            t_ms: *t,
+            x: g.x(*t),
+        },
+    })
 }

@@ -295,6 +295,11 @@ fn an_explained_run_page_shows_its_likelihood_band() -> Result<(), Box<dyn std::
         .find(r#"<h2 id="why">Why it failed</h2>"#)
         .ok_or("the likelihood section")?;
     assert!(timeline < why, "the band comes under the timeline");
+    assert!(
+        dom[timeline..why].contains(r#"class="decisive""#)
+            && dom[timeline..why].contains("decisive: "),
+        "the decisive decision is drawn across the timeline, named"
+    );
     let section = &dom[why..];
     assert!(section.contains("<svg"), "the band is drawn");
     assert!(
