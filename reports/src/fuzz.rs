@@ -1,9 +1,10 @@
 //! A fuzz run's summary: what `idem fuzz --json` writes and `idem merge`
 //! reads back. Every aggregate (totals, fault kinds, race windows, failures
-//! by signature) is computed from the runs and the failures by one
-//! constructor, [`FuzzSummary::new`], so that merging the summaries of
-//! shards (their runs concatenated) gives exactly the summary the unsharded
-//! run gives.
+//! by signature) is added up run by run in a [`FuzzTally`], which keeps no
+//! record of a run unless asked to (`idem fuzz --keep-runs`), so that a
+//! million-world run fits in memory. Every aggregate is a sum over runs
+//! (a failure's seeds are its lowest ones), so merging the summaries of
+//! shards adds them up into exactly the summary the unsharded run gives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -129,10 +130,14 @@ pub struct FuzzSummary {
     /// Race windows over every run (reported, not gated: a fuzz run has no
     /// window it exists to reach).
     pub coverage: SweepCoverage,
-    /// One per signature, by first seed.
+    /// One per signature, by first seed: its first seed's world in full
+    /// (shrunk, kept, how to reproduce it), its other runs counted, and at
+    /// most [`SEEDS_PER_FAILURE_MAX`] of its seeds listed.
     pub failures: Vec<FuzzFailure>,
-    /// Every run, by seed.
-    pub runs: Vec<FuzzRun>,
+    /// Every run, by seed: only with `idem fuzz --keep-runs` (absent by
+    /// default, so that memory and the file grow with failures, not runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<Vec<FuzzRun>>,
     pub build: BuildStamp,
 }
 
@@ -151,39 +156,17 @@ pub struct FuzzHeader {
 }
 
 impl FuzzSummary {
-    /// Aggregates `runs`; `failures` holds one entry per signature (its
-    /// `runs` and `seeds` are recomputed here; entries no run shows are
-    /// dropped).
+    /// Aggregates `runs` and keeps them; `failures` holds one entry per
+    /// signature (its `runs` and `seeds` are recomputed here; entries no
+    /// run shows are dropped).
     pub fn new(header: FuzzHeader, mut runs: Vec<FuzzRun>, failures: Vec<FuzzFailure>) -> Self {
         runs.sort_by_key(|r| r.seed);
         runs.dedup_by_key(|r| r.seed);
-        let mut tally = Tally::new(&header.fault_kinds);
-        for run in &runs {
+        let mut tally = FuzzTally::new(&header.fault_kinds, true);
+        for run in runs {
             tally.add(run);
         }
-        let failures = tally.failures(failures);
-        let mut totals = tally.totals;
-        totals.signatures = failures.len() as u64;
-        let passed = totals.failed == 0 && totals.errors == 0;
-        Self {
-            schema: crate::schema::SCHEMA_VERSION,
-            kind: FUZZ_KIND.to_owned(),
-            design: header.design,
-            seeds: header.seeds,
-            time_budget_s: header.time_budget_s,
-            shard: header.shard,
-            verdict: if passed {
-                SweepVerdict::Pass
-            } else {
-                SweepVerdict::Fail
-            },
-            totals,
-            fault_kinds: in_order(tally.kinds, &header.fault_kinds, |_| None),
-            coverage: coverage(tally.windows, &header.windows),
-            failures,
-            runs,
-            build: header.build,
-        }
+        tally.finish(header, failures)
     }
 
     pub fn passed(&self) -> bool {
@@ -228,13 +211,13 @@ impl FuzzSummary {
                 .collect(),
             build: first.build.clone(),
         };
-        let mut runs = Vec::new();
+        let keep_runs = parts.iter().all(|p| p.runs.is_some());
+        let mut tally = FuzzTally::new(&header.fault_kinds, keep_runs);
         let mut failures = Vec::new();
         for part in parts {
-            runs.extend(part.runs);
-            failures.extend(part.failures);
+            failures.extend(tally.absorb(part));
         }
-        Ok(FuzzSummary::new(header, runs, failures))
+        Ok(tally.finish(header, failures))
     }
 
     /// Pretty JSON, newline-terminated.
@@ -269,7 +252,10 @@ impl FuzzSummary {
             reached.join(", ")
         );
         if !self.failures.is_empty() {
-            let _ = writeln!(out, "failures by signature:");
+            let _ = writeln!(
+                out,
+                "failures by signature (each one's first seed shrunk and kept, its other runs counted):"
+            );
             for f in &self.failures {
                 failure_text(&mut out, f);
             }
@@ -337,17 +323,25 @@ fn failure_text(out: &mut String, f: &FuzzFailure) {
     let _ = writeln!(out, "    reproduce with: {}", f.reproduce);
 }
 
-/// The aggregates of the runs seen so far.
-struct Tally<'a> {
+/// A fuzz run summed up run by run: counts, fault kinds, race windows and,
+/// per failure signature, its runs and lowest seeds; never a record per run
+/// unless it was made to keep them.
+#[derive(Debug)]
+pub struct FuzzTally {
     totals: FuzzTotals,
     kinds: BTreeMap<String, FaultKindTally>,
     windows: BTreeMap<String, WindowTally>,
-    /// Per signature: runs showing it, and their lowest seeds.
-    by_signature: BTreeMap<&'a str, (u64, Vec<u64>)>,
+    /// Per signature: runs showing it, and their lowest seeds, ascending.
+    by_signature: BTreeMap<String, (u64, Vec<u64>)>,
+    /// One past the highest seed added.
+    seeds_end: Option<u64>,
+    runs: Option<Vec<FuzzRun>>,
 }
 
-impl<'a> Tally<'a> {
-    fn new(fault_kinds: &[String]) -> Self {
+impl FuzzTally {
+    /// No run yet; `fault_kinds` every kind, in table order; with
+    /// `keep_runs` every run is kept for the summary's `runs`.
+    pub fn new(fault_kinds: &[String], keep_runs: bool) -> Self {
         let mut kinds = BTreeMap::new();
         for kind in fault_kinds {
             kind_tally(&mut kinds, kind);
@@ -357,10 +351,18 @@ impl<'a> Tally<'a> {
             kinds,
             windows: BTreeMap::new(),
             by_signature: BTreeMap::new(),
+            seeds_end: None,
+            runs: keep_runs.then(Vec::new),
         }
     }
 
-    fn add(&mut self, run: &'a FuzzRun) {
+    /// One past the highest seed added, if any was.
+    pub fn seeds_end(&self) -> Option<u64> {
+        self.seeds_end
+    }
+
+    /// Counts `run` (runs may come in any order, each seed once).
+    pub fn add(&mut self, run: FuzzRun) {
         self.totals.runs += 1;
         match run.verdict {
             RunVerdict::Pass => self.totals.passed += 1,
@@ -374,24 +376,90 @@ impl<'a> Tally<'a> {
             kind_tally(&mut self.kinds, kind).exercised += 1;
         }
         for (window, count) in run.windows.iter().filter(|(_, c)| **c > 0) {
-            let tally = self
-                .windows
-                .entry(window.clone())
-                .or_insert_with(|| WindowTally {
-                    window: window.clone(),
-                    ..WindowTally::default()
-                });
+            let tally = window_tally(&mut self.windows, window);
             // One run, one seed.
             tally.seeds += 1;
             tally.runs += 1;
             tally.total += u64::from(*count);
         }
         if let Some(signature) = &run.signature {
-            let entry = self.by_signature.entry(signature).or_default();
-            entry.0 += 1;
-            if entry.1.len() < SEEDS_PER_FAILURE_MAX {
-                entry.1.push(run.seed);
+            self.add_failing(signature, 1, &[run.seed]);
+        }
+        self.seeds_end = self.seeds_end.max(Some(run.seed.saturating_add(1)));
+        if let Some(runs) = &mut self.runs {
+            runs.push(run);
+        }
+    }
+
+    /// `count` more runs of `signature`, among them `seeds`.
+    fn add_failing(&mut self, signature: &str, count: u64, seeds: &[u64]) {
+        let (runs, lowest) = self.by_signature.entry(signature.to_owned()).or_default();
+        *runs += count;
+        lowest.extend_from_slice(seeds);
+        lowest.sort_unstable();
+        lowest.dedup();
+        lowest.truncate(SEEDS_PER_FAILURE_MAX);
+    }
+
+    /// Adds the aggregates of `part`, a shard of the run (its seeds
+    /// disjoint from every other part's), and gives its failures back.
+    fn absorb(&mut self, part: FuzzSummary) -> Vec<FuzzFailure> {
+        let t = part.totals;
+        self.totals.runs += t.runs;
+        self.totals.passed += t.passed;
+        self.totals.failed += t.failed;
+        self.totals.errors += t.errors;
+        for k in &part.fault_kinds {
+            let tally = kind_tally(&mut self.kinds, &k.kind);
+            tally.generated += k.generated;
+            tally.exercised += k.exercised;
+        }
+        for w in &part.coverage.windows {
+            let tally = window_tally(&mut self.windows, &w.window);
+            tally.seeds += w.seeds;
+            tally.runs += w.runs;
+            tally.total += w.total;
+        }
+        for f in &part.failures {
+            self.add_failing(&f.signature, f.runs, &f.seeds);
+        }
+        match (&mut self.runs, part.runs) {
+            (Some(runs), Some(more)) => {
+                runs.extend(more);
+                runs.sort_by_key(|r| r.seed);
             }
+            (Some(_), None) => self.runs = None,
+            (None, _) => {}
+        }
+        part.failures
+    }
+
+    /// The summary: `header` says what was fuzzed, `failures` holds one
+    /// entry per signature (its `runs` and `seeds` are filled in here;
+    /// entries no run showed are dropped).
+    pub fn finish(self, header: FuzzHeader, failures: Vec<FuzzFailure>) -> FuzzSummary {
+        let failures = self.failures(failures);
+        let mut totals = self.totals;
+        totals.signatures = failures.len() as u64;
+        let passed = totals.failed == 0 && totals.errors == 0;
+        FuzzSummary {
+            schema: crate::schema::SCHEMA_VERSION,
+            kind: FUZZ_KIND.to_owned(),
+            design: header.design,
+            seeds: header.seeds,
+            time_budget_s: header.time_budget_s,
+            shard: header.shard,
+            verdict: if passed {
+                SweepVerdict::Pass
+            } else {
+                SweepVerdict::Fail
+            },
+            totals,
+            fault_kinds: in_order(self.kinds, &header.fault_kinds, |_| None),
+            coverage: coverage(self.windows, &header.windows),
+            failures,
+            runs: self.runs,
+            build: header.build,
         }
     }
 
@@ -411,6 +479,19 @@ impl<'a> Tally<'a> {
         failures.dedup_by(|a, b| a.signature == b.signature);
         failures
     }
+}
+
+/// The tally of `window`, made at zero if it has none yet.
+fn window_tally<'a>(
+    windows: &'a mut BTreeMap<String, WindowTally>,
+    window: &str,
+) -> &'a mut WindowTally {
+    windows
+        .entry(window.to_owned())
+        .or_insert_with(|| WindowTally {
+            window: window.to_owned(),
+            ..WindowTally::default()
+        })
 }
 
 /// The tally of `kind`, made at zero if it has none yet.
@@ -564,6 +645,14 @@ mod tests {
         };
         let merged = FuzzSummary::merge(vec![shard(1), shard(0)]).expect("shards of one run");
         assert_eq!(merged.to_json(), whole.to_json());
+        let without_runs = |mut s: FuzzSummary| {
+            s.runs = None;
+            s
+        };
+        let merged = FuzzSummary::merge(vec![without_runs(shard(1)), without_runs(shard(0))])
+            .expect("shards of one run");
+        assert_eq!(merged.to_json(), without_runs(whole.clone()).to_json());
+        assert!(!merged.to_json().contains("\"runs\": ["));
         assert!(FuzzSummary::merge(vec![shard(1)]).is_err());
         assert!(FuzzSummary::merge(vec![shard(1), shard(1)]).is_err());
     }

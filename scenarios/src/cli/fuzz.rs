@@ -60,6 +60,11 @@ pub struct FuzzArgs {
     /// `--design`).
     #[arg(long, value_name = "EXPLAIN.json")]
     pub direct: Option<PathBuf>,
+    /// Also list every run (seed, verdict, trace hash, fault kinds, race
+    /// windows) in the JSON's `runs`; by default it holds aggregates and
+    /// failures only, so memory grows with failures, not with runs.
+    #[arg(long)]
+    pub keep_runs: bool,
 }
 
 /// A wall-time budget: `90s`, `30m`, `2h`, or seconds.
@@ -110,6 +115,7 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
         jobs: args.jobs,
         bias,
         directed_by: args.direct.as_ref().map(|p| p.display().to_string()),
+        keep_runs: args.keep_runs,
     };
     let fuzzed = fuzz(&plan).map_err(|e| match e {
         FuzzError::NoSeeds { .. } => CliError::Usage(e.to_string()),
@@ -121,7 +127,7 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
         crate::output::write(path, summary.to_json())?;
     }
     emit(&summary.to_text());
-    let total = summary.runs.len();
+    let total = summary.totals.runs;
     eprintln!(
         "{total} runs on {} threads in {:.1} s ({:.1} runs/s), shrinking and writing in {:.1} s more",
         fuzzed.threads,

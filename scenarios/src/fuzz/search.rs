@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_core::design::Design;
-use idem_reports::fuzz::{FuzzHeader, FuzzRun};
+use idem_reports::fuzz::{FuzzHeader, FuzzRun, FuzzTally};
 use idem_reports::sweep::{SeedRange, Shard as ReportShard};
 use idem_reports::{FuzzSummary, RunVerdict};
 
@@ -51,6 +51,9 @@ pub struct FuzzPlan {
     /// file that said so, for the found-by line.
     pub bias: Bias,
     pub directed_by: Option<String>,
+    /// Keep every run's line for the summary's `runs` (memory then grows
+    /// with the runs, not only with the failures).
+    pub keep_runs: bool,
 }
 
 /// Why a fuzz run could not finish.
@@ -88,7 +91,7 @@ pub fn fuzz(plan: &FuzzPlan) -> Result<Fuzzed, FuzzError> {
     }
     let runner = Runner::new(plan.jobs);
     let threads = runner.jobs();
-    let (ran, searched) = run_seeds(plan, runner);
+    let (searched_seeds, searched) = run_seeds(plan, runner);
     let shrinking = ShrinkPlan {
         design: plan.design,
         shrink_runs: plan.shrink_runs,
@@ -96,9 +99,11 @@ pub fn fuzz(plan: &FuzzPlan) -> Result<Fuzzed, FuzzError> {
         found_by: &found_by(plan),
         bias: &plan.bias,
     };
-    let (failures, shrunk) = shrink_all(firsts(&ran), &shrinking, Runner::new(plan.jobs))?;
-    let runs: Vec<FuzzRun> = ran.into_iter().map(|(run, _)| run).collect();
-    let summary = FuzzSummary::new(header(plan, &runs), runs, failures);
+    let Searched { tally, firsts } = searched_seeds;
+    let firsts = firsts.into_values().collect();
+    let (failures, shrunk) = shrink_all(firsts, &shrinking, Runner::new(plan.jobs))?;
+    let header = header(plan, tally.seeds_end());
+    let summary: FuzzSummary = tally.finish(header, failures);
     Ok(Fuzzed {
         summary,
         threads,
@@ -107,24 +112,30 @@ pub fn fuzz(plan: &FuzzPlan) -> Result<Fuzzed, FuzzError> {
     })
 }
 
-/// Each signature's failure with the lowest seed.
-fn firsts(ran: &[Ran]) -> Vec<Failed> {
-    let mut first_of: BTreeMap<Signature, Failed> = BTreeMap::new();
-    for failed in ran.iter().filter_map(|(_, failed)| failed.as_ref()) {
-        first_of
-            .entry(failed.signature.clone())
-            .and_modify(|known| {
-                if failed.seed < known.seed {
-                    *known = failed.clone();
+/// What the search keeps: the aggregates, and each signature's failure
+/// with the lowest seed (the one shrunk), so memory grows with distinct
+/// failures, not with runs.
+struct Searched {
+    tally: FuzzTally,
+    firsts: BTreeMap<Signature, Failed>,
+}
+
+impl Searched {
+    fn add(&mut self, (run, failed): Ran) {
+        if let Some(failed) = failed {
+            match self.firsts.get(&failed.signature) {
+                Some(known) if known.seed <= failed.seed => {}
+                _ => {
+                    self.firsts.insert(failed.signature.clone(), failed);
                 }
-            })
-            .or_insert_with(|| failed.clone());
+            }
+        }
+        self.tally.add(run);
     }
-    first_of.into_values().collect()
 }
 
 /// The summary's header: what was fuzzed, by which build.
-fn header(plan: &FuzzPlan, runs: &[FuzzRun]) -> FuzzHeader {
+fn header(plan: &FuzzPlan, seeds_end: Option<u64>) -> FuzzHeader {
     let (seeds, time_budget_s) = match plan.seeds {
         SeedPlan::Range(range) => (
             SeedRange {
@@ -136,7 +147,7 @@ fn header(plan: &FuzzPlan, runs: &[FuzzRun]) -> FuzzHeader {
         SeedPlan::Timed { start, budget } => (
             SeedRange {
                 start,
-                end: runs.iter().map(|r| r.seed + 1).max().unwrap_or(start),
+                end: seeds_end.unwrap_or(start),
             },
             Some(budget.as_secs()),
         ),
@@ -149,13 +160,18 @@ fn header(plan: &FuzzPlan, runs: &[FuzzRun]) -> FuzzHeader {
             index: plan.shard.index,
             count: plan.shard.count,
         },
-        fault_kinds: FAULT_KINDS
-            .iter()
-            .map(|k| k.kind.name().to_owned())
-            .collect(),
+        fault_kinds: fault_kinds(),
         windows: all_windows(),
         build: build(),
     }
+}
+
+/// Every fault kind the generator knows, in its table's order.
+fn fault_kinds() -> Vec<String> {
+    FAULT_KINDS
+        .iter()
+        .map(|k| k.kind.name().to_owned())
+        .collect()
 }
 
 /// The command that found a failure, for file headers.
@@ -184,8 +200,8 @@ fn found_by(plan: &FuzzPlan) -> String {
 /// One seed's run, reduced: the summary's line, and the failure, if any.
 type Ran = (FuzzRun, Option<Failed>);
 
-/// Runs the plan's seeds; the results come back by seed.
-fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Vec<Ran>, Duration) {
+/// Runs the plan's seeds; the results come back by seed and are added up.
+fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Searched, Duration) {
     let (count, seed_at): (usize, Box<dyn Fn(usize) -> u64 + Sync>) = match plan.seeds {
         SeedPlan::Range(range) => {
             let list = range.shard(plan.shard);
@@ -210,17 +226,20 @@ fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Vec<Ran>, Duration) {
     };
     let progress = Progress::on_terminal("runs").with_rate();
     progress.message("0 failed");
-    let mut ran = Vec::new();
+    let mut searched = Searched {
+        tally: FuzzTally::new(&fault_kinds(), plan.keep_runs),
+        firsts: BTreeMap::new(),
+    };
     let mut seen = Seen::default();
     let finished = runner.progress(progress).run(
         count,
         |index| run_seed(seed_at(index), plan.design, &plan.bias),
         |_, one, progress| {
             progress.message(seen.add(&one));
-            ran.push(one);
+            searched.add(one);
         },
     );
-    (ran, finished.wall)
+    (searched, finished.wall)
 }
 
 /// What the progress bar tells of the runs so far.

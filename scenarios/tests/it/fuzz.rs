@@ -135,3 +135,43 @@ fn bad_input_exits_2() {
         );
     }
 }
+
+/// The JSON without `--keep-runs` holds aggregates and failures only; with
+/// it, one line per run besides, and every aggregate is the same.
+#[test]
+fn keep_runs_adds_the_run_list_and_changes_no_aggregate() -> Result {
+    let dir = tempfile::tempdir()?;
+    let summary = |name: &str, extra: &[&str]| -> Result<serde_json::Value> {
+        let json = dir.path().join(name);
+        let mut args = vec![
+            "fuzz",
+            "--seeds",
+            LAST_WRITER_WINS_SEEDS,
+            "--design",
+            "last-writer-wins",
+            "--shrink-runs",
+            "8",
+            "--json",
+            json.to_str().ok_or("utf-8 path")?,
+        ];
+        args.extend_from_slice(extra);
+        let output = idem(&args);
+        assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+        Ok(serde_json::from_slice(&std::fs::read(&json)?)?)
+    };
+    let aggregate = summary("aggregate.json", &[])?;
+    let mut kept = summary("kept.json", &["--keep-runs"])?;
+    assert!(aggregate.get("runs").is_none(), "{aggregate}");
+    let runs = kept["runs"].as_array().ok_or("runs")?;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["verdict"], "fail");
+    assert!(
+        !aggregate["failures"]
+            .as_array()
+            .ok_or("failures")?
+            .is_empty()
+    );
+    kept.as_object_mut().ok_or("an object")?.remove("runs");
+    assert_eq!(kept, aggregate);
+    Ok(())
+}
