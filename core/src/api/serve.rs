@@ -31,6 +31,11 @@ pub const HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 pub const WRITE_STALL_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// How long a shutdown waits for requests in flight, by default.
 pub const SHUTDOWN_DRAIN_MS_DEFAULT: u64 = 30_000;
+// hyper's own header-field limit stays at its default, 100, the router's
+// HEADERS_MAX: hyper parses into a stack array at the default, and into a
+// heap allocation per request once a limit is set.
+const _: () = assert!(super::HEADERS_MAX == 100);
+
 /// The longest response head hyper writes on its own that is inspected
 /// for an empty error body.
 const BARE_HEAD_LEN_MAX: usize = 1024;
@@ -88,10 +93,6 @@ where
     L::Addr: std::fmt::Debug,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
-    // hyper's own header-field limit stays at its default, 100, the
-    // router's HEADERS_MAX: hyper parses into a stack array at the
-    // default, and into a heap allocation per request once a limit is set.
-    const _: () = assert!(super::HEADERS_MAX == 100);
     http.timer(crate::timer::HyperTimer)
         .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
         .writev(false)

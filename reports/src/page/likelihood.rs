@@ -47,6 +47,13 @@ pub struct DecisiveMark {
     pub words: String,
 }
 
+impl Likelihood {
+    /// The decisive decision's time and words, for the timeline's line.
+    pub fn decisive_line(&self) -> Option<(u64, String)> {
+        self.decisive.as_ref().map(|d| (d.t_ms, d.words.clone()))
+    }
+}
+
 /// The band, as inline SVG, over `0..=sim_ms`.
 pub fn band_svg(likelihood: &Likelihood, sim_ms: u64) -> Result<String, PlotError> {
     let fail = |e: String| PlotError {

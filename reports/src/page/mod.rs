@@ -106,8 +106,7 @@ impl RunPage<'_> {
                 .and_then(|(n, a, other)| neighbour::divergence(n, a, &trace, other)),
             decisive: self
                 .likelihood
-                .and_then(|l| l.decisive.as_ref())
-                .map(|d| (d.t_ms, d.words.clone())),
+                .and_then(likelihood::Likelihood::decisive_line),
         };
         let view = RunView {
             r: record,
