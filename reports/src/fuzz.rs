@@ -6,7 +6,7 @@
 //! (a failure's seeds are its lowest ones), so merging the summaries of
 //! shards adds them up into exactly the summary the unsharded run gives.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -541,13 +541,6 @@ fn coverage(windows: BTreeMap<String, WindowTally>, order: &[String]) -> SweepCo
         windows,
         never_reached,
     }
-}
-
-/// The fault kinds `runs` exercised, distinct: for progress reports.
-pub fn exercised_kinds(runs: &[FuzzRun]) -> BTreeSet<&str> {
-    runs.iter()
-        .flat_map(|r| r.exercised.iter().map(String::as_str))
-        .collect()
 }
 
 #[cfg(test)]
