@@ -1,11 +1,14 @@
-//! Merging the summaries of a sweep's shards (`--shard i/n`) into the
-//! summary the unsharded sweep writes.
+//! Merging the summaries of a sweep's shards into the summary the
+//! unsharded sweep writes. A sweep is split one of two ways: `--shard i/n`
+//! over one seed range, or adjacent seed ranges (`--seeds 0..N`,
+//! `--seeds N..M`, ...) run as separate sweeps, which is what a machine
+//! room does when the shards are started at different times.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::summary::{
-    ScenarioCoverage, Shard, SweepCoverage, SweepSummary, SweepVerdict, Totals, WindowTally,
-    missing_windows, xor_into,
+    ScenarioCoverage, SeedRange, Shard, SweepCoverage, SweepSummary, SweepVerdict, Totals,
+    WindowTally, missing_windows, xor_into,
 };
 use crate::run::RunRecord;
 use crate::schema::MergeError::{self, Mismatch};
@@ -63,14 +66,34 @@ impl SweepSummary {
     /// (distinct seeds included), and the verdict and the window gate are
     /// judged again on the sums: the result is the summary the unsharded
     /// sweep writes.
-    pub fn merge(parts: Vec<SweepSummary>) -> Result<SweepSummary, MergeError> {
-        let first = parts.first().ok_or(MergeError::Empty)?.clone();
-        check_shards(
-            parts
-                .iter()
-                .map(|p| (p.shard, p.design.as_str(), &p.build))
-                .collect(),
-        )?;
+    ///
+    /// Unsharded sweeps of seed ranges that differ are merged as one sweep
+    /// of their union instead, when the ranges tile it: sorted, each one
+    /// starts where the one before ends.
+    pub fn merge(mut parts: Vec<SweepSummary>) -> Result<SweepSummary, MergeError> {
+        let mut first = parts.first().ok_or(MergeError::Empty)?.clone();
+        if is_seed_ranges(&parts) {
+            parts.sort_by_key(|p| p.seeds.start);
+            first.seeds = tile(&parts)?;
+            check_shards(
+                parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let index = u64::try_from(i).expect("a part count fits in u64");
+                        let count = u64::try_from(parts.len()).expect("a part count fits in u64");
+                        (Shard { index, count }, p.design.as_str(), &p.build)
+                    })
+                    .collect(),
+            )?;
+        } else {
+            check_shards(
+                parts
+                    .iter()
+                    .map(|p| (p.shard, p.design.as_str(), &p.build))
+                    .collect(),
+            )?;
+        }
         for part in &parts {
             check_same_sweep(&first, part)?;
         }
@@ -82,10 +105,43 @@ impl SweepSummary {
     }
 }
 
-/// Checks what [`check_shards`] does not: the same seeds, and the same
-/// kind of sweep (the whole catalogue, gated, or some scenarios).
+/// Whether `parts` are unsharded sweeps of more than one seed range, to
+/// be merged by [`tile`] rather than as `--shard i/n` shards.
+fn is_seed_ranges(parts: &[SweepSummary]) -> bool {
+    let unsharded = parts
+        .iter()
+        .all(|p| p.shard == Shard { index: 0, count: 1 });
+    unsharded && parts.iter().any(|p| p.seeds != parts[0].seeds)
+}
+
+/// The one range that `parts` (sorted by start) tile, or why they do not:
+/// a gap leaves seeds unrun, an overlap would count seeds twice.
+fn tile(parts: &[SweepSummary]) -> Result<SeedRange, MergeError> {
+    let mut whole = parts[0].seeds;
+    for part in &parts[1..] {
+        if part.seeds.start != whole.end {
+            let what = if part.seeds.start < whole.end {
+                "overlap: their common seeds would count twice"
+            } else {
+                "leave a gap: a merge with seeds missing is not the whole run"
+            };
+            return Err(Mismatch(format!(
+                "seed ranges ..{} and {}..{} {what}",
+                whole.end, part.seeds.start, part.seeds.end
+            )));
+        }
+        whole.end = part.seeds.end;
+    }
+    Ok(whole)
+}
+
+/// Checks what [`check_shards`] does not: the same seeds (the merged
+/// range, for seed ranges), and the same kind of sweep (the whole
+/// catalogue, gated, or some scenarios).
 fn check_same_sweep(first: &SweepSummary, part: &SweepSummary) -> Result<(), MergeError> {
-    if part.seeds != first.seeds {
+    let within = first.seeds.start <= part.seeds.start && part.seeds.end <= first.seeds.end;
+    let same = part.seeds == first.seeds || (part.shard.count == 1 && within);
+    if !same {
         return Err(Mismatch(format!(
             "seeds {}..{} and {}..{}: not shards of one sweep",
             first.seeds.start, first.seeds.end, part.seeds.start, part.seeds.end

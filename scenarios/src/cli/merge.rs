@@ -3,7 +3,9 @@
 //! F`), put back together. The merged summary, its exit code and its
 //! window-coverage gate are those of the unsharded run: the shards' seeds
 //! are disjoint, so every count adds up, and the verdict and the gate are
-//! judged again on the sums. Shards of different builds, designs, seed
+//! judged again on the sums. Unsharded sweeps of adjacent seed ranges
+//! merge the same way into the sweep of their union. Shards of different
+//! builds, designs, seed
 //! ranges or shard counts, a shard given twice or a shard missing are
 //! refused (exit 2): a partial merge is not the run it claims to be.
 

@@ -174,6 +174,55 @@ fn a_missing_or_repeated_shard_is_refused() -> Result {
     Ok(())
 }
 
+/// A sweep of the whole catalogue over `seeds`, its JSON summary at `json`.
+fn sweep_range(seeds: &str, design: &str, json: &Path) -> Output {
+    let json = json.to_str().expect("a utf-8 temporary path");
+    let args = [
+        "sweep", "--all", "--seeds", seeds, "--design", design, "--jobs", "1",
+    ];
+    idem(&[&args[..], &["--json", json]].concat())
+}
+
+/// Sweeps of adjacent seed ranges, started apart, merge into the sweep of
+/// their union, byte for byte; ranges with a gap or an overlap are refused.
+#[test]
+fn adjacent_seed_ranges_merge_into_the_sweep_of_their_union() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = |name: &str| dir.path().join(format!("{name}.json"));
+    // A naive design, so that failures and first failing seeds merge too.
+    let design = "check-then-insert";
+    let whole = sweep_range("0..4", design, &path("whole"));
+    for (range, name) in [
+        ("3..4", "c"),
+        ("0..2", "a"),
+        ("2..3", "b"),
+        ("1..3", "overlap"),
+    ] {
+        sweep_range(range, design, &path(name));
+    }
+    let merged = path("merged");
+    let files = [path("c"), path("a"), path("b")].map(|p| p.display().to_string());
+    let merged_arg = merged.to_str().ok_or("utf-8")?;
+    let output = idem(&[
+        "merge", &files[0], &files[1], &files[2], "--json", merged_arg,
+    ]);
+    assert_eq!(
+        output.status.code(),
+        whole.status.code(),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(std::fs::read(&merged)?, std::fs::read(path("whole"))?);
+    let overlap = path("overlap").display().to_string();
+    for refused in [[&files[1], &files[0]], [&files[1], &overlap]] {
+        let output = idem(&["merge", refused[0], refused[1]]);
+        assert_eq!(output.status.code(), Some(2), "{refused:?}");
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("seed ranges"), "{stderr}");
+    }
+    Ok(())
+}
+
 #[test]
 fn the_shard_script_refuses_a_missing_index() -> Result {
     let dir = tempfile::tempdir()?;
