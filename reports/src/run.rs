@@ -69,7 +69,8 @@ pub struct RunRecord {
     pub steps: u64,
     /// Simulated milliseconds when the run stopped.
     pub sim_ms: u64,
-    /// `quiescent` (everything settled) or `deadline` (settle_ms reached).
+    /// `quiescent` (everything settled), `at_rest` (only reads left, every
+    /// unsettled job awaiting an operator) or `deadline` (settle_ms reached).
     pub stop: String,
     /// The command that runs exactly this again.
     pub reproduce: String,

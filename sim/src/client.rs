@@ -104,6 +104,7 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
         });
     }
     while tasks.join_next().await.is_some() {}
+    client.ctx.recorder.client_reading(client.name());
     if client.ctx.spec.await_outcome {
         client.await_outcomes().await;
     }

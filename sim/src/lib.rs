@@ -23,6 +23,7 @@ pub mod decisions;
 pub mod determinism;
 pub mod faults;
 pub mod net;
+pub mod rest;
 pub mod rpc;
 pub mod run;
 pub mod scenario;

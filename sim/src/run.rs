@@ -14,6 +14,7 @@ use idem_core::store::StoreDump;
 use crate::decisions::Decisions;
 use crate::faults::{Plan, perform};
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
+use crate::rest::Rest;
 use crate::scenario::{Scenario, Window};
 use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
@@ -33,6 +34,10 @@ pub enum Stop {
     Quiescent,
     /// The scenario's settle deadline.
     Deadline,
+    /// Before the deadline, nothing left to happen but reads: every fault
+    /// healed, every click made, and every job not settled waiting for an
+    /// operator ([`crate::rest`]).
+    AtRest,
 }
 
 /// pass or fail.
@@ -199,6 +204,7 @@ fn drive(world: &mut World, plan: &mut Plan, scenario: &Scenario) -> Result<Stop
     let settle = Duration::from_millis(scenario.timing.settle_ms);
     let tick = Duration::from_millis(scenario.timing.tick_ms);
     let mut next_check = Duration::from_millis(QUIESCENCE_CHECK_MS);
+    let mut rest = Rest::new(scenario);
     loop {
         let at = world
             .scheduler
@@ -227,6 +233,9 @@ fn drive(world: &mut World, plan: &mut Plan, scenario: &Scenario) -> Result<Stop
             next_check = now + Duration::from_millis(QUIESCENCE_CHECK_MS);
             if clients_done && plan.is_settled() && world.store.settled() {
                 return Ok(Stop::Quiescent);
+            }
+            if rest.at_rest(world, plan, millis(now)) {
+                return Ok(Stop::AtRest);
             }
         }
     }

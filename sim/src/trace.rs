@@ -3,10 +3,10 @@
 //! determinism check's subject: it serializes stably as JSON lines, and its
 //! hash is the SHA-256 of exactly those bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::AttemptState;
+use idem_core::model::{AttemptId, AttemptState, EventKind};
 use idem_core::provider::server::ExecutionOutcome;
 
 /// The trace's vocabulary lives in idem-oracle, which reads it.
@@ -43,6 +43,63 @@ struct RecorderState {
     events: Vec<TraceEvent>,
     triggers: BTreeMap<TriggerKind, u32>,
     truncated: bool,
+    /// What the driver's stillness check needs, kept as events come so
+    /// that it never reads the whole trace.
+    stillness: Stillness,
+}
+
+/// The run's activity as the trace shows it, for [`crate::rest`]'s check
+/// that a run has come to rest before its deadline.
+#[derive(Clone, Debug, Default)]
+struct Stillness {
+    /// When the last event was recorded that is not a client reading a
+    /// job (a GET and its answer): a state change, a provider execution,
+    /// a fault, a create or a backup click.
+    last_change_ms: u64,
+    /// Events recorded up to `last_change_ms`: two looks with the same
+    /// count saw the same world.
+    changes: u64,
+    /// Attempts a reconciler note says are blocked (an operator must
+    /// act), read as the oracle reads them.
+    blocked: BTreeSet<AttemptId>,
+    /// GET requests whose answers have not been recorded yet.
+    reads_open: BTreeSet<(String, u64)>,
+    /// Clients that are done, or have run their script and only read
+    /// their jobs until they settle.
+    clients_reading: BTreeSet<String>,
+}
+
+impl Stillness {
+    fn see(&mut self, t_ms: u64, body: &TraceBody) {
+        match body {
+            TraceBody::HttpRequest {
+                client,
+                request_id,
+                method,
+                ..
+            } if method == "GET" => {
+                self.reads_open.insert((client.clone(), *request_id));
+                return;
+            }
+            TraceBody::HttpResponse {
+                client, request_id, ..
+            } if self.reads_open.remove(&(client.clone(), *request_id)) => return,
+            TraceBody::ClientDone { client } => {
+                self.clients_reading.insert(client.clone());
+            }
+            TraceBody::NoteRecorded {
+                attempt_id: Some(attempt),
+                event: EventKind::ReconcilerNote,
+                detail,
+                ..
+            } if detail.get("blocked").and_then(serde_json::Value::as_bool) == Some(true) => {
+                self.blocked.insert(*attempt);
+            }
+            _ => {}
+        }
+        self.last_change_ms = t_ms;
+        self.changes += 1;
+    }
 }
 
 /// The shared recorder every host writes to. The whole simulation runs on
@@ -91,6 +148,7 @@ impl Recorder {
         if let Some(kind) = trigger(&body) {
             *state.triggers.entry(kind).or_insert(0) += 1;
         }
+        state.stillness.see(t_ms, &body);
         let seq = state.events.len() as u64;
         state.events.push(TraceEvent {
             seq,
@@ -112,6 +170,31 @@ impl Recorder {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// When the last change was recorded, and how many changes so far.
+    pub fn last_change(&self) -> (u64, u64) {
+        let state = self.lock();
+        (state.stillness.last_change_ms, state.stillness.changes)
+    }
+
+    /// Says that `client` has run its script and from now on only reads
+    /// its jobs (not a trace event: what it does is traced as it does it).
+    pub fn client_reading(&self, client: &str) {
+        self.lock()
+            .stillness
+            .clients_reading
+            .insert(client.to_owned());
+    }
+
+    /// How many clients are done or only read.
+    pub fn clients_reading(&self) -> usize {
+        self.lock().stillness.clients_reading.len()
+    }
+
+    /// The attempts a reconciler note has said are blocked.
+    pub fn blocked(&self) -> BTreeSet<AttemptId> {
+        self.lock().stillness.blocked.clone()
     }
 
     /// The trace so far.

@@ -12,6 +12,7 @@
 //! checks the bench itself works. The command line is `crate::cli`'s
 //! `bench`.
 
+pub mod fuzz;
 pub mod sim;
 mod timing;
 
@@ -118,6 +119,7 @@ impl BenchReport {
             let not_passed: u64 = s.scenarios.iter().map(|b| b.not_passed).sum::<u64>()
                 + s.catalogue.failed
                 + s.catalogue.errors;
+            let not_passed = not_passed + s.fuzz.failed + s.fuzz.errors;
             if not_passed > 0 || !s.catalogue.windows_never_reached.is_empty() {
                 problems.push(format!(
                     "{not_passed} runs did not pass, windows never reached: {:?}",
@@ -221,6 +223,7 @@ fn simulator_lines(out: &mut String, s: &sim::SimBench) {
         "- `catalogue_x1000_seconds`: **{:.1} s** on {} jobs ({extrapolated}{} runs: {} passed, {} failed, {} errors; windows never reached: {never})",
         s.catalogue_x1000_seconds, c.jobs, c.runs, c.passed, c.failed, c.errors,
     );
+    speed_goal_lines(out, s);
     let _ = writeln!(
         out,
         "- 1 → {} jobs: {:.1} s → {:.1} s over {} runs ({:.2}×)",
@@ -243,6 +246,29 @@ fn simulator_lines(out: &mut String, s: &sim::SimBench) {
         m.small.runs,
         kib(m.small.rss_peak_kib),
         m.peak_ratio.map_or("n/a".to_owned(), |r| format!("{r:.3}"))
+    );
+}
+
+/// The speed goals' two figures besides the catalogue's: a fuzz world's rate
+/// and a catalogue seed against bare turmoil.
+fn speed_goal_lines(out: &mut String, s: &sim::SimBench) {
+    let f = &s.fuzz;
+    let _ = writeln!(
+        out,
+        "- `fuzz_worlds_per_second`: **{:.1}** on {} jobs (`idem fuzz --seeds 0..{}`: {:.1} s, {} passed, {} failed, {} errors); a world costs {:.1}× a catalogue run",
+        f.worlds_per_second,
+        f.jobs,
+        f.worlds,
+        f.wall_seconds,
+        f.passed,
+        f.failed,
+        f.errors,
+        f.world_vs_catalogue_run_cost_ratio
+    );
+    let _ = writeln!(
+        out,
+        "- `catalogue_seed_vs_turmoil_ratio`: **{:.3}** (a catalogue seed, every scenario once, against the bare turmoil replays of its traffic)",
+        s.catalogue_seed_vs_turmoil_ratio
     );
 }
 

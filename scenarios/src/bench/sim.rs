@@ -14,6 +14,7 @@ use idem_sim::bench::{ReplayWorld, Traffic, replay};
 use idem_sim::run::{RunOutcome, run_metered};
 use idem_sim::scenario::Scenario;
 
+use super::fuzz::FuzzBench;
 use super::timing::timed;
 use crate::load::Loaded;
 use crate::record::{all_windows, build, execute, swept};
@@ -31,6 +32,8 @@ pub struct SimPlan {
     /// Runs of the small and the large sweep whose memory is compared.
     pub rss_small_runs: u64,
     pub rss_large_runs: u64,
+    /// Worlds of the fuzz run `fuzz_worlds_per_second` comes from.
+    pub fuzz_worlds: u64,
     pub jobs: NonZeroUsize,
 }
 
@@ -121,6 +124,9 @@ pub struct SimBench {
     /// Whether it was extrapolated from `catalogue.seeds` seeds.
     pub catalogue_x1000_extrapolated: bool,
     pub catalogue: SweepBench,
+    /// `idem fuzz --seeds 0..fuzz.worlds` on `fuzz.jobs` threads.
+    pub fuzz_worlds_per_second: f64,
+    pub fuzz: FuzzBench,
     pub scaling: Scaling,
     pub memory: Memory,
 }
@@ -132,6 +138,9 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
     let (catalogue, memory) = catalogue_and_memory(scenarios, plan);
     let catalogue_x1000_seconds =
         catalogue.wall_seconds * 1000.0 / plan.catalogue_seeds.max(1) as f64;
+    let catalogue_runs_per_second =
+        catalogue.runs as f64 / catalogue.wall_seconds.max(f64::EPSILON);
+    let fuzz = super::fuzz::bench(plan.fuzz_worlds, plan.jobs, catalogue_runs_per_second);
     let max = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).fold(0.0, f64::max);
     let sum = |f: fn(&ScenarioBench) -> f64| per_scenario.iter().map(f).sum::<f64>();
     let catalogue_seed_vs_turmoil_ratio =
@@ -146,6 +155,8 @@ pub fn bench(scenarios: &[Loaded], plan: SimPlan) -> SimBench {
         catalogue_x1000_seconds,
         catalogue_x1000_extrapolated: plan.catalogue_seeds != 1000,
         catalogue,
+        fuzz_worlds_per_second: fuzz.worlds_per_second,
+        fuzz,
         scaling,
         memory,
     }

@@ -29,6 +29,10 @@ pub struct BenchArgs {
     /// sweep's.
     #[arg(long, default_value_t = 10_000)]
     pub rss_runs: u64,
+    /// Worlds of the fuzz run behind fuzz_worlds_per_second (`idem fuzz
+    /// --seeds 0..N` of the correct design).
+    #[arg(long, default_value_t = 1000)]
+    pub fuzz_worlds: u64,
     /// Worker threads for the many-job figures (default: the cores).
     #[arg(long)]
     pub jobs: Option<NonZeroUsize>,
@@ -82,12 +86,18 @@ fn plan(args: &BenchArgs) -> Result<BenchPlan, CliError> {
             catalogue_seeds: 2,
             rss_small_runs: 1,
             rss_large_runs: 2,
+            fuzz_worlds: 4,
             jobs,
         }
     } else {
-        if args.seeds == 0 || args.catalogue_seeds == 0 || args.rss_runs == 0 {
+        if args.seeds == 0
+            || args.catalogue_seeds == 0
+            || args.rss_runs == 0
+            || args.fuzz_worlds == 0
+        {
             return Err(CliError::Usage(
-                "--seeds, --catalogue-seeds and --rss-runs must be above 0".to_owned(),
+                "--seeds, --catalogue-seeds, --rss-runs and --fuzz-worlds must be above 0"
+                    .to_owned(),
             ));
         }
         crate::bench::sim::SimPlan {
@@ -95,6 +105,7 @@ fn plan(args: &BenchArgs) -> Result<BenchPlan, CliError> {
             catalogue_seeds: args.catalogue_seeds,
             rss_small_runs: 1_000,
             rss_large_runs: args.rss_runs,
+            fuzz_worlds: args.fuzz_worlds,
             jobs,
         }
     };

@@ -78,6 +78,14 @@ fn a_quick_bench_writes_its_report_and_the_readme_table() -> Result<(), Box<dyn 
         Some(2 * scenarios.len() as u64)
     );
     assert_eq!(sim["scaling"]["jobs"], 2);
+    assert_eq!(sim["fuzz"]["worlds"], 4, "{sim}");
+    assert_eq!(sim["fuzz"]["passed"], 4, "{sim}");
+    assert!(
+        sim["fuzz_worlds_per_second"]
+            .as_f64()
+            .is_some_and(|w| w > 0.0 && w.is_finite()),
+        "{sim}"
+    );
     let text = std::fs::read_to_string(&readme)?;
     assert!(!text.contains("\nold\n"), "{text}");
     assert!(text.contains("| double-click |"), "{text}");
