@@ -8,10 +8,12 @@
 //! failure is in this world at all, P(fail | n) is 1 (the run itself). A
 //! bisection finds the decision after which the failure became likely
 //! (the largest jump: at each level the half over which P(fail) rose
-//! more), and a few
-//! evenly spaced prefixes draw the curve along the run's timeline. Last, each
-//! decision around that point is redrawn alone, everything else kept, to
-//! say which ones the failure needs.
+//! more), and a few evenly spaced prefixes draw the curve along the run's
+//! timeline. Last, each decision around that point is redrawn alone,
+//! everything else kept, to say which ones the failure needs. When the
+//! failure is likely with no decision kept, no draw decides it: the
+//! violation's evidence in the run's own trace says what it turns on
+//! ([`super::narrate`]).
 //!
 //! "Fail" means the failure being explained: a violation of the original
 //! run's first invariant. Every sample run uses the run's own seed for
