@@ -24,6 +24,9 @@ pub struct Likelihood {
     /// P(fail) from which the failure counts as likely.
     pub likely_from: f64,
     pub decisive: Option<DecisiveMark>,
+    /// When no draw decides the failure: what the run's own events force,
+    /// and when.
+    pub forced: Option<DecisiveMark>,
     pub samples: u32,
     /// The explanation in words, as the command printed it.
     pub text: String,
@@ -40,7 +43,8 @@ pub struct LikelihoodPoint {
     pub high: f64,
 }
 
-/// The decision after which the failure became likely.
+/// The decision after which the failure became likely, or the event a
+/// failure no draw decides turns on.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DecisiveMark {
     pub t_ms: u64,

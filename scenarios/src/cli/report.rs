@@ -39,6 +39,12 @@ pub struct ReportArgs {
     /// and suppressors in the index.
     #[arg(long, value_name = "A..B")]
     pub explain_seeds: Option<Seeds>,
+    /// Runs per estimate of the likelihood band on each failing run's
+    /// page (`idem explain`'s `--samples`); 0 leaves the band out. An
+    /// explanation costs about twenty estimates.
+    #[arg(long, value_name = "K", default_value_t = crate::review::EXPLAIN_SAMPLES_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub explain_samples: u32,
 }
 
 pub fn report_command(args: ReportArgs) -> Result<Exit, CliError> {
@@ -53,6 +59,7 @@ pub fn report_command(args: ReportArgs) -> Result<Exit, CliError> {
         command_line: &command_line,
         jobs: args.jobs,
         explain_seeds: args.explain_seeds,
+        explain_samples: args.explain_samples,
     };
     let made = review(&plan).map_err(|e| match e {
         ReviewError::TooManySeeds => CliError::Usage(e.to_string()),

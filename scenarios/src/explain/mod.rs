@@ -14,6 +14,7 @@
 //! The command line (`idem explain --fuzz`) is in `crate::cli`.
 
 pub mod features;
+pub mod narrate;
 pub mod run;
 pub mod table;
 pub mod wilson;

@@ -7,10 +7,13 @@
 //! P(fail | k) with a Wilson interval: P(fail | 0) is how likely the
 //! failure is in this world at all, P(fail | n) is 1 (the run itself). A
 //! bisection finds the decision after which the failure became likely
-//! (the first prefix past half-way from P(fail | 0) to 1), and a few
-//! evenly spaced prefixes draw the curve along the run's timeline. Last, each
-//! decision around that point is redrawn alone, everything else kept, to
-//! say which ones the failure needs.
+//! (the largest jump: at each level the half over which P(fail) rose
+//! more), and a few evenly spaced prefixes draw the curve along the run's
+//! timeline. Last, each decision around that point is redrawn alone,
+//! everything else kept, to say which ones the failure needs. When the
+//! failure is likely with no decision kept, no draw decides it: the
+//! violation's evidence in the run's own trace says what it turns on
+//! ([`super::narrate`]).
 //!
 //! "Fail" means the failure being explained: a violation of the original
 //! run's first invariant. Every sample run uses the run's own seed for
@@ -28,10 +31,11 @@ use idem_core::design::Design;
 use idem_reports::page::likelihood::{DecisiveMark, Likelihood, LikelihoodPoint};
 use idem_sim::decisions::{Decision, Decisions, Kept};
 use idem_sim::net::child_seed;
-use idem_sim::oracle::Invariant;
+use idem_sim::oracle::{Invariant, Violation};
 use idem_sim::run::{RunOutcome, Verdict, run_deciding};
 use idem_sim::scenario::Scenario;
 
+use super::narrate::{Forced, Story};
 use super::table::EXPLAIN_SCHEMA;
 use super::wilson::Proportion;
 use crate::record::invariant_name;
@@ -111,6 +115,9 @@ pub struct RunExplanation {
     /// `None` when the failure is already likely with no decision kept:
     /// the world makes it, not the draws.
     pub decisive: Option<Decisive>,
+    /// When no draw decides the failure: the events of the run the
+    /// violated invariant rests on, named from its evidence.
+    pub forced: Option<Forced>,
     pub necessity: Vec<Necessity>,
     /// The failure counts as likely from this P(fail) on: half-way from
     /// P(fail) with no decision kept to 1.
@@ -164,12 +171,11 @@ pub fn explain_run(plan: &RunExplainPlan) -> Result<ExplainedRun, ExplainError> 
             design: plan.design.name().to_owned(),
         });
     };
-    let invariant = first.invariant;
-    let violation = first.message.clone();
     let log = recording.log();
     check_replay(plan, &log, &original)?;
-    let mut study = Study::new(plan, &log, invariant);
-    let explanation = study.explain(&violation);
+    let story = Story::new(&original.trace);
+    let mut study = Study::new(plan, &log, first.invariant, &story);
+    let explanation = study.explain(first);
     Ok(ExplainedRun {
         explanation,
         threads: study.runner.jobs(),
@@ -208,6 +214,7 @@ struct Study<'a> {
     plan: &'a RunExplainPlan,
     log: &'a [Decision],
     invariant: Invariant,
+    story: &'a Story<'a>,
     runner: Runner,
     curve: Vec<Point>,
     runs: u64,
@@ -215,11 +222,17 @@ struct Study<'a> {
 }
 
 impl<'a> Study<'a> {
-    fn new(plan: &'a RunExplainPlan, log: &'a [Decision], invariant: Invariant) -> Self {
+    fn new(
+        plan: &'a RunExplainPlan,
+        log: &'a [Decision],
+        invariant: Invariant,
+        story: &'a Story<'a>,
+    ) -> Self {
         Self {
             plan,
             log,
             invariant,
+            story,
             runner: Runner::new(plan.jobs).progress(Progress::hidden()),
             curve: Vec::new(),
             runs: 0,
@@ -227,10 +240,11 @@ impl<'a> Study<'a> {
         }
     }
 
-    fn explain(&mut self, violation: &str) -> RunExplanation {
+    fn explain(&mut self, violation: &Violation) -> RunExplanation {
         let n = self.log.len();
         let start = self.prefix(0);
         let decisive = (start.estimate < LIKELY_ALREADY && n > 0).then(|| self.bisect());
+        let forced = decisive.is_none().then(|| self.story.forced(violation));
         for k in (1..CURVE_POINTS).map(|i| i * n / CURVE_POINTS) {
             self.prefix(k);
         }
@@ -249,11 +263,12 @@ impl<'a> Study<'a> {
             design: self.plan.design.name().to_owned(),
             invariant: self.invariant.number(),
             invariant_name: invariant_name(self.invariant),
-            violation: violation.to_owned(),
+            violation: violation.message.clone(),
             decisions: n,
             samples: self.plan.samples,
             curve: std::mem::take(&mut self.curve),
             decisive,
+            forced,
             necessity,
             likely_from,
             runs: self.runs,
@@ -282,19 +297,25 @@ impl<'a> Study<'a> {
         fails
     }
 
-    /// The decision after which the failure became likely, by bisection:
-    /// the first prefix whose P(fail) reaches [`Study::likely_from`] (the
-    /// prefixes are taken to be ordered, which they are up to noise), and
-    /// its last decision.
+    /// The decision with the largest jump in P(fail), by bisection: the
+    /// whole run is split at its middle prefix, and the search goes on in
+    /// the half over which P(fail) rose more, down to one decision. Each
+    /// level estimates one prefix, so the search costs O(log n) estimates
+    /// where a scan would cost n; common random numbers make the two
+    /// halves' rises differ by the decisions they keep, not by their
+    /// samples' luck.
     fn bisect(&mut self) -> Decisive {
         let (mut low, mut high) = (0, self.log.len());
-        let likely_from = self.likely_from();
         for _ in 0..BISECTION_STEPS_MAX {
             if high - low <= 1 {
                 break;
             }
             let middle = low + (high - low) / 2;
-            if self.prefix(middle).estimate >= likely_from {
+            let rise_before = self.prefix(middle).estimate - self.prefix(low).estimate;
+            let rise_after = self.prefix(high).estimate - self.prefix(middle).estimate;
+            // A tie goes to the earlier half: the first of two equal
+            // jumps is the one the later decisions build on.
+            if rise_before >= rise_after {
                 high = middle;
             } else {
                 low = middle;
@@ -302,7 +323,7 @@ impl<'a> Study<'a> {
         }
         let decision = self.log[high - 1].clone();
         Decisive {
-            words: decision.describe(),
+            words: self.story.decision(self.log, high - 1),
             before: self.prefix(high - 1),
             after: self.prefix(high),
             decision,
@@ -325,7 +346,7 @@ impl<'a> Study<'a> {
                 let fails_without = self.estimate(&kept);
                 let decision = self.log[index].clone();
                 Necessity {
-                    words: decision.describe(),
+                    words: self.story.decision(self.log, index),
                     needed: fails_without.interval.high < likely_from,
                     fails_without,
                     decision,
@@ -417,13 +438,35 @@ impl RunExplanation {
                     self.samples
                 ),
             ],
-            None => vec![format!(
-                "no single decision: with none of the run's {} decisions kept the failure already \
-                 happens {} of the time; the world makes it, not the draws",
-                self.decisions,
-                percent(&self.curve[0].fails)
-            )],
+            None => self.forced_lines(),
         }
+    }
+
+    /// No draw decides the failure: say so, and what it rests on.
+    fn forced_lines(&self) -> Vec<String> {
+        let start = &self.curve[0].fails;
+        let made = if start.estimate >= 1.0 {
+            "force it"
+        } else {
+            "make it likely"
+        };
+        let mut lines = vec![format!(
+            "no draw decides it: with none of the run's {} decisions kept the failure already \
+             happens {} of the time; the scenario's own timing and faults {made}, not a draw",
+            self.decisions,
+            percent(start)
+        )];
+        if let Some(forced) = &self.forced {
+            lines.push(format!("it turns on {}", forced.words));
+            lines.push("the events the violation rests on:".to_owned());
+            for c in &forced.events {
+                lines.push(format!(
+                    "  seq {:<5} {:>7} ms  {}: {}",
+                    c.seq, c.t_ms, c.host, c.words
+                ));
+            }
+        }
+        lines
     }
 
     fn necessity_lines(&self) -> Vec<String> {
@@ -463,6 +506,10 @@ impl RunExplanation {
             decisive: self.decisive.as_ref().map(|d| DecisiveMark {
                 t_ms: d.decision.t_ms,
                 words: d.words.clone(),
+            }),
+            forced: self.forced.as_ref().map(|f| DecisiveMark {
+                t_ms: f.t_ms,
+                words: f.words.clone(),
             }),
             samples: self.samples,
             text: self.to_text(),

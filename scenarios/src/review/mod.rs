@@ -52,7 +52,15 @@ pub struct ReviewPlan<'a> {
     /// Fuzz seeds over which to tell what each naive design is fragile to
     /// (the index's fragility tables); none without it.
     pub explain_seeds: Option<Seeds>,
+    /// Runs per estimate of the likelihood band on each failing run's
+    /// page ([`crate::explain::run`]); 0 for no band.
+    pub explain_samples: u32,
 }
+
+/// Runs per estimate of a failing page's likelihood band by default: a
+/// band with intervals about ±15 points, at about twenty estimates of 30
+/// runs per failing page.
+pub const EXPLAIN_SAMPLES_DEFAULT: u32 = 30;
 
 /// Why a review could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -319,14 +327,40 @@ fn render_page(
             .page_of(&r.scenario, &r.design, r.seed)
             .map(|p| p.file.trim_start_matches("runs/").to_owned())
     };
+    let likelihood = likelihood(plan, loaded, design, &run);
     let around = Around {
         known: &known,
         link_of: &link_of,
         index_link: Some("../index.html"),
         provenance: provisional,
-        likelihood: None,
+        likelihood: likelihood.as_ref(),
     };
     (page::render(loaded, &run, design, &around), run)
+}
+
+/// A failing run's likelihood band, when the plan asks for one. The
+/// explanation runs on this page's thread alone (the pages already share
+/// the cores), and is seeded like every run, so the page's bytes do not
+/// depend on the threads. A run it cannot explain (a scenario that takes
+/// every step) gets no band.
+fn likelihood(
+    plan: &ReviewPlan<'_>,
+    loaded: &Loaded,
+    design: Design,
+    run: &Traced,
+) -> Option<idem_reports::page::likelihood::Likelihood> {
+    if run.record.verdict != RunVerdict::Fail || plan.explain_samples == 0 {
+        return None;
+    }
+    let explained = crate::explain::run::explain_run(&crate::explain::run::RunExplainPlan {
+        scenario: loaded.scenario.clone(),
+        target: loaded.target.clone(),
+        seed: run.record.seed,
+        design,
+        samples: plan.explain_samples,
+        jobs: Some(NonZeroUsize::MIN),
+    });
+    explained.ok().map(|e| e.explanation.likelihood())
 }
 
 /// Every file of the report: the pages, the index, the Markdown summary,

@@ -166,6 +166,31 @@ fn report_pages_render_in_chromium() -> Result<(), Box<dyn std::error::Error>> {
         run.dom.contains(r#"class="refused"#),
         "no refused backup press"
     );
+
+    // A failing run's page carries its likelihood band (`--explain-samples`
+    // by default): the world of out-of-order-completion forces
+    // last-writer-wins's failure, and the page names what it turns on.
+    let failing = suite["pages"]
+        .as_array()
+        .and_then(|pages| {
+            pages.iter().find(|p| {
+                p["scenario"] == "out-of-order-completion" && p["design"] == "last-writer-wins"
+            })
+        })
+        .and_then(|p| p["file"].as_str())
+        .ok_or("no page for out-of-order-completion under last-writer-wins")?;
+    let run = chromium(&dir.join(failing));
+    assert_clean(&run, failing);
+    let why = run
+        .dom
+        .find(r#"<h2 id="why">Why it failed</h2>"#)
+        .ok_or("the likelihood section")?;
+    let section = &run.dom[why..];
+    assert!(section.contains("<svg"), "the band is drawn");
+    assert!(
+        section.contains("No draw decides it") && section.contains("the late completion of"),
+        "the forced failure is named"
+    );
     std::fs::remove_dir_all(dir)?;
     Ok(())
 }
