@@ -16,7 +16,9 @@
 //!   would have acted;
 //! - every pending job has an attempt in flight, and every attempt in
 //!   flight waits for an operator: it is unknown and a reconciler note says
-//!   it is blocked, or there is no reconciler to move it.
+//!   it is blocked, or it is a hedged job's running attempt that cannot
+//!   become unknown while such a blocked attempt holds the job's slot, or
+//!   there is no reconciler to move it.
 //!
 //! Nothing the world does can then change its state: a blocked attempt
 //! stays blocked until its provider answers otherwise, and the providers'
@@ -84,8 +86,20 @@ fn awaiting_operator(world: &World, dump: &StoreDump) -> bool {
     // An execution still running at its provider after the quiet time is
     // one a hang or stall fault left unfinished for good: a live one
     // would have answered within the provider's latency and been traced.
+    let blocked_unknown =
+        |a: &idem_core::model::Attempt| a.state == AttemptState::Unknown && blocked.contains(&a.id);
+    // A hedged job's second attempt still running past its deadline cannot
+    // become unknown while the first one holds the job's unknown slot
+    // (`attempts_one_open`): it waits for whoever resolves that one.
+    let slot_held_by_blocked = |a: &idem_core::model::Attempt| {
+        a.state == AttemptState::Running
+            && dump
+                .attempts
+                .iter()
+                .any(|other| other.job_id == a.job_id && blocked_unknown(other))
+    };
     let waits = |a: &idem_core::model::Attempt| {
-        !world.facts.reconciler || (a.state == AttemptState::Unknown && blocked.contains(&a.id))
+        !world.facts.reconciler || blocked_unknown(a) || slot_held_by_blocked(a)
     };
     let pending_have_one = dump
         .jobs
