@@ -92,7 +92,8 @@ impl<'a> Story<'a> {
             return format!("{} reaching {to}: {timing}{before}", self.request(request));
         }
         if let Some(call) = store_call(log, index) {
-            return format!("{from}'s {call} call reaching {to}: {timing}");
+            let raced = lookup_overtaken(log, index, arrival_ms).unwrap_or_default();
+            return format!("{from}'s {call} call reaching {to}: {timing}{raced}");
         }
         decision.describe()
     }
@@ -391,6 +392,57 @@ fn store_call(log: &[Decision], index: usize) -> Option<String> {
         .filter(|d| on_link(d) && call_name(&d.detail) == Some(name))
         .count();
     Some(format!("{} {name}", ordinal(nth)))
+}
+
+/// ", after the second JobByKey for key K (another create's lookup)
+/// reached store at T ms and found no job" when decision `index` carries
+/// an insert that arrived after a lookup of the same key other than its
+/// own create's: the check-then-insert race seen from the insert's side.
+/// The create's own lookup is the host's last lookup of that key to
+/// arrive before the insert was sent (it was answered before the insert).
+fn lookup_overtaken(log: &[Decision], index: usize, arrival_ms: u64) -> Option<String> {
+    let Subject::MessageLatency { from, to, .. } = &log[index].subject else {
+        return None;
+    };
+    let insert = log[index..]
+        .iter()
+        .take(LOOK_AHEAD_DECISIONS)
+        .find(|d| call_name(&d.detail) == Some("CreateJob"))?;
+    let lookups: Vec<(&Decision, &str)> = log
+        .iter()
+        .filter(|d| matches!(&d.subject, Subject::MessageLatency { to: t, .. } if t == to))
+        .filter(|d| call_name(&d.detail) == Some("JobByKey"))
+        .filter_map(|d| Some((d, key_of(&d.detail)?)))
+        .filter(|(_, key)| insert.detail.contains(&format!("\"{key}\"")))
+        .collect();
+    let arrival = |d: &Decision| d.t_ms + d.value;
+    let own = lookups
+        .iter()
+        .filter(|(d, _)| {
+            arrival(d) <= insert.t_ms
+                && matches!(&d.subject, Subject::MessageLatency { from: f, .. } if f == from)
+        })
+        .map(|(d, _)| (arrival(d), d.index))
+        .max()?;
+    let (other, key) = lookups
+        .iter()
+        .filter(|(d, _)| d.index != own.1 && arrival(d) >= own.0 && arrival(d) < arrival_ms)
+        .max_by_key(|(d, _)| (arrival(d), d.index))?;
+    let nth = lookups
+        .iter()
+        .filter(|(d, _)| d.index <= other.index)
+        .count();
+    Some(format!(
+        ", after the {} JobByKey for key {key} (another create's lookup) reached {to} at {} ms \
+         and found no job",
+        ordinal(nth),
+        other.t_ms + other.value
+    ))
+}
+
+/// The `"key"` a store call's text names, if any.
+fn key_of(detail: &str) -> Option<&str> {
+    detail.split("\"key\":\"").nth(1)?.split('"').next()
 }
 
 /// `CreateJob` for a store call `{"CreateJob":…}`; `None` for an answer

@@ -116,7 +116,7 @@ fn first_line(protocol: &Protocol) -> String {
 }
 
 /// The longest first line a decision's detail keeps.
-const FIRST_LINE_CHARS_MAX: usize = 60;
+const FIRST_LINE_CHARS_MAX: usize = 240;
 
 /// turmoil's order of a link's ends.
 pub fn ordered(a: IpAddr, b: IpAddr) -> Pair {
