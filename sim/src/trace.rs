@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::{AttemptId, AttemptState, EventKind};
+use idem_core::model::{AttemptId, AttemptState};
 use idem_core::provider::server::ExecutionOutcome;
 
 /// The trace's vocabulary lives in idem-oracle, which reads it.
@@ -87,15 +87,11 @@ impl Stillness {
             TraceBody::ClientDone { client } => {
                 self.clients_reading.insert(client.clone());
             }
-            TraceBody::NoteRecorded {
-                attempt_id: Some(attempt),
-                event: EventKind::ReconcilerNote,
-                detail,
-                ..
-            } if detail.get("blocked").and_then(serde_json::Value::as_bool) == Some(true) => {
-                self.blocked.insert(*attempt);
+            _ => {
+                if let Some(attempt) = body.blocked_attempt() {
+                    self.blocked.insert(attempt);
+                }
             }
-            _ => {}
         }
         self.last_change_ms = t_ms;
         self.changes += 1;

@@ -381,11 +381,8 @@ fn store_call(log: &[Decision], index: usize) -> Option<String> {
     let Subject::MessageLatency { from, to, .. } = &log[index].subject else {
         return None;
     };
-    let on_link = |d: &Decision| matches!(&d.subject, Subject::MessageLatency { from: f, to: t, .. } if f == from && t == to);
-    let carrier = log[index..]
-        .iter()
-        .take(LOOK_AHEAD_DECISIONS)
-        .find(|d| !d.detail.is_empty() && on_link(d))?;
+    let on_link = |d: &Decision| on_link(d, from, to);
+    let carrier = carrier(log, index)?;
     let name = call_name(&carrier.detail)?;
     let nth = log[..=carrier.index]
         .iter()
@@ -404,10 +401,7 @@ fn lookup_overtaken(log: &[Decision], index: usize, arrival_ms: u64) -> Option<S
     let Subject::MessageLatency { from, to, .. } = &log[index].subject else {
         return None;
     };
-    let insert = log[index..]
-        .iter()
-        .take(LOOK_AHEAD_DECISIONS)
-        .find(|d| call_name(&d.detail) == Some("CreateJob"))?;
+    let insert = carrier(log, index).filter(|d| call_name(&d.detail) == Some("CreateJob"))?;
     let lookups: Vec<(&Decision, &str)> = log
         .iter()
         .filter(|d| matches!(&d.subject, Subject::MessageLatency { to: t, .. } if t == to))
@@ -443,6 +437,25 @@ fn lookup_overtaken(log: &[Decision], index: usize, arrival_ms: u64) -> Option<S
 /// The `"key"` a store call's text names, if any.
 fn key_of(detail: &str) -> Option<&str> {
     detail.split("\"key\":\"").nth(1)?.split('"').next()
+}
+
+/// The message that names what decision `index`'s message carried: the
+/// message itself, or for one with no text (a frame's length prefix, a
+/// connection request) the next data segment on the same link within
+/// [`LOOK_AHEAD_DECISIONS`].
+fn carrier(log: &[Decision], index: usize) -> Option<&Decision> {
+    let Subject::MessageLatency { from, to, .. } = &log[index].subject else {
+        return None;
+    };
+    log[index..]
+        .iter()
+        .take(LOOK_AHEAD_DECISIONS)
+        .find(|d| !d.detail.is_empty() && on_link(d, from, to))
+}
+
+/// Whether `decision` is a message from `from` to `to`.
+fn on_link(decision: &Decision, from: &str, to: &str) -> bool {
+    matches!(&decision.subject, Subject::MessageLatency { from: f, to: t, .. } if f == from && t == to)
 }
 
 /// `CreateJob` for a store call `{"CreateJob":…}`; `None` for an answer

@@ -3,8 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
-
 use idem_model::ledger::ExecutionOutcome;
 use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, JobId, JobState};
 use idem_model::policy::Policy;
@@ -12,7 +10,7 @@ use idem_model::policy::Policy;
 use super::Invariant;
 use super::findings::{Findings, seqs_text};
 use super::index::{ExecutionRecord, RunIndex};
-use crate::trace::TraceBody;
+use crate::trace::{TraceBody, says_blocked};
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     side_effects(run, findings);
@@ -278,21 +276,11 @@ fn stuck_message(run: &RunIndex<'_>, job: JobId, open: &[&Attempt]) -> String {
 /// Attempts a reconciler note says are blocked (`detail.blocked == true`),
 /// from the trace or the store's decision trace.
 fn blocked_notes(run: &RunIndex<'_>) -> BTreeSet<AttemptId> {
-    let says_blocked =
-        |detail: &Value| detail.get("blocked").and_then(Value::as_bool) == Some(true);
-    let mut blocked = BTreeSet::new();
-    for event in run.events() {
-        if let TraceBody::NoteRecorded {
-            attempt_id: Some(attempt),
-            event: EventKind::ReconcilerNote,
-            detail,
-            ..
-        } = &event.body
-            && says_blocked(detail)
-        {
-            blocked.insert(*attempt);
-        }
-    }
+    let mut blocked: BTreeSet<AttemptId> = run
+        .events()
+        .iter()
+        .filter_map(|event| event.body.blocked_attempt())
+        .collect();
     for event in &run.input.dump.events {
         if let (EventKind::ReconcilerNote, Some(attempt)) = (event.kind, event.attempt_id)
             && says_blocked(&event.detail)

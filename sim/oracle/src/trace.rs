@@ -190,6 +190,28 @@ pub struct Trace {
     pub events: Vec<TraceEvent>,
 }
 
+/// Whether a reconciler note's detail says its attempt is blocked: an
+/// operator must act (`detail.blocked == true`).
+pub fn says_blocked(detail: &Value) -> bool {
+    detail.get("blocked").and_then(Value::as_bool) == Some(true)
+}
+
+impl TraceBody {
+    /// The attempt this event's reconciler note says is blocked, if it is
+    /// one.
+    pub fn blocked_attempt(&self) -> Option<AttemptId> {
+        match self {
+            Self::NoteRecorded {
+                attempt_id: Some(attempt),
+                event: EventKind::ReconcilerNote,
+                detail,
+                ..
+            } if says_blocked(detail) => Some(*attempt),
+            _ => None,
+        }
+    }
+}
+
 impl Trace {
     /// One JSON object per line, in order; the canonical form.
     pub fn to_jsonl(&self) -> String {
