@@ -29,6 +29,14 @@ use crate::trace::{Recorder, TraceBody};
 const RESPONSE_LEN_MAX_BYTES: usize = 1024 * 1024;
 /// How often the backup button and the outcome poll look again.
 const POLL_INTERVAL_MS: u64 = 250;
+/// How long the outcome poll keeps to [`POLL_INTERVAL_MS`] before it backs
+/// off, as a client waiting on a slow job does: each later wait doubles, up
+/// to [`OUTCOME_POLL_INTERVAL_MAX_MS`]. A job that ends within this time is
+/// seen as soon as before; one that waits on an operator or a long
+/// deadline is read a few times a minute instead of four times a second,
+/// and every read is simulated work (its messages, the store's answer).
+const OUTCOME_POLL_STEADY_MS: u64 = 8_000;
+const OUTCOME_POLL_INTERVAL_MAX_MS: u64 = 2_000;
 /// Bounds on waiting: for a job id before pressing the backup button, and
 /// for a job's outcome after the actions.
 const JOB_ID_POLLS_MAX: u32 = 120;
@@ -63,16 +71,26 @@ struct Client {
     host: String,
     rng: Mutex<ChaCha8Rng>,
     next_request_id: AtomicU64,
+    /// This client's clicks not yet finished, by key: while one is, the
+    /// backup button of that key may still learn its job.
+    clicks_pending: Mutex<BTreeMap<String, u32>>,
 }
 
 /// Runs a client to completion.
 pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
     let host = crate::scenario::host::client(&ctx.spec.name);
+    let mut clicks_pending = BTreeMap::new();
+    for action in &ctx.spec.actions {
+        if let Action::Create { key, .. } = action {
+            *clicks_pending.entry(key.clone()).or_insert(0) += 1;
+        }
+    }
     let client = Arc::new(Client {
         rng: Mutex::new(ChaCha8Rng::seed_from_u64(ctx.seed)),
         ctx,
         host,
         next_request_id: AtomicU64::new(0),
+        clicks_pending: Mutex::new(clicks_pending),
     });
     // Draw every jitter up front, in action order, so that the draws do not
     // depend on how the action tasks are scheduled.
@@ -153,6 +171,15 @@ impl Client {
         &self.ctx.spec.name
     }
 
+    /// Whether a click of `key` by this client is still under way.
+    fn may_learn_job(&self, key: &str) -> bool {
+        self.clicks_pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .is_some_and(|count| *count > 0)
+    }
+
     fn own_job(&self, key: &str) -> Option<JobId> {
         self.job_of(self.name(), key)
     }
@@ -177,6 +204,13 @@ impl Client {
             } => {
                 let body = serde_json::to_value(&request).expect("a job request serializes");
                 self.click(&key, &body, retries, retry_after_ms).await;
+                let mut pending = self
+                    .clicks_pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(count) = pending.get_mut(&key) {
+                    *count = count.saturating_sub(1);
+                }
             }
             Action::Backup { key, provider, .. } => self.backup(&key, provider).await,
             Action::Get { key, .. } => {
@@ -224,11 +258,13 @@ impl Client {
         }
     }
 
-    /// The backup button, once the job of `key` is known (bounded wait).
+    /// The backup button, once the job of `key` is known (bounded wait). A
+    /// user whose every click of `key` has ended without a job has no job on
+    /// screen, and no button to press: the wait ends there.
     async fn backup(&self, key: &str, provider: Option<String>) {
         let mut job = self.own_job(key);
         for _ in 0..JOB_ID_POLLS_MAX {
-            if job.is_some() {
+            if job.is_some() || !self.may_learn_job(key) {
                 break;
             }
             idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
@@ -255,6 +291,8 @@ impl Client {
             .collect();
         jobs.dedup();
         for job in jobs {
+            let started_ms = sim_elapsed_ms();
+            let mut interval_ms = POLL_INTERVAL_MS;
             for _ in 0..OUTCOME_POLLS_MAX {
                 let answer = self
                     .request("GET", format!("/v1/jobs/{job}"), None, None)
@@ -268,7 +306,10 @@ impl Client {
                 if matches!(state.as_deref(), Some("succeeded" | "failed")) {
                     break;
                 }
-                idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+                if sim_elapsed_ms().saturating_sub(started_ms) >= OUTCOME_POLL_STEADY_MS {
+                    interval_ms = (interval_ms * 2).min(OUTCOME_POLL_INTERVAL_MAX_MS);
+                }
+                idem_core::timer::sleep(Duration::from_millis(interval_ms)).await;
             }
         }
     }
