@@ -79,12 +79,7 @@ struct Client {
 /// Runs a client to completion.
 pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
     let host = crate::scenario::host::client(&ctx.spec.name);
-    let mut clicks_pending = BTreeMap::new();
-    for action in &ctx.spec.actions {
-        if let Action::Create { key, .. } = action {
-            *clicks_pending.entry(key.clone()).or_insert(0) += 1;
-        }
-    }
+    let clicks_pending = clicks_by_key(&ctx.spec.actions);
     let client = Arc::new(Client {
         rng: Mutex::new(ChaCha8Rng::seed_from_u64(ctx.seed)),
         ctx,
@@ -92,27 +87,7 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
         next_request_id: AtomicU64::new(0),
         clicks_pending: Mutex::new(clicks_pending),
     });
-    // Draw every jitter up front, in action order, so that the draws do not
-    // depend on how the action tasks are scheduled.
-    let delays_ms: Vec<u64> = client
-        .ctx
-        .spec
-        .actions
-        .iter()
-        .enumerate()
-        .map(|(index, action)| {
-            let (at_ms, jitter_ms) = match action {
-                Action::Create {
-                    at_ms, jitter_ms, ..
-                }
-                | Action::Backup {
-                    at_ms, jitter_ms, ..
-                } => (*at_ms, *jitter_ms),
-                Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
-            };
-            at_ms + client.draw_jitter(index, action, 0..=jitter_ms)
-        })
-        .collect();
+    let delays_ms = client.action_delays_ms();
     let mut tasks = tokio::task::JoinSet::new();
     for (action, delay_ms) in client.ctx.spec.actions.clone().into_iter().zip(delays_ms) {
         let client = client.clone();
@@ -135,7 +110,43 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
     Ok(())
 }
 
+/// How many Create actions each key has: the clicks that may still give the
+/// backup button of that key its job.
+fn clicks_by_key(actions: &[Action]) -> BTreeMap<String, u32> {
+    let mut clicks = BTreeMap::new();
+    for action in actions {
+        if let Action::Create { key, .. } = action {
+            *clicks.entry(key.clone()).or_insert(0) += 1;
+        }
+    }
+    clicks
+}
+
 impl Client {
+    /// When each action starts, in ms after the run's start. Every jitter is
+    /// drawn up front, in action order, so that the draws do not depend on how
+    /// the action tasks are scheduled.
+    fn action_delays_ms(&self) -> Vec<u64> {
+        self.ctx
+            .spec
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(index, action)| {
+                let (at_ms, jitter_ms) = match action {
+                    Action::Create {
+                        at_ms, jitter_ms, ..
+                    }
+                    | Action::Backup {
+                        at_ms, jitter_ms, ..
+                    } => (*at_ms, *jitter_ms),
+                    Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
+                };
+                at_ms + self.draw_jitter(index, action, 0..=jitter_ms)
+            })
+            .collect()
+    }
+
     /// The jitter of action `index`, decided through the run's decisions.
     fn draw_jitter(&self, index: usize, action: &Action, range: RangeInclusive<u64>) -> u64 {
         let subject = || Subject::ClientJitter {
