@@ -269,6 +269,13 @@ impl Reconciler {
         report: &mut PassReport,
     ) -> Vec<Attempt> {
         let now = self.engine.clock().monotonic();
+        // Jobs whose one open slot (`attempts_one_open`) another attempt of
+        // this read holds.
+        let slot_held: BTreeSet<_> = open
+            .iter()
+            .filter(|a| matches!(a.state, AttemptState::Starting | AttemptState::Unknown))
+            .map(|a| a.job_id)
+            .collect();
         let mut unknowns = Vec::new();
         for attempt in open.iter().cloned() {
             let stale_ms = match attempt.state {
@@ -280,6 +287,14 @@ impl Reconciler {
                 }
             };
             if !self.waited(&attempt, stale_ms, now) {
+                continue;
+            }
+            // A hedge still running beside an unknown attempt cannot become
+            // unknown until that one is settled: the move would be refused
+            // by the index after a second of waits, every pass, and reported
+            // as an error. It is moved by the first pass after the slot is
+            // free (its wait is already counted).
+            if attempt.state == AttemptState::Running && slot_held.contains(&attempt.job_id) {
                 continue;
             }
             let action = match self

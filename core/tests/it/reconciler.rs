@@ -10,7 +10,7 @@ use std::sync::Arc;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
 use idem_core::design::Design;
-use idem_core::engine::{Engine, Policy, Trigger};
+use idem_core::engine::{Engine, Policy, Resolution, Resolved, Trigger};
 use idem_core::model::AttemptState;
 use idem_core::provider::ProviderSet;
 use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
@@ -28,13 +28,17 @@ struct Setup {
 }
 
 fn setup(design: Design) -> Setup {
+    setup_with(design, Policy::Strict)
+}
+
+fn setup_with(design: Design, policy: Policy) -> Setup {
     let clock = Arc::new(ManualClock::default());
     let engine = Engine::new(
         Arc::new(MemStore::new()),
         clock.clone(),
         Arc::new(SeededIds::new(7)),
         Providers::named([PRIMARY, "fallback"]),
-        Policy::Strict,
+        policy,
     )
     .with_design(design, "reconciler");
     let reconciler = Reconciler::new(
@@ -107,5 +111,79 @@ async fn the_wall_clock_design_is_hurried_by_the_jump() {
     assert_eq!(
         report.actions.first(),
         Some(&(attempt, AttemptAction::MarkedUnknown))
+    );
+}
+
+/// A hedge still running beside an unknown attempt cannot take the job's
+/// open slot: the reconciler leaves it for the pass after the slot is free,
+/// instead of a second of refused moves and an error on every pass.
+#[tokio::test]
+async fn a_running_hedge_waits_for_the_slot_an_unknown_attempt_holds() {
+    let s = setup_with(
+        Design::Correct,
+        Policy::Hedged {
+            hedge_after_ms: 1_000,
+        },
+    );
+    let created = s
+        .engine
+        .create_job(&owner("alice"), "k", request(json!({"text": "x"})))
+        .await
+        .expect("created");
+    let mut attempts = Vec::new();
+    for trigger in [Trigger::Worker, Trigger::Hedge] {
+        let attempt = s
+            .engine
+            .start_attempt(created.job(), None, trigger)
+            .await
+            .expect("started");
+        s.engine
+            .record_dispatch(attempt.id)
+            .await
+            .expect("dispatched");
+        attempts.push(attempt.id);
+    }
+    let [first, hedge] = attempts[..] else {
+        unreachable!("two attempts")
+    };
+    s.engine
+        .mark_unknown_after_deadline(first)
+        .await
+        .expect("unknown");
+    let report = s.reconciler.pass().await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    s.clock
+        .advance_ms(i64::try_from(RUNNING_STALE_MS).expect("small"));
+    let report = s.reconciler.pass().await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(
+        report.actions.iter().all(|(id, _)| *id != hedge),
+        "{report:?}"
+    );
+    assert_eq!(
+        s.engine.attempt(hedge).await.expect("read").state,
+        AttemptState::Running
+    );
+    let resolved = s
+        .engine
+        .resolve_out_of_band(
+            first,
+            Resolution::Failed {
+                error: json!("the operator says so"),
+            },
+        )
+        .await
+        .expect("resolved");
+    assert!(
+        matches!(&resolved, Resolved::Ended(a) if a.state == AttemptState::Failed),
+        "{resolved:?}"
+    );
+    let report = s.reconciler.pass().await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(
+        report
+            .actions
+            .contains(&(hedge, AttemptAction::MarkedUnknown)),
+        "{report:?}"
     );
 }
