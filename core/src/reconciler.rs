@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::engine::{Engine, EngineError, Resolution, Resolved};
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Timestamp};
+use crate::model::{Attempt, AttemptId, AttemptState, EventKind, JobId, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
 use crate::store::PageAfter;
 
@@ -43,6 +43,15 @@ pub use idem_model::loops::{PROVIDER_CALL_TIMEOUT_MS_DEFAULT, ReconcilerConfig};
 enum Lateness {
     InTime,
     Overdue,
+}
+
+/// The jobs whose one open slot (`attempts_one_open`) an attempt of `open`
+/// holds: one starting or unknown.
+fn jobs_with_slot_held(open: &[Attempt]) -> BTreeSet<JobId> {
+    open.iter()
+        .filter(|a| matches!(a.state, AttemptState::Starting | AttemptState::Unknown))
+        .map(|a| a.job_id)
+        .collect()
 }
 
 /// What the reconciler did with one attempt.
@@ -269,13 +278,7 @@ impl Reconciler {
         report: &mut PassReport,
     ) -> Vec<Attempt> {
         let now = self.engine.clock().monotonic();
-        // Jobs whose one open slot (`attempts_one_open`) another attempt of
-        // this read holds.
-        let slot_held: BTreeSet<_> = open
-            .iter()
-            .filter(|a| matches!(a.state, AttemptState::Starting | AttemptState::Unknown))
-            .map(|a| a.job_id)
-            .collect();
+        let slot_held = jobs_with_slot_held(open);
         let mut unknowns = Vec::new();
         for attempt in open.iter().cloned() {
             let stale_ms = match attempt.state {
@@ -286,15 +289,14 @@ impl Reconciler {
                     continue;
                 }
             };
-            if !self.waited(&attempt, stale_ms, now) {
-                continue;
-            }
             // A hedge still running beside an unknown attempt cannot become
             // unknown until that one is settled: the move would be refused
             // by the index after a second of waits, every pass, and reported
             // as an error. It is moved by the first pass after the slot is
-            // free (its wait is already counted).
-            if attempt.state == AttemptState::Running && slot_held.contains(&attempt.job_id) {
+            // free (its wait is counted meanwhile).
+            let slot_taken =
+                attempt.state == AttemptState::Running && slot_held.contains(&attempt.job_id);
+            if !self.waited(&attempt, stale_ms, now) || slot_taken {
                 continue;
             }
             let action = match self
