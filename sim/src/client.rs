@@ -133,15 +133,7 @@ impl Client {
             .iter()
             .enumerate()
             .map(|(index, action)| {
-                let (at_ms, jitter_ms) = match action {
-                    Action::Create {
-                        at_ms, jitter_ms, ..
-                    }
-                    | Action::Backup {
-                        at_ms, jitter_ms, ..
-                    } => (*at_ms, *jitter_ms),
-                    Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
-                };
+                let (at_ms, jitter_ms) = action.at_and_jitter_ms();
                 at_ms + self.draw_jitter(index, action, 0..=jitter_ms)
             })
             .collect()

@@ -173,6 +173,22 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// When the action is due, and the jitter added to it: the simulated
+    /// and the real clients schedule it alike.
+    pub fn at_and_jitter_ms(&self) -> (u64, u64) {
+        match self {
+            Action::Create {
+                at_ms, jitter_ms, ..
+            }
+            | Action::Backup {
+                at_ms, jitter_ms, ..
+            } => (*at_ms, *jitter_ms),
+            Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
+        }
+    }
+}
+
 /// When a fault fires.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "when", rename_all = "snake_case")]

@@ -11,7 +11,7 @@ use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
 use idem_core::design::Design;
 use idem_core::engine::{Engine, Policy, Resolution, Resolved, Trigger};
-use idem_core::model::AttemptState;
+use idem_core::model::{AttemptId, AttemptState, Job};
 use idem_core::provider::ProviderSet;
 use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::store::mem::MemStore;
@@ -56,24 +56,36 @@ fn setup_with(design: Design, policy: Policy) -> Setup {
     }
 }
 
-/// A running attempt, and the reconciler's clock jumped an hour ahead.
-async fn running_then_jump(s: &Setup) -> idem_core::model::AttemptId {
-    let created = s
-        .engine
+/// Alice's job.
+async fn alices_job(s: &Setup) -> Job {
+    s.engine
         .create_job(&owner("alice"), "k", request(json!({"text": "x"})))
         .await
-        .expect("created");
+        .expect("created")
+        .job()
+        .clone()
+}
+
+/// A new attempt of `job`, dispatched: running.
+async fn running(s: &Setup, job: &Job, trigger: Trigger) -> AttemptId {
     let attempt = s
         .engine
-        .start_attempt(created.job(), None, Trigger::Worker)
+        .start_attempt(job, None, trigger)
         .await
         .expect("started");
     s.engine
         .record_dispatch(attempt.id)
         .await
         .expect("dispatched");
-    s.clock.jump_ms(3_600_000);
     attempt.id
+}
+
+/// A running attempt, and the reconciler's clock jumped an hour ahead.
+async fn running_then_jump(s: &Setup) -> AttemptId {
+    let job = alices_job(s).await;
+    let attempt = running(s, &job, Trigger::Worker).await;
+    s.clock.jump_ms(3_600_000);
+    attempt
 }
 
 #[tokio::test]
@@ -125,27 +137,9 @@ async fn a_running_hedge_waits_for_the_slot_an_unknown_attempt_holds() {
             hedge_after_ms: 1_000,
         },
     );
-    let created = s
-        .engine
-        .create_job(&owner("alice"), "k", request(json!({"text": "x"})))
-        .await
-        .expect("created");
-    let mut attempts = Vec::new();
-    for trigger in [Trigger::Worker, Trigger::Hedge] {
-        let attempt = s
-            .engine
-            .start_attempt(created.job(), None, trigger)
-            .await
-            .expect("started");
-        s.engine
-            .record_dispatch(attempt.id)
-            .await
-            .expect("dispatched");
-        attempts.push(attempt.id);
-    }
-    let [first, hedge] = attempts[..] else {
-        unreachable!("two attempts")
-    };
+    let job = alices_job(&s).await;
+    let first = running(&s, &job, Trigger::Worker).await;
+    let hedge = running(&s, &job, Trigger::Hedge).await;
     s.engine
         .mark_unknown_after_deadline(first)
         .await

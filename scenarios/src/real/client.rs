@@ -77,15 +77,7 @@ pub async fn run_client(ctx: ClientContext) {
         .actions
         .iter()
         .map(|action| {
-            let (at_ms, jitter_ms) = match action {
-                Action::Create {
-                    at_ms, jitter_ms, ..
-                }
-                | Action::Backup {
-                    at_ms, jitter_ms, ..
-                } => (*at_ms, *jitter_ms),
-                Action::Get { at_ms, .. } | Action::Probe { at_ms, .. } => (*at_ms, 0),
-            };
+            let (at_ms, jitter_ms) = action.at_and_jitter_ms();
             at_ms + client.draw(0..=jitter_ms)
         })
         .collect();
