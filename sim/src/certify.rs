@@ -20,11 +20,15 @@ use std::time::{Duration, UNIX_EPOCH};
 use idem_core::certify::report::{Certification, Check, Failure};
 use idem_core::certify::{ChatEndpoint, Contract, RunLimits, Target, certify};
 use idem_core::clock::{FIXED_EPOCH_US, SeededIds};
+use idem_core::contract::{Certificate, Providers};
+use idem_core::model::Timestamp;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::ProviderServer;
+use idem_core::store::{Store, StoreError};
 
 use crate::net::{SERVICE_PORT, SimConnector, SimListener, child_seed};
-use crate::scenario::{ProviderProfile, host};
+use crate::scenario::{ProviderProfile, Scenario, host};
+use crate::trace::{Recorder, TraceBody};
 
 /// The certifier's host, in the certification world and in the trace.
 pub const CERTIFIER: &str = "certifier";
@@ -46,6 +50,82 @@ const DURATION_MS_MAX: u64 = 30 * 60 * 1_000;
 const MEMO_ENTRIES_MAX: usize = 256;
 
 static MEMO: Mutex<BTreeMap<String, Arc<Certification>>> = Mutex::new(BTreeMap::new());
+
+/// Each provider `scenario` certifies, with its certification, in the
+/// topology's order. Each one runs a small simulation of its own: call it
+/// outside any runtime.
+pub fn certifications(scenario: &Scenario) -> Vec<(ProviderProfile, Arc<Certification>)> {
+    scenario
+        .topology
+        .providers
+        .iter()
+        .filter(|p| p.certified)
+        .map(|p| (p.clone(), certify_profile(p)))
+        .collect()
+}
+
+/// The providers whose certification passed, each with the model it was
+/// certified as (the one it said it serves, else its profile's): the
+/// oracle's facts.
+pub fn certified_models(
+    certifications: &[(ProviderProfile, Arc<Certification>)],
+) -> BTreeMap<String, String> {
+    certifications
+        .iter()
+        .filter(|(_, c)| c.passed())
+        .map(|(profile, c)| {
+            let model = c.model_identity.clone();
+            (
+                profile.name.clone(),
+                model.unwrap_or_else(|| profile.model.clone()),
+            )
+        })
+        .collect()
+}
+
+/// Files each certification's outcome, passed or not, as the provider's
+/// certificate in `store` at `at` (its evidence naming `source`), and
+/// records it as a `certification` event, before any client clicks: the
+/// same in every world.
+pub async fn file_certifications<S: Store + ?Sized>(
+    certifications: &[(ProviderProfile, Arc<Certification>)],
+    contract: &Providers,
+    store: &S,
+    at: Timestamp,
+    source: &str,
+    recorder: &impl Recorder,
+) -> Result<(), StoreError> {
+    for (profile, certification) in certifications {
+        let key = contract
+            .certificate_key(&profile.name)
+            .expect("every profile is in the contract");
+        store
+            .put_certificate(Certificate {
+                key,
+                passed: certification.passed(),
+                evidence: certification.evidence(source),
+                at,
+            })
+            .await?;
+        recorder.record(CERTIFIER, event(profile, certification));
+    }
+    Ok(())
+}
+
+/// The trace event of `profile`'s certification.
+fn event(profile: &ProviderProfile, certification: &Certification) -> TraceBody {
+    TraceBody::Certification {
+        provider: profile.name.clone(),
+        model: profile.model.clone(),
+        model_identity: certification.model_identity.clone(),
+        passed: certification.passed(),
+        failed_checks: certification
+            .failed_checks()
+            .iter()
+            .map(|c| c.name().to_owned())
+            .collect(),
+    }
+}
 
 /// The certification of `profile` against the shipped contract.
 pub fn certify_profile(profile: &ProviderProfile) -> Arc<Certification> {

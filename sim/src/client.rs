@@ -1,10 +1,19 @@
-//! Simulated users. Each client host runs its scenario actions: clicks
-//! (creates with an idempotency key, retried on a timeout or a 5xx as a
-//! browser or SDK would), the backup button, reads and cross-owner probes.
+//! The users' script, written once for both worlds. Each user runs its
+//! scenario actions: clicks (creates with an idempotency key, retried on a
+//! timeout or a 5xx as a browser or SDK would), the backup button, reads
+//! and cross-owner probes, then (if asked) polls its jobs to their ends.
 //! Every request and what came back is recorded in the trace: that is what
 //! the users saw, and what the oracle judges.
+//!
+//! The script reaches its world through a small port ([`UserPort`]: send a
+//! request, wait, read the time, draw). The one implementation, [`Wire`],
+//! speaks HTTP/1 over a [`Connector`]: turmoil's in the simulator, real TCP
+//! through the links' proxies in real mode. The same seed draws the same
+//! jitter and the same replicas in both, so for the same answers both
+//! worlds' users send the same requests.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,11 +27,10 @@ use serde_json::{Value, json};
 
 use idem_core::fingerprint::{canonicalize, fingerprint};
 use idem_core::model::{AttemptId, JobId};
+use idem_core::provider::connect::Connector;
 
 use crate::decisions::{Decisions, Subject};
-use crate::net::SERVICE_PORT;
 use crate::scenario::{Action, ClientSpec};
-use crate::scheduler::sim_elapsed_ms;
 use crate::trace::{Recorder, TraceBody};
 
 /// The largest response body a client reads.
@@ -46,28 +54,118 @@ const OUTCOME_POLLS_MAX: u32 = 2_400;
 /// its own; a probe uses another client's.
 pub type KnownJobs = Arc<Mutex<BTreeMap<(String, String), JobId>>>;
 
-/// What one client needs to run.
+/// One request a user sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// The `Idempotency-Key` header, on a create.
+    pub key: Option<String>,
+    pub body: Option<Value>,
+}
+
+/// One HTTP answer, as the script reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    pub status: u16,
+    /// `Idempotent-Replayed: true`.
+    pub replayed: bool,
+    /// The body as JSON (`null` when it is not).
+    pub body: Value,
+}
+
+/// What the users' script needs of a world.
+pub trait UserPort: Send + Sync + 'static {
+    type Recorder: Recorder;
+
+    /// Sends `request` with the user's bearer `token` to API replica
+    /// `replica` (its index), waiting at most `timeout_ms` for the answer;
+    /// why there was none otherwise.
+    fn send(
+        &self,
+        replica: usize,
+        token: &str,
+        request: &Request,
+        timeout_ms: u64,
+    ) -> impl Future<Output = Result<Answer, String>> + Send;
+
+    /// Waits `ms` milliseconds of the world's time.
+    fn sleep(&self, ms: u64) -> impl Future<Output = ()> + Send;
+
+    /// The world's time, in milliseconds of the run.
+    fn now_ms(&self) -> u64;
+
+    /// Where the script's random draws are decided.
+    fn decisions(&self) -> &Decisions;
+
+    fn recorder(&self) -> &Self::Recorder;
+}
+
+/// A world's clock, in milliseconds of the run.
+pub trait RunTime: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The port over HTTP/1: one fresh connection per request through
+/// `connector`, to the authority of each replica.
 #[derive(Clone, Debug)]
-pub struct ClientContext {
+pub struct Wire<C, T, R> {
+    pub connector: C,
+    /// Where each API replica is reached, in replica order.
+    pub authorities: Vec<String>,
+    pub time: T,
+    pub decisions: Decisions,
+    pub recorder: R,
+}
+
+impl<C: Connector, T: RunTime, R: Recorder> UserPort for Wire<C, T, R> {
+    type Recorder = R;
+
+    async fn send(
+        &self,
+        replica: usize,
+        token: &str,
+        request: &Request,
+        timeout_ms: u64,
+    ) -> Result<Answer, String> {
+        let authority = &self.authorities[replica];
+        let call = exchange(&self.connector, authority, token, request);
+        idem_core::timer::timeout(Duration::from_millis(timeout_ms), call)
+            .await
+            .unwrap_or_else(|_| Err("timed out".to_owned()))
+    }
+
+    async fn sleep(&self, ms: u64) {
+        idem_core::timer::sleep(Duration::from_millis(ms)).await;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.time.now_ms()
+    }
+
+    fn decisions(&self) -> &Decisions {
+        &self.decisions
+    }
+
+    fn recorder(&self) -> &R {
+        &self.recorder
+    }
+}
+
+/// What one user needs to run.
+#[derive(Clone, Debug)]
+pub struct ClientContext<P> {
     pub spec: ClientSpec,
     pub token: String,
+    /// The API replicas' names, in replica order (the trace names them).
     pub replicas: Vec<String>,
-    pub recorder: Recorder,
     pub known_jobs: KnownJobs,
     pub seed: u64,
-    /// Where each action's jitter is decided.
-    pub decisions: Decisions,
+    pub port: P,
 }
 
-/// One HTTP answer.
-struct Answer {
-    status: u16,
-    replayed: bool,
-    body: Value,
-}
-
-struct Client {
-    ctx: ClientContext,
+struct Client<P> {
+    ctx: ClientContext<P>,
     host: String,
     rng: Mutex<ChaCha8Rng>,
     next_request_id: AtomicU64,
@@ -76,8 +174,8 @@ struct Client {
     clicks_pending: Mutex<BTreeMap<String, u32>>,
 }
 
-/// Runs a client to completion.
-pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
+/// Runs a user's script to its end.
+pub async fn run_client<P: UserPort>(ctx: ClientContext<P>) {
     let host = crate::scenario::host::client(&ctx.spec.name);
     let clicks_pending = clicks_by_key(&ctx.spec.actions);
     let client = Arc::new(Client {
@@ -92,22 +190,22 @@ pub async fn run_client(ctx: ClientContext) -> turmoil::Result {
     for (action, delay_ms) in client.ctx.spec.actions.clone().into_iter().zip(delays_ms) {
         let client = client.clone();
         tasks.spawn(async move {
-            idem_core::timer::sleep(Duration::from_millis(delay_ms)).await;
+            client.ctx.port.sleep(delay_ms).await;
             client.perform(action).await;
         });
     }
     while tasks.join_next().await.is_some() {}
-    client.ctx.recorder.client_reading(client.name());
+    let recorder = client.ctx.port.recorder();
+    recorder.client_reading(client.name());
     if client.ctx.spec.await_outcome {
         client.await_outcomes().await;
     }
-    client.ctx.recorder.record(
+    recorder.record(
         &client.host,
         TraceBody::ClientDone {
             client: client.ctx.spec.name.clone(),
         },
     );
-    Ok(())
 }
 
 /// How many Create actions each key has: the clicks that may still give the
@@ -122,7 +220,7 @@ fn clicks_by_key(actions: &[Action]) -> BTreeMap<String, u32> {
     clicks
 }
 
-impl Client {
+impl<P: UserPort> Client<P> {
     /// When each action starts, in ms after the run's start. Every jitter is
     /// drawn up front, in action order, so that the draws do not depend on how
     /// the action tasks are scheduled.
@@ -146,12 +244,7 @@ impl Client {
             action: index,
             label: action_label(action),
         };
-        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-        self.ctx
-            .decisions
-            .draw(subject, sim_elapsed_ms(), &mut rng, |rng| {
-                rng.random_range(range.clone())
-            })
+        self.draw(subject, |rng| rng.random_range(range.clone()))
     }
 
     /// The replica a request goes to, as a load balancer would choose it.
@@ -160,14 +253,19 @@ impl Client {
         let subject = || Subject::ClientReplica {
             client: self.ctx.spec.name.clone(),
         };
-        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = self
-            .ctx
-            .decisions
-            .draw(subject, sim_elapsed_ms(), &mut rng, |rng| {
-                rng.random_range(0..=last)
-            });
+        let index = self.draw(subject, |rng| rng.random_range(0..=last));
         usize::try_from(index).expect("small index")
+    }
+
+    fn draw(
+        &self,
+        subject: impl FnOnce() -> Subject,
+        draw: impl Fn(&mut ChaCha8Rng) -> u64,
+    ) -> u64 {
+        let port = &self.ctx.port;
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        port.decisions()
+            .draw(subject, port.now_ms(), &mut rng, draw)
     }
 
     fn name(&self) -> &str {
@@ -218,16 +316,14 @@ impl Client {
             Action::Backup { key, provider, .. } => self.backup(&key, provider).await,
             Action::Get { key, .. } => {
                 if let Some(job) = self.own_job(&key) {
-                    self.request("GET", format!("/v1/jobs/{job}"), None, None)
-                        .await;
+                    self.request(read(job)).await;
                 }
             }
             Action::Probe {
                 other_client, key, ..
             } => {
                 if let Some(job) = self.job_of(&other_client, &key) {
-                    self.request("GET", format!("/v1/jobs/{job}"), None, None)
-                        .await;
+                    self.request(read(job)).await;
                 }
             }
         }
@@ -236,14 +332,17 @@ impl Client {
     /// A create with `key`, retried on a timeout or a 5xx as a browser or
     /// SDK would; the job id it names is remembered.
     async fn click(&self, key: &str, body: &Value, retries: u32, retry_after_ms: u64) {
+        let create = Request {
+            method: "POST".to_owned(),
+            path: "/v1/jobs".to_owned(),
+            key: Some(key.to_owned()),
+            body: Some(body.clone()),
+        };
         for attempt in 0..=retries {
             if attempt > 0 {
-                idem_core::timer::sleep(Duration::from_millis(retry_after_ms)).await;
+                self.ctx.port.sleep(retry_after_ms).await;
             }
-            let answer = self
-                .request("POST", "/v1/jobs".to_owned(), Some(key), Some(body.clone()))
-                .await;
-            match answer {
+            match self.request(create.clone()).await {
                 Some(answer) if (200..300).contains(&answer.status) => {
                     if let Some(id) = job_id_of(&answer.body) {
                         self.ctx
@@ -270,15 +369,19 @@ impl Client {
             if job.is_some() || !self.may_learn_job(key) {
                 break;
             }
-            idem_core::timer::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            self.ctx.port.sleep(POLL_INTERVAL_MS).await;
             job = self.own_job(key);
         }
         let Some(job) = job else {
             return;
         };
-        let body = provider.map(|p| json!({"provider": p}));
-        self.request("POST", format!("/v1/jobs/{job}/attempts"), None, body)
-            .await;
+        self.request(Request {
+            method: "POST".to_owned(),
+            path: format!("/v1/jobs/{job}/attempts"),
+            key: None,
+            body: provider.map(|p| json!({"provider": p})),
+        })
+        .await;
     }
 
     /// Polls each of this client's jobs until it is terminal; bounded.
@@ -294,61 +397,58 @@ impl Client {
             .collect();
         jobs.dedup();
         for job in jobs {
-            let started_ms = sim_elapsed_ms();
-            let mut interval_ms = POLL_INTERVAL_MS;
-            for _ in 0..OUTCOME_POLLS_MAX {
-                let answer = self
-                    .request("GET", format!("/v1/jobs/{job}"), None, None)
-                    .await;
-                let state = answer.as_ref().and_then(|a| {
-                    a.body
-                        .get("state")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                });
-                if matches!(state.as_deref(), Some("succeeded" | "failed")) {
-                    break;
-                }
-                if sim_elapsed_ms().saturating_sub(started_ms) >= OUTCOME_POLL_STEADY_MS {
-                    interval_ms = (interval_ms * 2).min(OUTCOME_POLL_INTERVAL_MAX_MS);
-                }
-                idem_core::timer::sleep(Duration::from_millis(interval_ms)).await;
+            self.await_outcome(job).await;
+        }
+    }
+
+    /// Reads `job` until it is terminal, backing off once it has taken
+    /// [`OUTCOME_POLL_STEADY_MS`]; bounded.
+    async fn await_outcome(&self, job: JobId) {
+        let port = &self.ctx.port;
+        let started_ms = port.now_ms();
+        let mut interval_ms = POLL_INTERVAL_MS;
+        for _ in 0..OUTCOME_POLLS_MAX {
+            let answer = self.request(read(job)).await;
+            let state = answer
+                .as_ref()
+                .and_then(|a| a.body.get("state").and_then(Value::as_str));
+            if matches!(state, Some("succeeded" | "failed")) {
+                break;
             }
+            if port.now_ms().saturating_sub(started_ms) >= OUTCOME_POLL_STEADY_MS {
+                interval_ms = (interval_ms * 2).min(OUTCOME_POLL_INTERVAL_MAX_MS);
+            }
+            port.sleep(interval_ms).await;
         }
     }
 
     /// Sends one request to a replica chosen as a load balancer would
     /// (seeded), records it and what came back.
-    async fn request(
-        &self,
-        method: &str,
-        path: String,
-        key: Option<&str>,
-        body: Option<Value>,
-    ) -> Option<Answer> {
-        let replica = self.ctx.replicas[self.draw_replica()].clone();
+    async fn request(&self, request: Request) -> Option<Answer> {
+        let replica = self.draw_replica();
         let request_id = self.next_request_id.fetch_add(1, Ordering::SeqCst);
-        let is_create = method == "POST" && path == "/v1/jobs";
-        self.ctx.recorder.record(
+        let is_create = request.method == "POST" && request.path == "/v1/jobs";
+        self.ctx.port.recorder().record(
             &self.host,
             TraceBody::HttpRequest {
                 client: self.name().to_owned(),
                 request_id,
-                replica: replica.clone(),
-                method: method.to_owned(),
-                path: path.clone(),
-                idempotency_key: key.map(str::to_owned),
+                replica: self.ctx.replicas[replica].clone(),
+                method: request.method.clone(),
+                path: request.path.clone(),
+                idempotency_key: request.key.clone(),
                 body_fingerprint: is_create
-                    .then(|| body.as_ref().map(|b| fingerprint(&canonicalize(b))))
+                    .then(|| request.body.as_ref().map(|b| fingerprint(&canonicalize(b))))
                     .flatten(),
             },
         );
-        let timeout = Duration::from_millis(self.ctx.spec.request_timeout_ms);
-        let call = http_call(&replica, method, &path, &self.ctx.token, key, body);
-        let result = idem_core::timer::timeout(timeout, call)
-            .await
-            .unwrap_or_else(|_| Err("timed out".to_owned()));
-        let attempt_created = method == "POST" && path.ends_with("/attempts");
+        let timeout_ms = self.ctx.spec.request_timeout_ms;
+        let result = self
+            .ctx
+            .port
+            .send(replica, &self.ctx.token, &request, timeout_ms)
+            .await;
+        let attempt_created = request.method == "POST" && request.path.ends_with("/attempts");
         self.record_answer(request_id, attempt_created, result)
     }
 
@@ -361,6 +461,7 @@ impl Client {
         result: Result<Answer, String>,
     ) -> Option<Answer> {
         let client = self.name().to_owned();
+        let recorder = self.ctx.port.recorder();
         let answer = match result {
             Ok(answer) => answer,
             Err(error) => {
@@ -369,7 +470,7 @@ impl Client {
                     request_id,
                     error,
                 };
-                self.ctx.recorder.record(&self.host, failed);
+                recorder.record(&self.host, failed);
                 return None;
             }
         };
@@ -392,8 +493,18 @@ impl Client {
             blocking_attempt: str_field(&answer.body, "blocking_attempt")
                 .and_then(|s| s.parse().ok()),
         };
-        self.ctx.recorder.record(&self.host, response);
+        recorder.record(&self.host, response);
         Some(answer)
+    }
+}
+
+/// A read of `job`.
+fn read(job: JobId) -> Request {
+    Request {
+        method: "GET".to_owned(),
+        path: format!("/v1/jobs/{job}"),
+        key: None,
+        body: None,
     }
 }
 
@@ -408,29 +519,25 @@ fn job_id_of(body: &Value) -> Option<JobId> {
     body.get("id")?.as_str()?.parse().ok()
 }
 
-/// One HTTP/1 exchange over a fresh simulated connection.
 /// The HTTP request a user's browser would send: bearer token, the
 /// idempotency key when there is one, a JSON body when there is one.
-fn request_of(
+fn http_request(
     authority: &str,
-    method: &str,
-    path: &str,
     token: &str,
-    key: Option<&str>,
-    body: Option<Value>,
+    request: &Request,
 ) -> Result<http::Request<Full<bytes::Bytes>>, String> {
     let mut builder = http::Request::builder()
-        .method(method)
-        .uri(path)
+        .method(request.method.as_str())
+        .uri(request.path.as_str())
         .header(http::header::HOST, authority)
         .header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    if let Some(key) = key {
+    if let Some(key) = &request.key {
         builder = builder.header("idempotency-key", key);
     }
-    let bytes = match body {
+    let bytes = match &request.body {
         Some(body) => {
             builder = builder.header(http::header::CONTENT_TYPE, "application/json");
-            serde_json::to_vec(&body).expect("a JSON value serializes")
+            serde_json::to_vec(body).expect("a JSON value serializes")
         }
         None => Vec::new(),
     };
@@ -439,25 +546,23 @@ fn request_of(
         .map_err(|e| format!("request: {e}"))
 }
 
-async fn http_call(
-    replica: &str,
-    method: &str,
-    path: &str,
+/// One HTTP/1 exchange over a fresh connection to `authority`.
+pub async fn exchange(
+    connector: &impl Connector,
+    authority: &str,
     token: &str,
-    key: Option<&str>,
-    body: Option<Value>,
+    request: &Request,
 ) -> Result<Answer, String> {
-    let authority = format!("{replica}:{SERVICE_PORT}");
-    let stream = turmoil::net::TcpStream::connect(authority.as_str())
+    let stream = connector
+        .connect(authority)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     tokio::spawn(connection);
-    let request = request_of(&authority, method, path, token, key, body)?;
     let response = sender
-        .send_request(request)
+        .send_request(http_request(authority, token, request)?)
         .await
         .map_err(|e| format!("send: {e}"))?;
     let status = response.status().as_u16();

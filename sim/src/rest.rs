@@ -30,7 +30,7 @@ use idem_core::engine::Policy;
 use idem_core::model::AttemptState;
 use idem_core::store::{Store, StoreDump};
 
-use crate::faults::Plan;
+use crate::plan::Plan;
 use crate::scenario::{Action, Scenario};
 use crate::world::{World, ready};
 

@@ -41,7 +41,7 @@ use idem_core::store::{
 };
 
 use crate::scheduler::reuse::ReuseGate;
-use crate::trace::{Recorder, TraceBody};
+use crate::trace::{Recorder, SimRecorder, TraceBody};
 
 /// The largest frame either side accepts.
 pub const FRAME_LEN_MAX_BYTES: usize = 16 * 1024 * 1024;
@@ -386,7 +386,7 @@ pub async fn serve_store(
     store: Arc<dyn Store>,
     plan: FaultPlan,
     observer: StoreObserver,
-    recorder: Recorder,
+    recorder: SimRecorder,
     host: String,
     port: u16,
 ) -> std::io::Result<()> {
@@ -426,7 +426,7 @@ struct Served {
     store: Arc<dyn Store>,
     plan: FaultPlan,
     observer: StoreObserver,
-    recorder: Recorder,
+    recorder: SimRecorder,
     host: String,
 }
 

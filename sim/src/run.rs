@@ -1,6 +1,7 @@
-//! The driver: steps a built world through its scheduler, fires the fault
-//! plan, stops early when the system is quiet (or at the settle deadline),
-//! and hands the trace and the final state to the oracle.
+//! The simulated backend of the driver ([`crate::driver`]): a built world
+//! stepped through its scheduler, from one event to the next, its faults
+//! made by [`crate::faults`]; then the trace and the final state handed to
+//! the oracle.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,18 +13,15 @@ use idem_core::provider::server::Execution;
 use idem_core::store::StoreDump;
 
 use crate::decisions::Decisions;
-use crate::faults::{Plan, perform};
+use crate::driver::{Backend, DRIVER, drive, millis};
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
+use crate::plan::Plan;
 use crate::rest::Rest;
-use crate::scenario::{Scenario, Window};
+use crate::scenario::{Fault, Scenario, Window};
 use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
-use crate::trace::Trace;
+use crate::trace::{SimRecorder, Trace, TraceBody};
 use crate::world::{World, build, build_deciding, ready};
-
-/// How often (simulated) the driver looks for quiescence: the check reads
-/// the whole store, so it stays off the per-step path.
-const QUIESCENCE_CHECK_MS: u64 = 100;
 
 /// Why a run stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -192,52 +190,108 @@ fn simulate_world(
     if metered {
         world.scheduler.meter();
     }
-    let mut plan = Plan::new(&scenario.faults);
-    let stop = drive(&mut world, &mut plan, scenario)?;
+    let mut backend = SimBackend::new(world, scenario);
+    let stop = ready(drive(&mut backend, scenario))?;
+    let mut world = backend.world;
     let traffic = world.scheduler.traffic();
     Ok((finish(world, stop), traffic))
 }
 
-/// Steps `world` until it is quiet or its deadline comes: each step at
-/// the time the scheduler says something happens next.
-fn drive(world: &mut World, plan: &mut Plan, scenario: &Scenario) -> Result<Stop, RunError> {
-    let settle = Duration::from_millis(scenario.timing.settle_ms);
-    let tick = Duration::from_millis(scenario.timing.tick_ms);
-    let mut next_check = Duration::from_millis(QUIESCENCE_CHECK_MS);
-    let mut rest = Rest::new(scenario);
-    loop {
-        let at = world
-            .scheduler
-            .next(&world.sim, plan.next_due())
-            .unwrap_or(settle);
+/// The simulated world as the driver's backend.
+struct SimBackend {
+    world: World,
+    rest: Rest,
+    /// The time the driver last moved to, and the tick after which a
+    /// trigger fault fires.
+    at: Duration,
+    tick: Duration,
+    /// Whether every client host had finished at the last step.
+    clients_done: bool,
+}
+
+impl SimBackend {
+    fn new(world: World, scenario: &Scenario) -> Self {
+        Self {
+            world,
+            rest: Rest::new(scenario),
+            at: Duration::ZERO,
+            tick: Duration::from_millis(scenario.timing.tick_ms),
+            clients_done: false,
+        }
+    }
+}
+
+impl Backend for SimBackend {
+    type Error = RunError;
+    type Recorder = SimRecorder;
+
+    fn recorder(&self) -> &SimRecorder {
+        &self.world.recorder
+    }
+
+    fn record_driver(&self, body: TraceBody) {
+        self.world.recorder.record_at(millis(self.at), DRIVER, body);
+    }
+
+    /// Each step at the time the scheduler says something happens next.
+    async fn advance(&mut self, due: Option<Duration>, settle: Duration) -> Option<Duration> {
+        let world = &mut self.world;
+        let at = world.scheduler.next(&world.sim, due).unwrap_or(settle);
         if at >= settle {
             world.scheduler.advance_to(settle);
-            return Ok(Stop::Deadline);
+            return None;
         }
         world.scheduler.advance_to(at);
-        let at_ms = millis(at);
-        for step in plan.take_due(at_ms) {
-            perform(world, step, at_ms, plan);
-        }
-        let clients_done = world
+        self.at = at;
+        Some(at)
+    }
+
+    async fn step(&mut self) -> Result<(), RunError> {
+        let world = &mut self.world;
+        self.clients_done = world
             .scheduler
             .step(&mut world.sim)
             .map_err(|e| RunError::Host {
-                sim_ms: at_ms,
+                sim_ms: millis(self.at),
                 message: e.to_string(),
             })?;
-        // Trigger-based faults fire on the step after their event.
-        plan.arm_triggers(&world.recorder, millis(at + tick));
-        let now = world.scheduler.now(&world.sim);
-        if now >= next_check {
-            next_check = now + Duration::from_millis(QUIESCENCE_CHECK_MS);
-            if clients_done && plan.is_settled() && world.store.settled() {
-                return Ok(Stop::Quiescent);
-            }
-            if rest.at_rest(world, plan, millis(now)) {
-                return Ok(Stop::AtRest);
-            }
-        }
+        Ok(())
+    }
+
+    /// Trigger faults fire on the step after their event.
+    fn trigger_due(&self, at: Duration) -> Duration {
+        at + self.tick
+    }
+
+    fn now(&self) -> Duration {
+        self.world.scheduler.now(&self.world.sim)
+    }
+
+    async fn fire(&mut self, fault: &Fault) -> Result<(), RunError> {
+        self.world.fire(fault);
+        Ok(())
+    }
+
+    async fn heal(&mut self, fault: &Fault) -> Result<(), RunError> {
+        self.world.heal(fault);
+        Ok(())
+    }
+
+    async fn restart(&mut self, host: &str) -> Result<(), RunError> {
+        self.world.restart(host);
+        Ok(())
+    }
+
+    fn clients_done(&mut self) -> bool {
+        self.clients_done
+    }
+
+    async fn settled(&mut self) -> bool {
+        self.world.store.settled()
+    }
+
+    async fn at_rest(&mut self, plan: &Plan, now: Duration) -> bool {
+        self.rest.at_rest(&self.world, plan, millis(now))
     }
 }
 
@@ -262,9 +316,4 @@ fn finish(world: World, stop: Stop) -> Simulated {
         hosts: world.hosts.clone(),
         step_counts: world.scheduler.counts(),
     }
-}
-
-/// Whole milliseconds of `d`.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).expect("simulated time fits u64 milliseconds")
 }

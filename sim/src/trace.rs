@@ -19,6 +19,49 @@ use crate::scenario::TriggerKind;
 /// allowed to exhaust memory.
 pub const TRACE_EVENTS_MAX: usize = 2_000_000;
 
+/// What every world's recorder does, simulated or real: the one interface
+/// through which the users' script ([`crate::client`]), the fault driver
+/// ([`crate::driver`]) and the certification ([`crate::certify`]) write
+/// the trace, and from which the driver reads its triggers.
+pub trait Recorder: Clone + Send + Sync + 'static {
+    /// Records `body` as seen by `host` now, on the world's clock.
+    fn record(&self, host: &str, body: TraceBody);
+
+    /// Records `body` as seen by `host` now, while serving a call from
+    /// `caller`.
+    fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody);
+
+    /// How many events of `kind` have been recorded so far (the scenario's
+    /// `after` faults wait for them).
+    fn trigger_count(&self, kind: TriggerKind) -> u32;
+
+    /// Says that `client` has run its script and from now on only reads
+    /// its jobs (not a trace event: what it does is traced as it does it).
+    /// Only the simulator's rest check ([`crate::rest`]) reads it.
+    fn client_reading(&self, client: &str) {
+        let _ = client;
+    }
+}
+
+/// How many events of each trigger kind a trace has seen: the one count
+/// every recorder keeps.
+#[derive(Clone, Debug, Default)]
+pub struct Triggers(BTreeMap<TriggerKind, u32>);
+
+impl Triggers {
+    /// Counts `body` toward its trigger kind, if it has one.
+    pub fn see(&mut self, body: &TraceBody) {
+        if let Some(kind) = trigger(body) {
+            *self.0.entry(kind).or_insert(0) += 1;
+        }
+    }
+
+    /// How many events of `kind` were seen.
+    pub fn count(&self, kind: TriggerKind) -> u32 {
+        self.0.get(&kind).copied().unwrap_or(0)
+    }
+}
+
 /// The trigger kind this event counts toward, if any.
 fn trigger(body: &TraceBody) -> Option<TriggerKind> {
     match body {
@@ -41,7 +84,7 @@ fn trigger(body: &TraceBody) -> Option<TriggerKind> {
 #[derive(Debug, Default)]
 struct RecorderState {
     events: Vec<TraceEvent>,
-    triggers: BTreeMap<TriggerKind, u32>,
+    triggers: Triggers,
     truncated: bool,
     /// What the driver's stillness check needs, kept as events come so
     /// that it never reads the whole trace.
@@ -98,31 +141,42 @@ impl Stillness {
     }
 }
 
-/// The shared recorder every host writes to. The whole simulation runs on
-/// one thread, so recording order is the simulation's order.
+/// The simulator's recorder, shared by every host. The whole simulation
+/// runs on one thread, so recording order is the simulation's order.
 #[derive(Clone, Debug, Default)]
-pub struct Recorder {
+pub struct SimRecorder {
     state: Arc<Mutex<RecorderState>>,
 }
 
-impl Recorder {
+impl Recorder for SimRecorder {
+    /// Records `body` as seen by `host` now (simulated time).
+    fn record(&self, host: &str, body: TraceBody) {
+        self.record_at(crate::scheduler::sim_elapsed_ms(), host, body);
+    }
+
+    fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody) {
+        self.push(crate::scheduler::sim_elapsed_ms(), host, caller, body);
+    }
+
+    fn trigger_count(&self, kind: TriggerKind) -> u32 {
+        self.lock().triggers.count(kind)
+    }
+
+    fn client_reading(&self, client: &str) {
+        self.lock()
+            .stillness
+            .clients_reading
+            .insert(client.to_owned());
+    }
+}
+
+impl SimRecorder {
     pub fn new() -> Self {
         Self::default()
     }
 
     fn lock(&self) -> MutexGuard<'_, RecorderState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records `body` as seen by `host` now (simulated time).
-    pub fn record(&self, host: &str, body: TraceBody) {
-        self.record_at(crate::scheduler::sim_elapsed_ms(), host, body);
-    }
-
-    /// Records `body` as seen by `host` now, while serving a call from
-    /// `caller`.
-    pub fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody) {
-        self.push(crate::scheduler::sim_elapsed_ms(), host, caller, body);
     }
 
     /// Records `body` at an explicit time (for the driver, outside hosts).
@@ -141,9 +195,7 @@ impl Recorder {
         } else {
             body
         };
-        if let Some(kind) = trigger(&body) {
-            *state.triggers.entry(kind).or_insert(0) += 1;
-        }
+        state.triggers.see(&body);
         state.stillness.see(t_ms, &body);
         let seq = state.events.len() as u64;
         state.events.push(TraceEvent {
@@ -153,11 +205,6 @@ impl Recorder {
             caller: caller.map(str::to_owned),
             body,
         });
-    }
-
-    /// How many events of `kind` have been recorded so far.
-    pub fn trigger_count(&self, kind: TriggerKind) -> u32 {
-        self.lock().triggers.get(&kind).copied().unwrap_or(0)
     }
 
     pub fn len(&self) -> usize {
@@ -172,15 +219,6 @@ impl Recorder {
     pub fn last_change(&self) -> (u64, u64) {
         let state = self.lock();
         (state.stillness.last_change_ms, state.stillness.changes)
-    }
-
-    /// Says that `client` has run its script and from now on only reads
-    /// its jobs (not a trace event: what it does is traced as it does it).
-    pub fn client_reading(&self, client: &str) {
-        self.lock()
-            .stillness
-            .clients_reading
-            .insert(client.to_owned());
     }
 
     /// How many clients are done or only read.
@@ -209,8 +247,72 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_trigger_kind_counts_its_own_events_only() {
+        let job_id = JobId(uuid::Uuid::from_u128(1));
+        let attempt_id = AttemptId(uuid::Uuid::from_u128(2));
+        let moved = |to| TraceBody::AttemptTransition {
+            job_id,
+            attempt_id,
+            from: AttemptState::Starting,
+            to,
+            reason: None,
+        };
+        let executed = |outcome| TraceBody::ProviderExecution {
+            provider: "p".into(),
+            key: attempt_id.to_string(),
+            job_id: None,
+            exec_seq: 1,
+            billed: false,
+            outcome,
+        };
+        let bodies = [
+            TraceBody::JobCreated {
+                job_id,
+                owner: "o".into(),
+                key: "k".into(),
+                fingerprint: "f".into(),
+            },
+            TraceBody::AttemptStarted {
+                job_id,
+                attempt_id,
+                attempt_seq: 1,
+                provider: "p".into(),
+                read_version: 0,
+            },
+            moved(AttemptState::Running),
+            moved(AttemptState::Unknown),
+            moved(AttemptState::Failed),
+            executed(ExecutionOutcome::Running),
+            executed(ExecutionOutcome::Succeeded),
+            TraceBody::CompletionWon {
+                job_id,
+                attempt_id,
+                from: AttemptState::Running,
+                version: 1,
+                out_of_band: false,
+                result_sha256: String::new(),
+            },
+            TraceBody::ClientDone { client: "c".into() },
+        ];
+        let recorder = SimRecorder::new();
+        for body in bodies {
+            recorder.record_at(0, "h", body);
+        }
+        for kind in [
+            TriggerKind::JobCreated,
+            TriggerKind::AttemptStarted,
+            TriggerKind::AttemptDispatched,
+            TriggerKind::AttemptUnknown,
+            TriggerKind::ProviderExecutionStarted,
+            TriggerKind::CompletionWon,
+        ] {
+            assert_eq!(recorder.trigger_count(kind), 1, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn jsonl_round_trips_and_hash_is_stable() {
-        let recorder = Recorder::new();
+        let recorder = SimRecorder::new();
         recorder.record_at(5, "client-a", TraceBody::ClientDone { client: "a".into() });
         // A body with a number of its own beside the event's `seq`.
         recorder.record_at(

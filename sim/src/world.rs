@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::certify::{CERTIFIER, certify_profile};
-use crate::client::{ClientContext, KnownJobs, run_client};
+use crate::certify::{certifications, certified_models, file_certifications};
+use crate::client::{ClientContext, KnownJobs, RunTime, Wire, run_client};
 use crate::decisions::{Decisions, Subject};
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
 use crate::oracle::WorldFacts;
@@ -21,16 +21,16 @@ use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
 use crate::scheduler::Scheduler;
 use crate::scheduler::reuse::ReuseGate;
-use crate::trace::{Recorder, TraceBody};
+use crate::trace::{Recorder, SimRecorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
 use idem_core::certify::{Contract, SpecialTokens};
 use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
-use idem_core::contract::{Certificate, ProviderSpec, Providers};
+use idem_core::contract::{ProviderSpec, Providers};
 use idem_core::design::Design;
 use idem_core::engine::{Engine, MODEL_PROBE_TIMEOUT_MS_DEFAULT, ModelProbes};
 use idem_core::model::OwnerId;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
-use idem_core::provider::server::{ContractMode, ProviderServer};
+use idem_core::provider::server::{ContractMode, Execution, ExecutionObserver, ProviderServer};
 use idem_core::provider::{Provider, ProviderSet};
 use idem_core::reconciler::Reconciler;
 use idem_core::store::Store;
@@ -46,7 +46,7 @@ pub struct World {
     pub sim: turmoil::Sim<'static>,
     pub store: Arc<MemStore>,
     pub store_plan: FaultPlan,
-    pub recorder: Recorder,
+    pub recorder: SimRecorder,
     pub providers: BTreeMap<String, ProviderServer>,
     /// Each provider's behaviour as the scenario set it, to restore after a fault.
     pub provider_profiles: BTreeMap<String, idem_core::provider::server::Behaviour>,
@@ -125,7 +125,7 @@ pub fn build_deciding(
     decisions: Decisions,
 ) -> World {
     let store = Arc::new(MemStore::with_constraints(Constraints::for_design(design)));
-    let recorder = Recorder::new();
+    let recorder = SimRecorder::new();
     let contract = contract_of(scenario);
     // Certification before any client clicks, and before the scheduler
     // drives this thread's timers: it runs a world of its own.
@@ -184,8 +184,8 @@ fn simulation(scenario: &Scenario, seed: u64) -> turmoil::Sim<'static> {
 }
 
 /// Each provider's behaviour, its draws seeded by the run's seed (the
-/// file's seed alone would repeat them on every run).
-fn provider_profiles(
+/// file's seed alone would repeat them on every run): in both worlds.
+pub fn provider_profiles(
     scenario: &Scenario,
     seed: u64,
 ) -> BTreeMap<String, idem_core::provider::server::Behaviour> {
@@ -202,8 +202,9 @@ fn provider_profiles(
 }
 
 /// What the oracle is told of the world; `certified` maps each provider
-/// whose certification passed to the model it certified.
-fn facts_of(scenario: &Scenario, certified: BTreeMap<String, String>) -> WorldFacts {
+/// whose certification passed to the model it certified. Real mode judges
+/// its runs on the same facts.
+pub fn facts_of(scenario: &Scenario, certified: BTreeMap<String, String>) -> WorldFacts {
     WorldFacts {
         client_owners: scenario
             .clients
@@ -225,7 +226,7 @@ fn facts_of(scenario: &Scenario, certified: BTreeMap<String, String>) -> WorldFa
 }
 
 /// The contract every provider of the scenario is held to.
-fn contract_of(scenario: &Scenario) -> Providers {
+pub fn contract_of(scenario: &Scenario) -> Providers {
     let shipped = Contract::shipped();
     Providers {
         specs: scenario
@@ -245,54 +246,27 @@ fn contract_of(scenario: &Scenario) -> Providers {
     }
 }
 
-/// Certifies each provider the scenario asks to: the product's run. Its
-/// outcome, not the scenario's flag, goes on file (and in the trace);
-/// returns the providers that passed, with the model each was certified as.
+/// Certifies each provider the scenario asks to (the product's run), and
+/// files and records the outcomes; returns the providers that passed,
+/// with the model each was certified as.
 fn certify_providers(
     scenario: &Scenario,
     contract: &Providers,
     store: &MemStore,
-    recorder: &Recorder,
+    recorder: &SimRecorder,
 ) -> BTreeMap<String, String> {
-    let epoch = SimClock::new(FIXED_EPOCH_US);
-    let mut certified = BTreeMap::new();
-    for profile in scenario.topology.providers.iter().filter(|p| p.certified) {
-        let certification = certify_profile(profile);
-        let key = contract
-            .certificate_key(&profile.name)
-            .expect("every profile is in the contract");
-        let passed = certification.passed();
-        ready(store.put_certificate(Certificate {
-            key,
-            passed,
-            evidence: certification.evidence("simulation"),
-            at: epoch.now(),
-        }))
-        .expect("the in-process store takes a certificate");
-        recorder.record_at(
-            0,
-            CERTIFIER,
-            TraceBody::Certification {
-                provider: profile.name.clone(),
-                model: profile.model.clone(),
-                model_identity: certification.model_identity.clone(),
-                passed,
-                failed_checks: certification
-                    .failed_checks()
-                    .iter()
-                    .map(|c| c.name().to_owned())
-                    .collect(),
-            },
-        );
-        if passed {
-            let model = certification.model_identity.clone();
-            certified.insert(
-                profile.name.clone(),
-                model.unwrap_or_else(|| profile.model.clone()),
-            );
-        }
-    }
-    certified
+    let certifications = certifications(scenario);
+    let at = SimClock::new(FIXED_EPOCH_US).now();
+    ready(file_certifications(
+        &certifications,
+        contract,
+        store,
+        at,
+        "simulation",
+        recorder,
+    ))
+    .expect("the in-process store takes a certificate");
+    certified_models(&certifications)
 }
 
 /// What every engine-running host shares.
@@ -397,27 +371,13 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
         let behaviour = world.provider_profiles[&profile.name].clone();
         let server = ProviderServer::named(&profile.name, behaviour);
         if world.decisions.is_on() {
-            server.set_chooser(Arc::new(ProviderChooser(world.decisions.clone())));
+            server.set_chooser(Arc::new(ProviderChooser {
+                decisions: world.decisions.clone(),
+                time: SimTime,
+            }));
         }
-        let (recorder, name, host_name) = (
-            world.recorder.clone(),
-            profile.name.clone(),
-            host::provider(&profile.name),
-        );
-        let observer_host = host_name.clone();
-        server.set_observer(Arc::new(move |execution| {
-            recorder.record(
-                &observer_host,
-                TraceBody::ProviderExecution {
-                    provider: name.clone(),
-                    key: execution.key.clone(),
-                    job_id: execution.job_id.clone(),
-                    exec_seq: execution.seq,
-                    billed: execution.billed,
-                    outcome: execution.outcome,
-                },
-            );
-        }));
+        server.set_observer(execution_observer(world.recorder.clone(), &profile.name));
+        let host_name = host::provider(&profile.name);
         world.providers.insert(profile.name.clone(), server.clone());
         world.host(host_name.as_str(), move || {
             let server = server.clone();
@@ -428,6 +388,25 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
             }
         });
     }
+}
+
+/// Records each of `provider`'s executions in the trace, as its host
+/// sees it.
+pub fn execution_observer(recorder: impl Recorder, provider: &str) -> ExecutionObserver {
+    let (name, host_name) = (provider.to_owned(), host::provider(provider));
+    Arc::new(move |execution: &Execution| {
+        recorder.record(
+            &host_name,
+            TraceBody::ProviderExecution {
+                provider: name.clone(),
+                key: execution.key.clone(),
+                job_id: execution.job_id.clone(),
+                exec_seq: execution.seq,
+                billed: execution.billed,
+                outcome: execution.outcome,
+            },
+        );
+    })
 }
 
 fn register_apis(world: &mut World, scenario: &Scenario, seed: u64, parts: &EngineParts) {
@@ -495,26 +474,52 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
     let replicas: Vec<String> = (1..=scenario.topology.api_replicas)
         .map(host::api)
         .collect();
+    let port = Wire {
+        connector: SimConnector,
+        authorities: replicas
+            .iter()
+            .map(|api| format!("{api}:{SERVICE_PORT}"))
+            .collect(),
+        time: SimTime,
+        decisions: world.decisions.clone(),
+        recorder: world.recorder.clone(),
+    };
     let known_jobs = KnownJobs::default();
     for spec in &scenario.clients {
         let ctx = ClientContext {
             token: client_token(&spec.name),
             spec: spec.clone(),
             replicas: replicas.clone(),
-            recorder: world.recorder.clone(),
             known_jobs: known_jobs.clone(),
             seed: child_seed(seed, &format!("client/{}", spec.name)),
-            decisions: world.decisions.clone(),
+            port: port.clone(),
         };
-        world.client(host::client(&spec.name).as_str(), run_client(ctx));
+        world.client(host::client(&spec.name).as_str(), async move {
+            run_client(ctx).await;
+            Ok(())
+        });
+    }
+}
+
+/// Simulated time, as the users read it.
+#[derive(Clone, Copy, Debug)]
+struct SimTime;
+
+impl RunTime for SimTime {
+    fn now_ms(&self) -> u64 {
+        crate::scheduler::sim_elapsed_ms()
     }
 }
 
 /// A provider's random choices, made through the run's decision log and
-/// timed by the scheduler's clock.
-struct ProviderChooser(Decisions);
+/// timed by the world's clock.
+#[derive(Debug)]
+pub struct ProviderChooser<T> {
+    pub decisions: Decisions,
+    pub time: T,
+}
 
-impl idem_core::provider::server::Chooser for ProviderChooser {
+impl<T: RunTime> idem_core::provider::server::Chooser for ProviderChooser<T> {
     fn choose(
         &self,
         provider: &str,
@@ -530,9 +535,7 @@ impl idem_core::provider::server::Chooser for ProviderChooser {
                 provider: provider.to_owned(),
             },
         };
-        self.0
-            .draw(subject, crate::scheduler::sim_elapsed_ms(), rng, |rng| {
-                choice.draw(rng)
-            })
+        self.decisions
+            .draw(subject, self.time.now_ms(), rng, |rng| choice.draw(rng))
     }
 }

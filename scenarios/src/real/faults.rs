@@ -2,12 +2,13 @@
 //! `idem_sim::scenario::FaultKind` (an exhaustive match: a new kind does
 //! not compile until it has its real-mode treatment, or a refusal), how
 //! real mode makes it happen without root; [`refusal`] names a fault of a
-//! scenario that cannot be made real as asked, and why. The rest fires,
-//! heals and restarts, on the processes, links, providers and store of a
-//! [`RealWorld`].
+//! scenario that cannot be made real as asked, and why. The rest applies
+//! each fault's effect (`idem_sim::effect`, the simulator's own decision of
+//! what a fault does as it fires and heals) to the processes, links,
+//! providers and store of a [`RealWorld`].
 
 use idem_core::serve_bench::Order;
-use idem_core::store::faults::{FaultRule, StoreFault};
+use idem_sim::effect::{ClockChange, Effect, on_fire, on_heal};
 use idem_sim::scenario::{Fault, FaultKind, Scenario, host};
 
 use super::RealError;
@@ -78,37 +79,6 @@ pub fn refusal(scenario: &Scenario, store_can_crash: bool) -> Option<String> {
     })
 }
 
-/// Something the driver does at a time: the simulator's steps, one
-/// vocabulary for both drivers (`Bounce` restarts a crashed host).
-pub use idem_sim::faults::Step;
-
-/// What a fired fault leaves for later, and how many milliseconds after it
-/// fired: its heal, or the restart of a crashed host; `None` for a fault
-/// that stays (a store rule runs out by count).
-pub fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
-    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(fault.clone()));
-    match fault {
-        Fault::LinkLatency { duration_ms, .. }
-        | Fault::Hold { duration_ms, .. }
-        | Fault::Partition { duration_ms, .. }
-        | Fault::ProviderHang { duration_ms, .. }
-        | Fault::ProviderStall { duration_ms, .. }
-        | Fault::ProviderError { duration_ms, .. } => Some(heal_after(duration_ms)),
-        Fault::ClockOffset { duration_ms, .. } | Fault::ClockDrift { duration_ms, .. } => {
-            duration_ms.as_ref().map(heal_after)
-        }
-        Fault::Crash {
-            host,
-            restart_after_ms,
-        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
-        Fault::ProviderModelChange { .. }
-        | Fault::StoreLoseAck { .. }
-        | Fault::StoreFailBeforeApply { .. }
-        | Fault::StoreLatency { .. }
-        | Fault::ClockJump { .. } => None,
-    }
-}
-
 /// A link fault's change to the faults of one link, either way.
 #[derive(Clone, Copy, Debug)]
 enum LinkChange {
@@ -120,153 +90,42 @@ enum LinkChange {
 impl RealWorld {
     /// Applies `fault` now.
     pub async fn fire(&mut self, fault: &Fault) -> Result<(), RealError> {
-        match fault {
-            Fault::LinkLatency {
-                a,
-                b,
-                latency_ms_max,
-                ..
-            } => self.change_links(a, b, LinkChange::Latency(*latency_ms_max), true),
-            Fault::Hold { a, b, .. } => self.change_links(a, b, LinkChange::Hold, true),
-            Fault::Partition { a, b, oneway, .. } => {
-                self.change_links(a, b, LinkChange::Cut { oneway: *oneway }, true);
-            }
-            Fault::Crash { host, .. } => self.crash(host).await?,
-            Fault::ProviderHang { .. }
-            | Fault::ProviderStall { .. }
-            | Fault::ProviderError { .. }
-            | Fault::ProviderModelChange { .. } => self.fire_provider(fault),
-            Fault::StoreLoseAck { .. }
-            | Fault::StoreFailBeforeApply { .. }
-            | Fault::StoreLatency { .. } => self.arm(fault),
-            Fault::ClockOffset { .. } | Fault::ClockDrift { .. } | Fault::ClockJump { .. } => {
-                self.fire_clock(fault).await;
-            }
+        self.change_network(fault, true);
+        self.apply(on_fire(fault)).await
+    }
+
+    /// Undoes a fault whose duration ran out.
+    pub async fn heal(&mut self, fault: &Fault) -> Result<(), RealError> {
+        self.change_network(fault, false);
+        self.apply(on_heal(fault)).await
+    }
+
+    async fn apply(&mut self, effect: Effect<'_>) -> Result<(), RealError> {
+        match effect {
+            // The links' (`change_network`).
+            Effect::Links | Effect::Nothing => {}
+            Effect::Crash { host } => self.crash(host).await?,
+            Effect::Provider { provider, change } => self.providers.change(provider, &change),
+            Effect::Store(rule) => self.store_plan.plan().add(rule),
+            Effect::Clock { host, change } => self.change_clock(host, change).await,
         }
         Ok(())
     }
 
-    /// A provider fault: the server switches behaviour now.
-    fn fire_provider(&mut self, fault: &Fault) {
-        match fault {
-            Fault::ProviderHang { provider, .. } => {
-                self.providers.change(provider, |b| b.hang = true)
-            }
-            Fault::ProviderStall { provider, .. } => {
-                self.providers.change(provider, |b| b.stall = true);
-            }
-            Fault::ProviderError {
-                provider,
-                error_per_mille,
-                ..
-            } => {
-                let rate = *error_per_mille;
-                self.providers
-                    .change(provider, |b| b.error_per_mille = rate);
-            }
-            Fault::ProviderModelChange { provider, model } => {
-                let served = Some(model.clone());
-                self.providers
-                    .change_profile(provider, |b| b.served_model.clone_from(&served));
-                self.providers.change(provider, |b| b.served_model = served);
-            }
-            // Not a provider fault: see `fire`.
-            _ => {}
-        }
-    }
-
-    /// A store fault: a rule of the plan the store links apply.
-    fn arm(&self, fault: &Fault) {
-        let (op, fault, nth, count) = match fault {
-            Fault::StoreLoseAck { op, nth, count } => (*op, StoreFault::LoseAck, *nth, *count),
-            Fault::StoreFailBeforeApply { op, nth, count } => {
-                (*op, StoreFault::FailBeforeApply, *nth, *count)
-            }
-            Fault::StoreLatency {
-                op,
-                nth,
-                count,
-                latency_ms,
-            } => (
-                *op,
-                StoreFault::Latency {
-                    latency_ms: *latency_ms,
-                },
-                *nth,
-                *count,
-            ),
-            // Not a store fault: see `fire`.
-            _ => return,
-        };
-        self.store_plan.plan().add(FaultRule {
-            op,
-            fault,
-            first: nth,
-            count,
-        });
-    }
-
-    /// A clock fault: the host's realtime clock changes now.
-    async fn fire_clock(&mut self, fault: &Fault) {
-        match fault {
-            Fault::ClockOffset {
-                host, offset_ms, ..
-            } => {
-                let offset_us = offset_ms.saturating_mul(1000);
-                self.change_clock(host, |skew, now_us| skew.set_offset(now_us, offset_us))
-                    .await;
-            }
-            Fault::ClockDrift {
-                host, drift_ppm, ..
-            } => {
-                let ppm = *drift_ppm;
-                self.change_clock(host, |skew, now_us| skew.set_drift(now_us, ppm))
-                    .await;
-            }
-            Fault::ClockJump { host, jump_ms } => {
-                let by_us = jump_ms.saturating_mul(1000);
-                self.change_clock(host, |skew, now_us| skew.jump(now_us, by_us))
-                    .await;
-            }
-            // Not a clock fault: see `fire`.
-            _ => {}
-        }
-    }
-
-    /// Undoes a fault whose duration ran out (see [`aftermath`]).
-    pub async fn heal(&mut self, fault: &Fault) {
+    /// A network fault fired (`on`) or healed, on every link it names.
+    fn change_network(&self, fault: &Fault, on: bool) {
         match fault {
             Fault::LinkLatency {
                 a,
                 b,
                 latency_ms_max,
                 ..
-            } => self.change_links(a, b, LinkChange::Latency(*latency_ms_max), false),
-            Fault::Hold { a, b, .. } => self.change_links(a, b, LinkChange::Hold, false),
+            } => self.change_links(a, b, LinkChange::Latency(*latency_ms_max), on),
+            Fault::Hold { a, b, .. } => self.change_links(a, b, LinkChange::Hold, on),
             Fault::Partition { a, b, oneway, .. } => {
-                self.change_links(a, b, LinkChange::Cut { oneway: *oneway }, false);
+                self.change_links(a, b, LinkChange::Cut { oneway: *oneway }, on);
             }
-            Fault::ProviderHang { provider, .. }
-            | Fault::ProviderStall { provider, .. }
-            | Fault::ProviderError { provider, .. } => self.providers.restore(provider),
-            // Healed: stepped back to true time, as NTP would.
-            Fault::ClockOffset { host, .. } => {
-                self.change_clock(host, |skew, now_us| skew.resync(now_us))
-                    .await;
-            }
-            Fault::ClockDrift { host, .. } => {
-                self.change_clock(host, |skew, now_us| {
-                    skew.set_drift(now_us, 0);
-                    skew.resync(now_us);
-                })
-                .await;
-            }
-            Fault::Crash { .. }
-            | Fault::ProviderModelChange { .. }
-            | Fault::StoreLoseAck { .. }
-            | Fault::StoreFailBeforeApply { .. }
-            | Fault::StoreLatency { .. }
-            | Fault::ClockJump { .. } => {}
+            _ => {}
         }
     }
 
@@ -358,13 +217,9 @@ impl RealWorld {
     }
 
     /// Changes `host`'s clock error now and tells its process.
-    async fn change_clock(
-        &mut self,
-        host: &str,
-        change: impl FnOnce(&mut idem_sim::net::Skew, i64),
-    ) {
+    async fn change_clock(&mut self, host: &str, change: ClockChange) {
         let now_us = self.clock.elapsed_us();
-        change(self.skews.entry(host.to_owned()).or_default(), now_us);
+        change.apply(self.skews.entry(host.to_owned()).or_default(), now_us);
         self.resend_clock(host).await;
     }
 

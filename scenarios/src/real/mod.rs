@@ -16,10 +16,12 @@
 //!    own, with its role flags and the bench-only `--design`,
 //!    `--service-config`, `--journal` and `--controlled`
 //!    (`idem_core::serve_bench`).
-//! 5. [`client`]: the users, as real HTTP clients on the real clock; the
-//!    seed draws their jitter and their replicas.
-//! 6. [`run`](mod@run): the fault plan ([`faults`]) fires at its times and
-//!    triggers, until the system is quiet or `settle_ms`.
+//! 5. The users: the simulator's script (`idem_sim::client`), as real HTTP
+//!    clients on the real clock; the seed draws their jitter and their
+//!    replicas.
+//! 6. [`run`](mod@run): the simulator's driver (`idem_sim::driver`) runs
+//!    the fault plan, each fault made real by [`faults`], until the system
+//!    is quiet or `settle_ms`.
 //! 7. The trace ([`recorder`]) is assembled from what real mode observed:
 //!    the clients' requests and answers, the store proxies' injections,
 //!    the faults, kills and restarts, the providers' ledgers, the store's
@@ -38,7 +40,6 @@
 //! `RunReport` of the same scenario and seed, and [`System`] is where a
 //! system under test other than idem's processes goes.
 
-mod client;
 pub mod clock;
 pub mod compare;
 pub mod faults;

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use idem_core::store::faults::{FaultPlan, Injected, StoreFault, StoreOp};
 use idem_sim::scenario::host;
-use idem_sim::trace::TraceBody;
+use idem_sim::trace::{Recorder, TraceBody};
 
 use super::proxy::{Filtered, Tap, TapFactory};
 use super::recorder::RealRecorder;
@@ -203,7 +203,7 @@ impl PgTap {
         if let Some(injected) = injected {
             self.recorder.record_call(
                 host::STORE,
-                &self.caller,
+                Some(&self.caller),
                 TraceBody::StoreFaultInjected {
                     op: injected.op,
                     occurrence: injected.occurrence,
@@ -416,7 +416,7 @@ mod tests {
         assert!(out.close);
         assert_eq!(
             recorder
-                .finish(super::super::clock::RunClock::at(0))
+                .finish(&super::super::clock::RunClock::at(0))
                 .events
                 .len(),
             1

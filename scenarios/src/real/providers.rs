@@ -12,10 +12,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use idem_core::provider::server::{Behaviour, Execution, ProviderServer};
-use idem_sim::net::child_seed;
-use idem_sim::scenario::{Scenario, host};
-use idem_sim::trace::TraceBody;
+use idem_sim::decisions::Decisions;
+use idem_sim::effect::{ProviderChange, change_provider};
+use idem_sim::scenario::Scenario;
+use idem_sim::world::{ProviderChooser, execution_observer, provider_profiles};
 
+use super::clock::RunClock;
 use super::recorder::RealRecorder;
 
 /// One provider: its server (behaviour and ledger) and, while it is up,
@@ -72,34 +74,30 @@ fn serve(
 
 impl Providers {
     /// Starts every provider of `scenario`, seeded from the run's seed as
-    /// the simulator seeds them, each execution recorded in the trace.
-    pub fn start(scenario: &Scenario, seed: u64, recorder: &RealRecorder) -> std::io::Result<Self> {
+    /// the simulator seeds them, each execution recorded in the trace and
+    /// each random choice through `decisions`.
+    pub fn start(
+        scenario: &Scenario,
+        seed: u64,
+        recorder: &RealRecorder,
+        decisions: &Decisions,
+        clock: RunClock,
+    ) -> std::io::Result<Self> {
         let mut providers = Self::default();
-        for profile in &scenario.topology.providers {
-            let mut behaviour = profile.behaviour.clone();
-            behaviour.seed =
-                child_seed(seed ^ behaviour.seed, &format!("provider/{}", profile.name));
-            let server = ProviderServer::named(&profile.name, behaviour.clone());
-            let (recorder, name) = (recorder.clone(), profile.name.clone());
-            let lane = host::provider(&profile.name);
-            server.set_observer(Arc::new(move |execution: &Execution| {
-                recorder.record(
-                    &lane,
-                    TraceBody::ProviderExecution {
-                        provider: name.clone(),
-                        key: execution.key.clone(),
-                        job_id: execution.job_id.clone(),
-                        exec_seq: execution.seq,
-                        billed: execution.billed,
-                        outcome: execution.outcome,
-                    },
-                );
-            }));
+        for (name, behaviour) in provider_profiles(scenario, seed) {
+            let server = ProviderServer::named(&name, behaviour.clone());
+            server.set_observer(execution_observer(recorder.clone(), &name));
+            if decisions.is_on() {
+                server.set_chooser(Arc::new(ProviderChooser {
+                    decisions: decisions.clone(),
+                    time: clock.clone(),
+                }));
+            }
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             let address = listener.local_addr()?;
-            let running = serve(&profile.name, listener, server.clone())?;
+            let running = serve(&name, listener, server.clone())?;
             providers.by_name.insert(
-                profile.name.clone(),
+                name,
                 Provider {
                     server,
                     profile: behaviour,
@@ -116,26 +114,10 @@ impl Providers {
         self.by_name.get(name).map(|p| p.address)
     }
 
-    /// Changes provider `name`'s behaviour now.
-    pub fn change(&self, name: &str, change: impl FnOnce(&mut Behaviour)) {
-        if let Some(provider) = self.by_name.get(name) {
-            let mut behaviour = provider.server.behaviour();
-            change(&mut behaviour);
-            provider.server.set_behaviour(behaviour);
-        }
-    }
-
-    /// Changes what provider `name` returns to when a fault heals.
-    pub fn change_profile(&mut self, name: &str, change: impl FnOnce(&mut Behaviour)) {
+    /// Changes provider `name`'s behaviour now (or back to its profile).
+    pub fn change(&mut self, name: &str, change: &ProviderChange) {
         if let Some(provider) = self.by_name.get_mut(name) {
-            change(&mut provider.profile);
-        }
-    }
-
-    /// Puts provider `name` back to its profile.
-    pub fn restore(&self, name: &str) {
-        if let Some(provider) = self.by_name.get(name) {
-            provider.server.set_behaviour(provider.profile.clone());
+            change_provider(&provider.server, &mut provider.profile, change);
         }
     }
 

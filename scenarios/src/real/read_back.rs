@@ -16,10 +16,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use idem_core::model::{JobId, JobState};
+use idem_core::provider::connect::TcpConnector;
+use idem_sim::client::{Request, exchange};
 use idem_sim::oracle::{ReadAnswer, ReadBack};
 use idem_sim::world::client_token;
 
-use super::client::http_call;
 use super::judge::Observed;
 use super::recorder::RealRecorder;
 use super::world::RealWorld;
@@ -63,10 +64,16 @@ pub async fn read_back(recorder: &RealRecorder, instances: &[SocketAddr]) -> Opt
 }
 
 async fn read_one(job: JobId, token: &str, instances: &[SocketAddr]) -> Option<ReadAnswer> {
-    let path = format!("/v1/jobs/{job}");
+    let read = Request {
+        method: "GET".to_owned(),
+        path: format!("/v1/jobs/{job}"),
+        key: None,
+        body: None,
+    };
     let timeout = Duration::from_millis(READ_TIMEOUT_MS);
     for address in instances.iter().cycle().take(TRIES_MAX) {
-        let call = http_call(*address, "GET", &path, token, None, None);
+        let authority = address.to_string();
+        let call = exchange(&TcpConnector, &authority, token, &read);
         if let Ok(Ok(answer)) = idem_core::timer::timeout(timeout, call).await {
             match answer.status {
                 404 => return Some(ReadAnswer::NotFound),

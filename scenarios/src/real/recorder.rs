@@ -10,10 +10,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::{AttemptState, JobId};
-use idem_core::provider::server::ExecutionOutcome;
+use idem_core::model::JobId;
 use idem_sim::scenario::TriggerKind;
-use idem_sim::trace::{TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent};
+use idem_sim::trace::{Recorder, TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent, Triggers};
 
 use super::clock::{RunClock, now_us};
 
@@ -44,7 +43,7 @@ struct State {
     /// The latest stamp of each source: a later event of one source is
     /// never stamped before an earlier one.
     floor_us: BTreeMap<Source, i64>,
-    triggers: BTreeMap<TriggerKind, u32>,
+    triggers: Triggers,
     truncated: bool,
 }
 
@@ -54,40 +53,25 @@ pub struct RealRecorder {
     state: Arc<Mutex<State>>,
 }
 
-/// The trigger kind an event counts toward (the scenario's `after`
-/// faults), as the simulator's recorder counts them; a test holds the two
-/// together.
-pub fn trigger(body: &TraceBody) -> Option<TriggerKind> {
-    match body {
-        TraceBody::JobCreated { .. } => Some(TriggerKind::JobCreated),
-        TraceBody::AttemptStarted { .. } => Some(TriggerKind::AttemptStarted),
-        TraceBody::AttemptTransition { to, .. } => match to {
-            AttemptState::Running => Some(TriggerKind::AttemptDispatched),
-            AttemptState::Unknown => Some(TriggerKind::AttemptUnknown),
-            _ => None,
-        },
-        TraceBody::ProviderExecution {
-            outcome: ExecutionOutcome::Running,
-            ..
-        } => Some(TriggerKind::ProviderExecutionStarted),
-        TraceBody::CompletionWon { .. } => Some(TriggerKind::CompletionWon),
-        _ => None,
+/// The harness records what it sees as it happens: the users, the
+/// providers, the store links, the fault driver.
+impl Recorder for RealRecorder {
+    fn record(&self, host: &str, body: TraceBody) {
+        self.record_at(Source::Harness, now_us(), host, None, body);
+    }
+
+    fn record_call(&self, host: &str, caller: Option<&str>, body: TraceBody) {
+        self.record_at(Source::Harness, now_us(), host, caller, body);
+    }
+
+    fn trigger_count(&self, kind: TriggerKind) -> u32 {
+        self.lock().triggers.count(kind)
     }
 }
 
 impl RealRecorder {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records what the harness sees now.
-    pub fn record(&self, host: &str, body: TraceBody) {
-        self.record_at(Source::Harness, now_us(), host, None, body);
-    }
-
-    /// Records what the harness sees now of a call `caller` made.
-    pub fn record_call(&self, host: &str, caller: &str, body: TraceBody) {
-        self.record_at(Source::Harness, now_us(), host, Some(caller), body);
     }
 
     /// Records `body` from `source`, stamped `t_us`.
@@ -112,9 +96,7 @@ impl RealRecorder {
         let floor = state.floor_us.entry(source).or_insert(i64::MIN);
         let t_us = t_us.max(*floor);
         *floor = t_us;
-        if let Some(kind) = trigger(&body) {
-            *state.triggers.entry(kind).or_insert(0) += 1;
-        }
+        state.triggers.see(&body);
         let order = state.events.len() as u64;
         state.events.push(Recorded {
             t_us,
@@ -128,11 +110,6 @@ impl RealRecorder {
     /// The stamp of the latest event from `source`, if any.
     pub fn latest(&self, source: Source) -> Option<i64> {
         self.lock().floor_us.get(&source).copied()
-    }
-
-    /// How many events of `kind` have been recorded so far.
-    pub fn trigger_count(&self, kind: TriggerKind) -> u32 {
-        self.lock().triggers.get(&kind).copied().unwrap_or(0)
     }
 
     /// Every job id answered to a client in a success, and the first
@@ -185,7 +162,7 @@ impl RealRecorder {
     }
 
     /// The trace: every event on the run's time axis, numbered in order.
-    pub fn finish(&self, clock: RunClock) -> Trace {
+    pub fn finish(&self, clock: &RunClock) -> Trace {
         let mut state = self.lock();
         let mut events = std::mem::take(&mut state.events);
         events.sort_by_key(|e| (e.t_us, e.order));
@@ -207,83 +184,7 @@ impl RealRecorder {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::model::AttemptId;
-    use idem_sim::trace::Recorder;
-
     use super::*;
-
-    fn bodies() -> Vec<TraceBody> {
-        let job_id = JobId(uuid::Uuid::from_u128(1));
-        let attempt_id = AttemptId(uuid::Uuid::from_u128(2));
-        let moved = |to| TraceBody::AttemptTransition {
-            job_id,
-            attempt_id,
-            from: AttemptState::Starting,
-            to,
-            reason: None,
-        };
-        let executed = |outcome| TraceBody::ProviderExecution {
-            provider: "p".into(),
-            key: attempt_id.to_string(),
-            job_id: None,
-            exec_seq: 1,
-            billed: false,
-            outcome,
-        };
-        vec![
-            TraceBody::JobCreated {
-                job_id,
-                owner: "o".into(),
-                key: "k".into(),
-                fingerprint: "f".into(),
-            },
-            TraceBody::AttemptStarted {
-                job_id,
-                attempt_id,
-                attempt_seq: 1,
-                provider: "p".into(),
-                read_version: 0,
-            },
-            moved(AttemptState::Running),
-            moved(AttemptState::Unknown),
-            moved(AttemptState::Failed),
-            executed(ExecutionOutcome::Running),
-            executed(ExecutionOutcome::Succeeded),
-            TraceBody::CompletionWon {
-                job_id,
-                attempt_id,
-                from: AttemptState::Running,
-                version: 1,
-                out_of_band: false,
-                result_sha256: String::new(),
-            },
-            TraceBody::ClientDone { client: "c".into() },
-        ]
-    }
-
-    #[test]
-    fn triggers_count_as_the_simulators_recorder_counts_them() {
-        let (real, sim) = (RealRecorder::default(), Recorder::new());
-        for body in bodies() {
-            real.record("h", body.clone());
-            sim.record_at(0, "h", body);
-        }
-        for kind in [
-            TriggerKind::JobCreated,
-            TriggerKind::AttemptStarted,
-            TriggerKind::AttemptDispatched,
-            TriggerKind::AttemptUnknown,
-            TriggerKind::ProviderExecutionStarted,
-            TriggerKind::CompletionWon,
-        ] {
-            assert_eq!(
-                real.trigger_count(kind),
-                sim.trigger_count(kind),
-                "{kind:?}"
-            );
-            assert_eq!(real.trigger_count(kind), 1, "{kind:?}");
-        }
-    }
 
     #[test]
     fn a_create_answered_without_a_job_id_is_noticed() {
@@ -329,7 +230,7 @@ mod tests {
         // a microsecond before its first: commit order is kept.
         recorder.record_at(Source::Store, 2_000, "store", None, done("b1"));
         recorder.record_at(Source::Store, 1_999, "store", None, done("b2"));
-        let trace = recorder.finish(RunClock::at(0));
+        let trace = recorder.finish(&RunClock::at(0));
         let order: Vec<String> = trace
             .events
             .iter()

@@ -9,18 +9,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::task::JoinSet;
 
+use idem_core::provider::connect::TcpConnector;
 use idem_core::serve_bench::JournalLine;
+use idem_sim::client::{ClientContext, KnownJobs, Wire, run_client};
+use idem_sim::driver::{Backend, DRIVER, drive};
+use idem_sim::plan::Plan;
 use idem_sim::run::{RunReport, Stop, Verdict as SimVerdict};
-use idem_sim::scenario::{FaultSpec, Scenario, When, host};
-use idem_sim::trace::TraceBody;
+use idem_sim::scenario::{Fault, Scenario, host};
+use idem_sim::trace::{Recorder, TraceBody};
 use idem_sim::world::client_token;
 
-use super::client::{ClientContext, KnownJobs, run_client};
 use super::clock::now_us;
-use super::faults::{Step, aftermath};
 use super::history::History;
 use super::judge::{Observed, judge};
 use super::recorder::{RealRecorder, Source};
@@ -30,8 +31,6 @@ use super::{RealError, RealOptions, RealOutcome};
 
 /// How often the driver looks at the clock, the triggers and its plan.
 const DRIVER_TICK_MS: u64 = 5;
-/// How often the driver asks the store whether everything is settled.
-const QUIESCENCE_CHECK_MS: u64 = 100;
 /// The least time without a commit before the system counts as quiet.
 const QUIET_MS_MIN: u64 = 300;
 /// How often the store's history is read during the run.
@@ -40,9 +39,6 @@ const HISTORY_POLL_MS: u64 = 10;
 const HISTORY_DRAIN_POLLS_MAX: u32 = 100;
 /// Journal lines read per process, at most.
 const JOURNAL_LINES_MAX: usize = 1_000_000;
-
-/// The host fault events are recorded under, as in the simulator.
-const DRIVER: &str = "driver";
 
 /// Reads the store's history into the trace until told to stop, then
 /// drains it. The first history it could not read is the error.
@@ -93,103 +89,106 @@ async fn follow_history(
     Err("the store's history did not run dry".to_owned())
 }
 
-/// The plan: faults at a time, and faults waiting for their trigger.
-#[derive(Debug, Default)]
-struct Plan {
-    timed: BTreeMap<u64, Vec<Step>>,
-    triggered: Vec<FaultSpec>,
+/// The real world as the driver's backend (`idem_sim::driver`): time is the
+/// wall clock, the world runs by itself between the driver's looks, and the
+/// users run as tasks of the harness.
+struct RealBackend<'a> {
+    world: &'a mut RealWorld,
+    scenario: &'a Scenario,
+    clients: JoinSet<()>,
 }
 
-impl Plan {
-    fn new(scenario: &Scenario) -> Self {
-        let mut plan = Self::default();
-        for spec in &scenario.faults {
-            match spec.when {
-                When::At { at_ms } => plan
-                    .timed
-                    .entry(at_ms)
-                    .or_default()
-                    .push(Step::Fire(spec.fault.clone())),
-                When::After { .. } => plan.triggered.push(spec.clone()),
-            }
-        }
-        plan
+impl Backend for RealBackend<'_> {
+    type Error = RealError;
+    type Recorder = RealRecorder;
+
+    fn recorder(&self) -> &RealRecorder {
+        &self.world.recorder
     }
 
-    /// Moves the faults whose trigger has been observed to now.
-    fn trigger(&mut self, recorder: &RealRecorder, now_ms: u64) {
-        let mut index = 0;
-        while index < self.triggered.len() {
-            let When::After { kind, nth } = self.triggered[index].when else {
-                unreachable!("only trigger faults are kept here");
-            };
-            if recorder.trigger_count(kind) >= nth {
-                let spec = self.triggered.remove(index);
-                self.timed
-                    .entry(now_ms)
-                    .or_default()
-                    .push(Step::Fire(spec.fault));
-            } else {
-                index += 1;
-            }
-        }
+    fn record_driver(&self, body: TraceBody) {
+        self.world.recorder.record(DRIVER, body);
     }
 
-    fn due(&mut self, now_ms: u64) -> Vec<Step> {
-        let due: Vec<u64> = self.timed.range(..=now_ms).map(|(t, _)| *t).collect();
-        due.into_iter()
-            .flat_map(|t| self.timed.remove(&t).unwrap_or_default())
-            .collect()
+    /// Sleeps until the plan's next step, for at most a driver tick.
+    async fn advance(&mut self, due: Option<Duration>, settle: Duration) -> Option<Duration> {
+        let now = self.world.clock.elapsed();
+        let tick = now + Duration::from_millis(DRIVER_TICK_MS);
+        let wake = due.map_or(tick, |due| due.min(tick)).min(settle);
+        if wake > now {
+            idem_core::timer::sleep(wake - now).await;
+        }
+        let now = self.world.clock.elapsed();
+        (now < settle).then_some(now)
+    }
+
+    async fn step(&mut self) -> Result<(), RealError> {
+        Ok(())
+    }
+
+    /// A trigger fault fires as soon as the driver has seen its event.
+    fn trigger_due(&self, at: Duration) -> Duration {
+        at
+    }
+
+    fn now(&self) -> Duration {
+        self.world.clock.elapsed()
+    }
+
+    async fn fire(&mut self, fault: &Fault) -> Result<(), RealError> {
+        self.world.fire(fault).await
+    }
+
+    async fn heal(&mut self, fault: &Fault) -> Result<(), RealError> {
+        self.world.heal(fault).await
+    }
+
+    async fn restart(&mut self, host: &str) -> Result<(), RealError> {
+        self.world.restart(host).await
+    }
+
+    fn clients_done(&mut self) -> bool {
+        while self.clients.try_join_next().is_some() {}
+        self.clients.is_empty()
+    }
+
+    async fn settled(&mut self) -> bool {
+        self.world.settled(self.scenario).await
+    }
+
+    /// Real mode runs to quiescence or its deadline.
+    async fn at_rest(&mut self, _plan: &Plan, _now: Duration) -> bool {
+        false
     }
 }
 
 impl RealWorld {
-    fn record_fault(&self, name: &str, detail: serde_json::Value) {
-        self.recorder.record(
-            DRIVER,
-            TraceBody::Fault {
-                name: name.to_owned(),
-                detail,
-            },
-        );
-    }
-
-    /// Does one step of the plan, and schedules what it leaves for later.
-    async fn perform(&mut self, step: Step, now_ms: u64, plan: &mut Plan) -> Result<(), RealError> {
-        match step {
-            Step::Fire(fault) => {
-                let detail = serde_json::to_value(&fault).expect("faults serialize");
-                self.record_fault(fault.kind().name(), detail);
-                self.fire(&fault).await?;
-                if let Some((after_ms, later)) = aftermath(&fault) {
-                    plan.timed.entry(now_ms + after_ms).or_default().push(later);
-                }
-            }
-            Step::Heal(fault) => {
-                let detail = serde_json::to_value(&fault).expect("faults serialize");
-                self.record_fault(&format!("heal_{}", fault.kind().name()), detail);
-                self.heal(&fault).await;
-            }
-            Step::Bounce(host) => {
-                self.record_fault("restart", json!({"host": host}));
-                self.restart(&host).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Starts every client.
+    /// Starts every user: the simulator's script, over real TCP through
+    /// each user's links to the replicas.
     fn start_clients(&self, scenario: &Scenario, seed: u64) -> JoinSet<()> {
         let mut clients = JoinSet::new();
         let known_jobs = KnownJobs::default();
+        let replicas: Vec<String> = (1..=scenario.topology.api_replicas)
+            .map(host::api)
+            .collect();
         for spec in &scenario.clients {
+            let port = Wire {
+                connector: TcpConnector,
+                authorities: self.replicas[&spec.name]
+                    .iter()
+                    .map(|(_, link)| link.to_string())
+                    .collect(),
+                time: self.clock.clone(),
+                decisions: self.decisions.clone(),
+                recorder: self.recorder.clone(),
+            };
             let ctx = ClientContext {
                 token: client_token(&spec.name),
                 spec: spec.clone(),
-                replicas: self.replicas[&spec.name].clone(),
-                recorder: self.recorder.clone(),
+                replicas: replicas.clone(),
                 known_jobs: known_jobs.clone(),
                 seed: idem_sim::net::child_seed(seed, &format!("client/{}", spec.name)),
+                port,
             };
             clients.spawn(run_client(ctx));
         }
@@ -199,39 +198,16 @@ impl RealWorld {
     /// Runs the plan until the system is quiet or the deadline. The
     /// clients still running then are stopped.
     async fn drive(&mut self, scenario: &Scenario, seed: u64) -> Result<Stop, RealError> {
-        let mut clients = self.start_clients(scenario, seed);
-        let stop = self.drive_with(scenario, &mut clients).await;
-        clients.abort_all();
-        while clients.join_next().await.is_some() {}
+        let clients = self.start_clients(scenario, seed);
+        let mut backend = RealBackend {
+            world: self,
+            scenario,
+            clients,
+        };
+        let stop = drive(&mut backend, scenario).await;
+        backend.clients.abort_all();
+        while backend.clients.join_next().await.is_some() {}
         stop
-    }
-
-    async fn drive_with(
-        &mut self,
-        scenario: &Scenario,
-        clients: &mut JoinSet<()>,
-    ) -> Result<Stop, RealError> {
-        let mut plan = Plan::new(scenario);
-        let mut next_check_ms = QUIESCENCE_CHECK_MS;
-        loop {
-            let now_ms = self.clock.elapsed_ms();
-            plan.trigger(&self.recorder, now_ms);
-            for step in plan.due(now_ms) {
-                self.perform(step, now_ms, &mut plan).await?;
-            }
-            let now_ms = self.clock.elapsed_ms();
-            if now_ms >= scenario.timing.settle_ms {
-                return Ok(Stop::Deadline);
-            }
-            if now_ms >= next_check_ms {
-                next_check_ms = now_ms + QUIESCENCE_CHECK_MS;
-                while clients.try_join_next().is_some() {}
-                if clients.is_empty() && plan.timed.is_empty() && self.settled(scenario).await {
-                    return Ok(Stop::Quiescent);
-                }
-            }
-            idem_core::timer::sleep(Duration::from_millis(DRIVER_TICK_MS)).await;
-        }
     }
 
     /// Whether the system has settled: for idem's processes, every job and
@@ -355,7 +331,7 @@ pub async fn run_in(
     let stop = stop?;
     followed.map_err(RealError::Run)?;
     world.read_journals(dir)?;
-    let trace = world.recorder.finish(world.clock);
+    let trace = world.recorder.finish(&world.clock);
     let dump = if observed.store_rows {
         world.store.dump().await?
     } else {

@@ -10,7 +10,6 @@
 
 use std::net::SocketAddr;
 
-use idem_core::contract::Certificate;
 use idem_core::design::Design;
 use idem_core::store::mem::Constraints;
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
@@ -198,11 +197,9 @@ impl StoreHost {
         self.cluster.is_some()
     }
 
-    pub async fn put_certificate(&self, certificate: Certificate) -> Result<(), RealError> {
-        self.store
-            .put_certificate(certificate)
-            .await
-            .map_err(|e| database_error("cannot file a certificate")(e.to_string()))
+    /// The harness's own connection to the store.
+    pub fn store(&self) -> &PgStore {
+        &self.store
     }
 
     /// Starts reading the store's history from now on: a slot of the run's

@@ -15,18 +15,16 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_core::certify::Contract;
 use idem_core::certify::report::Certification;
-use idem_core::contract::{Certificate, CertificateKey};
 use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::service::ServiceConfig;
-use idem_sim::certify::{CERTIFIER, certify_profile};
+use idem_sim::certify::{certifications, certified_models, file_certifications};
+use idem_sim::decisions::Decisions;
 use idem_sim::net::{Skew, child_seed};
 use idem_sim::oracle::WorldFacts;
-use idem_sim::scenario::{Scenario, host};
-use idem_sim::trace::TraceBody;
-use idem_sim::world::{OPERATOR_TOKEN, client_token};
+use idem_sim::scenario::{ProviderProfile, Scenario, host};
+use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of};
 
 use super::clock::{RunClock, now_us};
 use super::pgwire::StorePlan;
@@ -49,6 +47,9 @@ const LOOPS_READY: &str = "running without the API";
 pub struct RealWorld {
     pub(super) clock: RunClock,
     pub(super) recorder: RealRecorder,
+    /// Every random draw of the run, recorded: the users', the providers',
+    /// the links' (a real run's decisions, for the simulator to replay).
+    pub(super) decisions: Decisions,
     pub(super) store: StoreHost,
     pub(super) store_plan: StorePlan,
     pub(super) providers: Providers,
@@ -136,21 +137,35 @@ impl RealWorld {
         };
         let store = StoreHost::open(&options.database, design, command.is_none()).await?;
         let recorder = RealRecorder::default();
-        let (facts, certifications) = simulated_facts(scenario, options.seed, design)?;
+        let decisions = Decisions::recording();
+        let clock = RunClock::start();
+        let certifications = certifications_of(scenario)?;
+        let facts = facts_of(scenario, certified_models(&certifications));
         // idem's processes read certificates from, and write their history
         // to, idem's schema; a black-box target has a schema of its own.
         let history = match command {
             None => {
-                certify(scenario, &certifications, &store, &recorder).await?;
+                file_certifications(
+                    &certifications,
+                    &contract_of(scenario),
+                    store.store(),
+                    idem_core::clock::micros_to_timestamp(now_us()),
+                    "real mode, before the run",
+                    &recorder,
+                )
+                .await
+                .map_err(|e| RealError::Start(format!("cannot file a certificate: {e}")))?;
                 Some(store.history().await?)
             }
             Some(_) => None,
         };
-        let providers = Providers::start(scenario, options.seed, &recorder)
-            .map_err(|e| RealError::Start(format!("cannot start the providers: {e}")))?;
+        let providers =
+            Providers::start(scenario, options.seed, &recorder, &decisions, clock.clone())
+                .map_err(|e| RealError::Start(format!("cannot start the providers: {e}")))?;
         let mut world = Self {
-            clock: RunClock::start(),
+            clock,
             recorder,
+            decisions,
             store,
             store_plan: StorePlan::default(),
             providers,
@@ -170,7 +185,7 @@ impl RealWorld {
         for spec in specs {
             world.processes.start(spec).await?;
         }
-        world.clock = RunClock::start();
+        world.clock.restart();
         Ok((world, history))
     }
 
@@ -453,77 +468,18 @@ fn lanes(scenario: &Scenario) -> Vec<String> {
     hosts
 }
 
-/// What the simulator knows of the world of `scenario` before it runs
-/// (the oracle's facts: owners, certified providers and their models,
-/// declared defects, policy), and the certification of each provider the
-/// scenario certifies. Both come from the simulator's own code, so that a
-/// real run and a simulated run of one scenario and seed are judged on the
-/// same facts and certify the same providers. The simulator runs its own
-/// runtimes, so this happens on a thread of its own.
-fn simulated_facts(
+/// The certification of each provider `scenario` certifies: the
+/// simulator's own (`idem_sim::certify`, memoized per profile), so that a
+/// real run and a simulated run of one scenario are judged on the same
+/// facts and certify the same providers. Each certification runs a small
+/// simulation with runtimes of its own, so on a thread of its own.
+fn certifications_of(
     scenario: &Scenario,
-    seed: u64,
-    design: Design,
-) -> Result<(WorldFacts, Vec<Arc<Certification>>), RealError> {
+) -> Result<Vec<(ProviderProfile, Arc<Certification>)>, RealError> {
     let scenario = scenario.clone();
-    std::thread::spawn(move || {
-        let facts = idem_sim::world::build(&scenario, seed, design).facts;
-        let certifications = scenario
-            .topology
-            .providers
-            .iter()
-            .filter(|p| p.certified)
-            .map(certify_profile)
-            .collect();
-        (facts, certifications)
-    })
-    .join()
-    .map_err(|_| RealError::Start("the simulator's facts could not be had".to_owned()))
-}
-
-/// Files each certified provider's certificate, as the simulator does
-/// before any client clicks: the product's certification, run against the
-/// provider's profile (`idem_sim::certify`, memoized per profile). Each
-/// outcome is recorded as a `certification` event.
-async fn certify(
-    scenario: &Scenario,
-    certifications: &[Arc<Certification>],
-    store: &StoreHost,
-    recorder: &RealRecorder,
-) -> Result<(), RealError> {
-    let shipped = Contract::shipped();
-    let certified = scenario.topology.providers.iter().filter(|p| p.certified);
-    for (profile, certification) in certified.zip(certifications) {
-        let passed = certification.passed();
-        store
-            .put_certificate(Certificate {
-                key: CertificateKey {
-                    provider: profile.name.clone(),
-                    model: profile.model.clone(),
-                    prompt_version: shipped.prompt_version.clone(),
-                    schema_version: shipped.schema_version.clone(),
-                },
-                passed,
-                evidence: certification.evidence("real mode, before the run"),
-                at: idem_core::clock::micros_to_timestamp(now_us()),
-            })
-            .await?;
-        recorder.record(
-            CERTIFIER,
-            TraceBody::Certification {
-                provider: profile.name.clone(),
-                model: profile.model.clone(),
-                model_identity: certification.model_identity.clone(),
-                passed,
-                failed_checks: certification
-                    .failed_checks()
-                    .iter()
-                    .map(|c| c.name().to_owned())
-                    .collect(),
-            },
-        );
-    }
-    Ok(())
+    std::thread::spawn(move || certifications(&scenario))
+        .join()
+        .map_err(|_| RealError::Start("the providers could not be certified".to_owned()))
 }
 
 /// The design a world runs; a black-box target is judged as the correct

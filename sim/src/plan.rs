@@ -1,0 +1,117 @@
+//! The fault plan: when each fault of a scenario fires, heals or restarts
+//! its host, whichever world it runs in. What a fault does to a world is
+//! that world's own ([`crate::faults`] in the simulator, real mode's
+//! processes and proxies); when it does it, and what it leaves for later,
+//! is decided here once for both.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::scenario::{Fault, FaultSpec, When};
+use crate::trace::Recorder;
+
+/// Something the driver does at a time: fire or heal a fault, restart a
+/// crashed host.
+#[derive(Clone, Debug)]
+pub enum Step {
+    Fire(Fault),
+    Heal(Fault),
+    Bounce(String),
+}
+
+/// What the driver still has to do, and when.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// By run ms, in the order they were planned.
+    timed: BTreeMap<u64, Vec<Step>>,
+    /// Faults waiting for their trigger.
+    triggered: Vec<FaultSpec>,
+}
+
+impl Plan {
+    /// The scenario's faults: those at a time planned, the others waiting
+    /// for their trigger.
+    pub fn new(faults: &[FaultSpec]) -> Self {
+        let mut plan = Self::default();
+        for spec in faults {
+            match spec.when {
+                When::At { at_ms } => plan.at(at_ms, Step::Fire(spec.fault.clone())),
+                When::After { .. } => plan.triggered.push(spec.clone()),
+            }
+        }
+        plan
+    }
+
+    /// Plans `step` for `at_ms`, after whatever is planned for then.
+    pub fn at(&mut self, at_ms: u64, step: Step) {
+        self.timed.entry(at_ms).or_default().push(step);
+    }
+
+    /// When the next planned step is due.
+    pub fn next_due(&self) -> Option<Duration> {
+        self.timed
+            .keys()
+            .next()
+            .map(|ms| Duration::from_millis(*ms))
+    }
+
+    /// The steps due by `now_ms`, in plan order (a step they plan for
+    /// `now_ms` waits for the next turn).
+    pub fn take_due(&mut self, now_ms: u64) -> Vec<Step> {
+        let later = self.timed.split_off(&now_ms.saturating_add(1));
+        std::mem::replace(&mut self.timed, later)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
+    /// Plans for `at_ms` every waiting fault whose trigger the trace has
+    /// now seen often enough.
+    pub fn arm_triggers(&mut self, recorder: &impl Recorder, at_ms: u64) {
+        let mut index = 0;
+        while index < self.triggered.len() {
+            let When::After { kind, nth } = self.triggered[index].when else {
+                unreachable!("only trigger faults wait here");
+            };
+            if recorder.trigger_count(kind) >= nth {
+                let spec = self.triggered.remove(index);
+                self.at(at_ms, Step::Fire(spec.fault));
+            } else {
+                index += 1;
+            }
+        }
+    }
+
+    /// Whether nothing is planned at a time (faults waiting for a trigger
+    /// that never came do not keep a run going).
+    pub fn is_settled(&self) -> bool {
+        self.timed.is_empty()
+    }
+}
+
+/// What a fired fault leaves for later, and how many milliseconds after it
+/// fired: the heal of a fault with a duration, the restart of a crash with
+/// one; `None` for a fault that stays (a store rule runs out by count).
+pub fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
+    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(fault.clone()));
+    match fault {
+        Fault::LinkLatency { duration_ms, .. }
+        | Fault::Hold { duration_ms, .. }
+        | Fault::Partition { duration_ms, .. }
+        | Fault::ProviderHang { duration_ms, .. }
+        | Fault::ProviderStall { duration_ms, .. }
+        | Fault::ProviderError { duration_ms, .. } => Some(heal_after(duration_ms)),
+        Fault::ClockOffset { duration_ms, .. } | Fault::ClockDrift { duration_ms, .. } => {
+            duration_ms.as_ref().map(heal_after)
+        }
+        Fault::Crash {
+            host,
+            restart_after_ms,
+        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
+        Fault::ProviderModelChange { .. }
+        | Fault::StoreLoseAck { .. }
+        | Fault::StoreFailBeforeApply { .. }
+        | Fault::StoreLatency { .. }
+        | Fault::ClockJump { .. } => None,
+    }
+}
