@@ -7,8 +7,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use idem_core::design::Design;
 use idem_reports::sweep::SweptScenario;
 use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
+use idem_sim::decisions::Decisions;
+use idem_sim::driver::Stop;
 use idem_sim::oracle::Invariant;
-use idem_sim::run::{RunOutcome, RunReport, Stop, Verdict, run};
+use idem_sim::run::{RunOutcome, RunReport, Verdict, run_deciding};
 use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::Trace;
 
@@ -83,7 +85,19 @@ pub fn reproduce(target: &str, seed: u64, design: Design) -> String {
 /// Runs one seed; a panic anywhere in the world becomes an error message
 /// instead of taking the whole sweep down.
 pub fn execute(scenario: &Scenario, seed: u64, design: Design) -> Result<RunOutcome, String> {
-    match catch_unwind(AssertUnwindSafe(|| run(scenario, seed, design))) {
+    execute_deciding(scenario, seed, design, Decisions::default())
+}
+
+/// [`execute`], every random draw decided through `decisions` (a recorded
+/// run replayed: `idem run --decisions`).
+pub fn execute_deciding(
+    scenario: &Scenario,
+    seed: u64,
+    design: Design,
+    decisions: Decisions,
+) -> Result<RunOutcome, String> {
+    let run = || run_deciding(scenario, seed, design, decisions);
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(error)) => Err(error.to_string()),
         Err(panic) => Err(panic_message(panic.as_ref())),

@@ -11,11 +11,12 @@ use tracing_subscriber::fmt::time::FormatTime;
 
 use idem_core::design::Design;
 use idem_reports::{RunRecord, RunVerdict};
+use idem_sim::decisions::Decisions;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::Scenario;
 use idem_sim::trace::Trace;
 
-use crate::record::execute;
+use crate::record::execute_deciding;
 
 /// Whether the hosts' log goes to stderr while a run goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,15 +40,18 @@ impl FormatTime for SimTime {
     }
 }
 
-/// Runs `scenario` under `seed` and `design`, with the log if asked.
+/// Runs `scenario` under `seed` and `design`, its draws decided through
+/// `decisions`, with the log if asked.
 pub fn logged(
     scenario: &Scenario,
     seed: u64,
     design: Design,
+    decisions: Decisions,
     log: Log,
 ) -> Result<RunOutcome, String> {
+    let execute = || execute_deciding(scenario, seed, design, decisions);
     if log == Log::Quiet {
-        return execute(scenario, seed, design);
+        return execute();
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -57,7 +61,7 @@ pub fn logged(
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .finish();
-    tracing::subscriber::with_default(subscriber, || execute(scenario, seed, design))
+    tracing::subscriber::with_default(subscriber, execute)
 }
 
 /// The human rendering of one run. Evidence events are printed exactly as

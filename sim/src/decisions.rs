@@ -57,6 +57,15 @@ pub enum Subject {
     ProviderJitter { provider: String },
     /// A provider's roll against its error rate (in 0..1000).
     ProviderErrorRoll { provider: String },
+    /// When a step of the scenario's fault number `fault` (from 0, in the
+    /// file's order) took effect: `fire`, `heal` or `restart`; the value
+    /// is the run's millisecond. Real mode notes these as they happen; a
+    /// replay in the simulator plans the step at that time.
+    FaultStep {
+        fault: usize,
+        step: String,
+        label: String,
+    },
 }
 
 impl Subject {
@@ -70,6 +79,7 @@ impl Subject {
             Subject::ProviderJitter { provider } | Subject::ProviderErrorRoll { provider } => {
                 crate::scenario::host::provider(provider)
             }
+            Subject::FaultStep { .. } => crate::scenario::host::DRIVER.to_owned(),
         }
     }
 
@@ -96,6 +106,9 @@ impl Subject {
             ),
             Subject::ProviderErrorRoll { provider } => {
                 format!("provider {provider}'s error roll at {t_ms} ms came up {value} of 1000")
+            }
+            Subject::FaultStep { step, label, .. } => {
+                format!("the {step} of fault {label} took effect at {value} ms")
             }
         }
     }
@@ -133,6 +146,20 @@ impl Decision {
     }
 }
 
+/// A recorded run's decisions as a file: what real mode writes (`idem
+/// real --decisions-out`) and `idem run --decisions` replays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionFile {
+    /// The run's scenario, seed and design, for the reader.
+    #[serde(default)]
+    pub scenario: String,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub design: String,
+    pub decisions: Vec<Decision>,
+}
+
 /// The values an intervened run keeps, by subject and ordinal; every
 /// other draw comes from `fresh`.
 #[derive(Clone, Debug, Default)]
@@ -153,7 +180,15 @@ impl Kept {
 #[derive(Debug)]
 enum Mode {
     Record,
-    Intervene { kept: Kept, fresh: ChaCha8Rng },
+    Intervene {
+        kept: Kept,
+        fresh: ChaCha8Rng,
+    },
+    /// Keeps what it is given, and draws the rest as an ordinary run of
+    /// the seed would: a recorded run (a real one) replayed.
+    Replay {
+        kept: Kept,
+    },
 }
 
 #[derive(Debug)]
@@ -183,6 +218,12 @@ impl Decisions {
             kept,
             fresh: ChaCha8Rng::seed_from_u64(sample_seed),
         })
+    }
+
+    /// Keeps the values in `kept` and lets every other draw be the site's
+    /// own, as in an ordinary run; records what it decided.
+    pub fn replaying(kept: Kept) -> Self {
+        Self::with_mode(Mode::Replay { kept })
     }
 
     fn with_mode(mode: Mode) -> Self {
@@ -236,6 +277,10 @@ impl Decisions {
                 Some(value) => *value,
                 None => draw(fresh),
             },
+            Mode::Replay { kept } => match kept.0.get(&(subject.clone(), ordinal)) {
+                Some(value) => *value,
+                None => draw(own),
+            },
         };
         let index = inner.log.len();
         inner.log.push(Decision {
@@ -247,6 +292,39 @@ impl Decisions {
             detail,
         });
         value
+    }
+
+    /// The run starts now: what was decided before, while the world was
+    /// being set up (real mode's processes connecting and migrating), is
+    /// forgotten, and every subject's ordinals count from 0 again.
+    pub fn restart(&self) {
+        if let Some(inner) = &self.0 {
+            let mut inner = inner.lock().unwrap_or_else(PoisonError::into_inner);
+            inner.log.clear();
+            inner.ordinals.clear();
+        }
+    }
+
+    /// Notes a decision the world made by itself (when a fault took
+    /// effect), `value` at `t_ms`; nothing when off.
+    pub fn note(&self, subject: impl FnOnce() -> Subject, t_ms: u64, value: u64) {
+        if self.is_on() {
+            let mut unused = ChaCha8Rng::seed_from_u64(0);
+            self.draw(subject, t_ms, &mut unused, |_| value);
+        }
+    }
+
+    /// The value a replay keeps for the first decision about `subject`,
+    /// if it keeps one.
+    pub fn kept_first(&self, subject: &Subject) -> Option<u64> {
+        let inner = self.0.as_ref()?;
+        let inner = inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match &inner.mode {
+            Mode::Replay { kept } | Mode::Intervene { kept, .. } => {
+                kept.0.get(&(subject.clone(), 0)).copied()
+            }
+            Mode::Record => None,
+        }
     }
 
     /// Gives a host's address its name, for the messages it sends and

@@ -11,13 +11,27 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use serde::{Deserialize, Serialize};
+
+use crate::decisions::{Decisions, Subject};
 use crate::plan::{Plan, Step, aftermath};
-use crate::run::Stop;
 use crate::scenario::{Fault, Scenario};
 use crate::trace::{Recorder, TraceBody};
 
-/// The host fault events are recorded under, in both worlds.
-pub const DRIVER: &str = "driver";
+/// Why a run stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// Every client was done, every fault had healed and every job and
+    /// attempt was settled.
+    Quiescent,
+    /// The scenario's settle deadline.
+    Deadline,
+    /// Before the deadline, nothing left to happen but reads: every fault
+    /// healed, every click made, and every job not settled waiting for an
+    /// operator ([`crate::rest`]).
+    AtRest,
+}
 
 /// How often the driver looks for quiescence (run time): the check reads
 /// the whole store, so it stays off the per-step path.
@@ -36,8 +50,18 @@ pub trait Backend {
 
     fn recorder(&self) -> &Self::Recorder;
 
-    /// Records what the driver did, now, under [`DRIVER`].
+    /// Records what the driver did, now, under `host::DRIVER`.
     fn record_driver(&self, body: TraceBody);
+
+    /// Where the run's decisions are made: a replay keeps when each fault
+    /// step took effect.
+    fn decisions(&self) -> &Decisions;
+
+    /// Notes that a fault step took effect now (`subject`), for a world
+    /// whose timing is its own (real mode); the simulator's is its plan's.
+    fn note_step(&self, subject: Subject) {
+        let _ = subject;
+    }
 
     /// Moves the world on to its next moment: never past `due` (the plan's
     /// next step) nor `settle`. Returns the run time reached, or `None`
@@ -72,7 +96,7 @@ pub trait Backend {
 /// or at rest, or its settle deadline.
 pub async fn drive<B: Backend>(backend: &mut B, scenario: &Scenario) -> Result<Stop, B::Error> {
     let settle = Duration::from_millis(scenario.timing.settle_ms);
-    let mut plan = Plan::new(&scenario.faults);
+    let mut plan = Plan::new(&scenario.faults, backend.decisions());
     let mut next_check = Duration::from_millis(QUIESCENCE_CHECK_MS);
     loop {
         let Some(at) = backend.advance(plan.next_due(), settle).await else {
@@ -108,19 +132,21 @@ async fn perform<B: Backend>(
     now_ms: u64,
     plan: &mut Plan,
 ) -> Result<(), B::Error> {
+    backend.note_step(step.subject());
     match step {
-        Step::Bounce(host) => {
+        Step::Bounce(_, host) => {
             backend.record_driver(fault_event("restart", json!({"host": host})));
             backend.restart(&host).await?;
         }
-        Step::Fire(fault) => {
+        Step::Fire(index, fault) => {
             backend.record_driver(fault_event(fault.kind().name(), detail(&fault)));
             backend.fire(&fault).await?;
-            if let Some((after_ms, later)) = aftermath(&fault) {
-                plan.at(now_ms + after_ms, later);
+            if let Some((after_ms, later)) = aftermath(index, &fault) {
+                let kept = backend.decisions().kept_first(&later.subject());
+                plan.at(kept.unwrap_or(now_ms + after_ms), later);
             }
         }
-        Step::Heal(fault) => {
+        Step::Heal(_, fault) => {
             let name = format!("heal_{}", fault.kind().name());
             backend.record_driver(fault_event(&name, detail(&fault)));
             backend.heal(&fault).await?;

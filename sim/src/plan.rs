@@ -7,16 +7,35 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::decisions::{Decisions, Subject};
 use crate::scenario::{Fault, FaultSpec, When};
 use crate::trace::Recorder;
 
-/// Something the driver does at a time: fire or heal a fault, restart a
-/// crashed host.
+/// Something the driver does at a time to the scenario's fault number
+/// `.0` (from 0, in the file's order): fire or heal it, restart the host
+/// it crashed.
 #[derive(Clone, Debug)]
 pub enum Step {
-    Fire(Fault),
-    Heal(Fault),
-    Bounce(String),
+    Fire(usize, Fault),
+    Heal(usize, Fault),
+    Bounce(usize, String),
+}
+
+impl Step {
+    /// The decision of when this step took effect (real mode notes it; a
+    /// replay plans the step at the time it kept).
+    pub fn subject(&self) -> Subject {
+        let (fault, step, label) = match self {
+            Step::Fire(index, fault) => (*index, "fire", fault.kind().name()),
+            Step::Heal(index, fault) => (*index, "heal", fault.kind().name()),
+            Step::Bounce(index, host) => (*index, "restart", host.as_str()),
+        };
+        Subject::FaultStep {
+            fault,
+            step: step.to_owned(),
+            label: label.to_owned(),
+        }
+    }
 }
 
 /// What the driver still has to do, and when.
@@ -24,19 +43,21 @@ pub enum Step {
 pub struct Plan {
     /// By run ms, in the order they were planned.
     timed: BTreeMap<u64, Vec<Step>>,
-    /// Faults waiting for their trigger.
-    triggered: Vec<FaultSpec>,
+    /// Faults waiting for their trigger, with their numbers.
+    triggered: Vec<(usize, FaultSpec)>,
 }
 
 impl Plan {
     /// The scenario's faults: those at a time planned, the others waiting
-    /// for their trigger.
-    pub fn new(faults: &[FaultSpec]) -> Self {
+    /// for their trigger; a fault whose firing time `decisions` keeps (a
+    /// replayed run's) is planned at that time.
+    pub fn new(faults: &[FaultSpec], decisions: &Decisions) -> Self {
         let mut plan = Self::default();
-        for spec in faults {
-            match spec.when {
-                When::At { at_ms } => plan.at(at_ms, Step::Fire(spec.fault.clone())),
-                When::After { .. } => plan.triggered.push(spec.clone()),
+        for (index, spec) in faults.iter().enumerate() {
+            let fire = Step::Fire(index, spec.fault.clone());
+            match (decisions.kept_first(&fire.subject()), &spec.when) {
+                (Some(at_ms), _) | (None, &When::At { at_ms }) => plan.at(at_ms, fire),
+                (None, When::After { .. }) => plan.triggered.push((index, spec.clone())),
             }
         }
         plan
@@ -70,12 +91,12 @@ impl Plan {
     pub fn arm_triggers(&mut self, recorder: &impl Recorder, at_ms: u64) {
         let mut index = 0;
         while index < self.triggered.len() {
-            let When::After { kind, nth } = self.triggered[index].when else {
+            let When::After { kind, nth } = self.triggered[index].1.when else {
                 unreachable!("only trigger faults wait here");
             };
             if recorder.trigger_count(kind) >= nth {
-                let spec = self.triggered.remove(index);
-                self.at(at_ms, Step::Fire(spec.fault));
+                let (number, spec) = self.triggered.remove(index);
+                self.at(at_ms, Step::Fire(number, spec.fault));
             } else {
                 index += 1;
             }
@@ -89,11 +110,12 @@ impl Plan {
     }
 }
 
-/// What a fired fault leaves for later, and how many milliseconds after it
-/// fired: the heal of a fault with a duration, the restart of a crash with
-/// one; `None` for a fault that stays (a store rule runs out by count).
-pub fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
-    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(fault.clone()));
+/// What fault number `index` leaves for later once fired, and how many
+/// milliseconds after it fired: the heal of a fault with a duration, the
+/// restart of a crash with one; `None` for a fault that stays (a store
+/// rule runs out by count).
+pub fn aftermath(index: usize, fault: &Fault) -> Option<(u64, Step)> {
+    let heal_after = |duration_ms: &u64| (*duration_ms, Step::Heal(index, fault.clone()));
     match fault {
         Fault::LinkLatency { duration_ms, .. }
         | Fault::Hold { duration_ms, .. }
@@ -107,7 +129,7 @@ pub fn aftermath(fault: &Fault) -> Option<(u64, Step)> {
         Fault::Crash {
             host,
             restart_after_ms,
-        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(host.clone()))),
+        } => restart_after_ms.map(|after_ms| (after_ms, Step::Bounce(index, host.clone()))),
         Fault::ProviderModelChange { .. }
         | Fault::StoreLoseAck { .. }
         | Fault::StoreFailBeforeApply { .. }

@@ -13,30 +13,16 @@ use idem_core::provider::server::Execution;
 use idem_core::store::StoreDump;
 
 use crate::decisions::Decisions;
-use crate::driver::{Backend, DRIVER, drive, millis};
+use crate::driver::{Backend, Stop, drive, millis};
 use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::plan::Plan;
 use crate::rest::Rest;
+use crate::scenario::host::DRIVER;
 use crate::scenario::{Fault, Scenario, Window};
 use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
 use crate::trace::{SimRecorder, Trace, TraceBody};
 use crate::world::{World, build, build_deciding, ready};
-
-/// Why a run stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stop {
-    /// Every client was done, every fault had healed and every job and
-    /// attempt was settled.
-    Quiescent,
-    /// The scenario's settle deadline.
-    Deadline,
-    /// Before the deadline, nothing left to happen but reads: every fault
-    /// healed, every click made, and every job not settled waiting for an
-    /// operator ([`crate::rest`]).
-    AtRest,
-}
 
 /// pass or fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +217,10 @@ impl Backend for SimBackend {
 
     fn record_driver(&self, body: TraceBody) {
         self.world.recorder.record_at(millis(self.at), DRIVER, body);
+    }
+
+    fn decisions(&self) -> &Decisions {
+        &self.world.decisions
     }
 
     /// Each step at the time the scheduler says something happens next.

@@ -39,6 +39,8 @@ pub const CLOCK_DRIFT_PPM_MAX: i64 = 1_000_000;
 pub mod host {
     pub const STORE: &str = "store";
     pub const RECONCILER: &str = "reconciler";
+    /// Where the fault driver's own events are recorded, in both worlds.
+    pub const DRIVER: &str = "driver";
 
     pub fn api(index: u32) -> String {
         format!("api-{index}")

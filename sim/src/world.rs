@@ -94,6 +94,23 @@ impl std::fmt::Debug for World {
     }
 }
 
+/// Every host of `scenario`'s world, in registration (and therefore
+/// stepping, and a report's lane) order: the store, the providers, the API
+/// replicas, the workers, the reconciler, the clients. Real mode lays out
+/// its hosts the same way.
+pub fn lanes(scenario: &Scenario) -> Vec<String> {
+    let t = &scenario.topology;
+    let mut hosts = vec![host::STORE.to_owned()];
+    hosts.extend(t.providers.iter().map(|p| host::provider(&p.name)));
+    hosts.extend((1..=t.api_replicas).map(host::api));
+    hosts.extend((1..=t.workers).map(host::worker));
+    if t.reconciler {
+        hosts.push(host::RECONCILER.to_owned());
+    }
+    hosts.extend(scenario.clients.iter().map(|c| host::client(&c.name)));
+    hosts
+}
+
 /// The client's bearer token.
 pub fn client_token(client: &str) -> String {
     format!("token-{client}")

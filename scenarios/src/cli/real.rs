@@ -50,6 +50,12 @@ pub struct RealArgs {
     /// judged with the reason).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the run's decisions here (each user's jitter and replica, each
+    /// chunk's delay through its link, each provider's draws, when each
+    /// fault took effect), for `idem run SCENARIO --seed N --decisions FILE`
+    /// to replay in the simulator.
+    #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+    pub decisions_out: Option<PathBuf>,
     /// Write the run's page here: the simulator's page from the real trace.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
@@ -129,6 +135,10 @@ pub fn real(args: RealArgs) -> Result<Exit, CliError> {
     );
     if let Some(path) = &args.json {
         let json = serde_json::to_string_pretty(&record).expect("a record serializes");
+        write(path, &format!("{json}\n"))?;
+    }
+    if let (Some(path), Ok(outcome)) = (&args.decisions_out, &outcome) {
+        let json = serde_json::to_string_pretty(&outcome.decisions).expect("decisions serialize");
         write(path, &format!("{json}\n"))?;
     }
     if let (Some(path), Ok(outcome)) = (&args.report, &outcome) {

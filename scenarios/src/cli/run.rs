@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use idem_core::design::Design;
 use idem_reports::RunRecord;
+use idem_sim::decisions::{Decision, DecisionFile, Decisions, Kept};
 
 use super::common::emit;
 use super::{CliError, Exit};
@@ -54,6 +55,13 @@ pub struct RunArgs {
     /// (filter with RUST_LOG, default "info").
     #[arg(long)]
     pub log: bool,
+    /// Replay a recorded run's decisions (`idem real --decisions-out`, or
+    /// a `decisions.json` its `--keep` directory holds): each user's jitter
+    /// and replica, each message's delay, each provider's draws and when
+    /// each fault took effect are the recorded ones; every other draw is
+    /// the seed's.
+    #[arg(long, value_name = "REAL.json")]
+    pub decisions: Option<PathBuf>,
 }
 
 /// A seed for a run that was given none. This is the command line, not the
@@ -66,6 +74,21 @@ fn draw_seed() -> u64 {
     let mut hasher = std::hash::RandomState::new().build_hasher();
     hasher.write_u64(u64::from(std::process::id()));
     hasher.finish()
+}
+
+/// A recorded run's decisions: the `decisions` of a real run's file.
+fn read_decisions(path: &std::path::Path) -> Result<Vec<Decision>, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let file: DecisionFile = serde_json::from_str(&text).map_err(|e| {
+        CliError::Usage(format!(
+            "{}:{}:{}: not a decision file ({{\"decisions\": [...]}}): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    Ok(file.decisions)
 }
 
 pub fn run_command(args: RunArgs) -> Result<Exit, CliError> {
@@ -83,7 +106,11 @@ pub fn run_command(args: RunArgs) -> Result<Exit, CliError> {
         seed
     });
     let log = if args.log { Log::Stderr } else { Log::Quiet };
-    let outcome = logged(&loaded.scenario, seed, args.design, log);
+    let decisions = match &args.decisions {
+        Some(path) => Decisions::replaying(Kept::from_log(&read_decisions(path)?, |_| true)),
+        None => Decisions::default(),
+    };
+    let outcome = logged(&loaded.scenario, seed, args.design, decisions, log);
     if let (Some(path), Ok(outcome)) = (&args.trace, &outcome) {
         output::write(path, outcome.trace.to_jsonl())?;
     }
@@ -92,10 +119,13 @@ pub fn run_command(args: RunArgs) -> Result<Exit, CliError> {
             crate::review::run_page(&loaded, seed, args.design, &outcome, &super::command_line());
         output::write(path, page)?;
     }
-    let record = RunRecord {
+    let mut record = RunRecord {
         build: Some(build()),
         ..record(&loaded, seed, args.design, &outcome, Evidence::Events)
     };
+    if let Some(path) = &args.decisions {
+        record.reproduce = format!("{} --decisions {}", record.reproduce, path.display());
+    }
     match args.format {
         Format::Json => emit(&format!(
             "{}\n",

@@ -64,6 +64,7 @@ use std::path::{Path, PathBuf};
 use idem_core::design::Design;
 use idem_core::provider::server::Execution;
 use idem_core::store::StoreDump;
+use idem_sim::decisions::DecisionFile;
 use idem_sim::oracle::WorldFacts;
 use idem_sim::run::RunReport;
 use idem_sim::scenario::Scenario;
@@ -109,8 +110,8 @@ pub struct RealOptions {
     pub system: System,
     pub database: Database,
     /// Keep the run's files here (each process's log and journal, the
-    /// service configuration, `trace.jsonl`); without it they go to a
-    /// temporary directory removed at the end.
+    /// service configuration, `trace.jsonl`, `decisions.json`); without it
+    /// they go to a temporary directory removed at the end.
     pub keep: Option<PathBuf>,
 }
 
@@ -144,6 +145,11 @@ pub struct RealOutcome {
     pub facts: WorldFacts,
     /// Every host, in the simulator's lane order.
     pub hosts: Vec<String>,
+    /// What the run decided, as the simulator's decision log names it:
+    /// each user's jitter and replica, each chunk's delay through its
+    /// link, each provider's draws, when each fault took effect
+    /// (`idem run --decisions` replays them).
+    pub decisions: DecisionFile,
 }
 
 /// Refuses `scenario` if a fault of it cannot be made real with `options`.
@@ -197,9 +203,16 @@ pub async fn run(scenario: &Scenario, options: &RealOptions) -> Result<RealOutco
     let (world, history) = world::RealWorld::build(scenario, options, dir.path()).await?;
     let outcome = run::run_in(world, history, scenario, options, dir.path()).await?;
     if let RunDir::Kept(dir) = &dir {
-        let path = dir.join("trace.jsonl");
-        std::fs::write(&path, outcome.trace.to_jsonl())
-            .map_err(|e| RealError::Run(format!("{}: {e}", path.display())))?;
+        let decisions =
+            serde_json::to_string_pretty(&outcome.decisions).expect("decisions serialize");
+        for (name, text) in [
+            ("trace.jsonl", outcome.trace.to_jsonl()),
+            ("decisions.json", format!("{decisions}\n")),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| RealError::Run(format!("{}: {e}", path.display())))?;
+        }
     }
     Ok(outcome)
 }

@@ -5,7 +5,10 @@
 //!
 //! - every chunk read is delivered after a latency drawn from the link's
 //!   range (the scenario's `latency_ms_min..=latency_ms_max`, its maximum
-//!   raised by a `link_latency` fault), each direction in order;
+//!   set by the last `link_latency` fault in force) as the simulator draws
+//!   a message's (`idem_sim::scheduler::links::decide_latency`: turmoil's
+//!   distribution, through the run's decision log), each direction in
+//!   order;
 //! - `hold`: nothing is delivered either way; what was read waits and is
 //!   delivered when the hold ends (responses swallowed, then late);
 //! - `partition`: what is read in a cut direction is dropped; a connection
@@ -24,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -32,7 +35,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::clock::now_us;
+use idem_sim::decisions::{Decisions, Subject};
+use idem_sim::scheduler::links::{DATA_SEGMENT, LatencyRange, decide_latency, first_line};
+
+use super::clock::{RunClock, now_us};
 
 /// The most bytes one direction of a connection holds waiting for
 /// delivery; past it the proxy stops reading until some are delivered.
@@ -106,6 +112,9 @@ pub struct LinkSpec {
     pub latency_ms_min: u64,
     pub latency_ms_max: u64,
     pub seed: u64,
+    /// Where each chunk's latency is decided, and the run's time for it.
+    pub decisions: Decisions,
+    pub clock: RunClock,
 }
 
 struct Shared {
@@ -116,18 +125,34 @@ struct Shared {
 }
 
 impl Shared {
-    /// A latency for one chunk, from the link's range and faults.
-    fn draw_latency_ms(&self, faults: &Faults) -> u64 {
-        let max = faults
-            .latency_ms_max
-            .iter()
-            .copied()
-            .fold(self.spec.latency_ms_max, u64::max);
-        let min = self.spec.latency_ms_min.min(max);
-        self.rng
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .random_range(min..=max)
+    /// A latency for one chunk going `direction`, from the link's range
+    /// and faults, decided as the simulator decides a message's.
+    fn draw_latency_ms(&self, faults: &Faults, direction: Direction, bytes: &[u8]) -> u64 {
+        let spec = &self.spec;
+        let range = LatencyRange {
+            min_ms: spec.latency_ms_min,
+            max_ms: faults
+                .latency_ms_max
+                .last()
+                .copied()
+                .unwrap_or(spec.latency_ms_max),
+        };
+        let (from, to) = match direction {
+            Direction::ToServer => (&spec.client, &spec.server),
+            Direction::ToClient => (&spec.server, &spec.client),
+        };
+        let subject = || {
+            let subject = Subject::MessageLatency {
+                from: from.clone(),
+                to: to.clone(),
+                segment: DATA_SEGMENT.to_owned(),
+            };
+            (subject, first_line(bytes))
+        };
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        let sent_ms = spec.clock.elapsed_ms();
+        let latency = decide_latency(&spec.decisions, &mut rng, range, sent_ms, subject);
+        u64::try_from(latency.as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -344,9 +369,10 @@ impl Conn {
             self.lost.store(true, Ordering::SeqCst);
             return false;
         }
+        let latency_ms = shared.draw_latency_ms(&faults, direction, bytes);
         let filtered = self.filter(direction, bytes);
         let close = filtered.close;
-        let latency_ms = shared.draw_latency_ms(&faults) + filtered.delay_ms;
+        let latency_ms = latency_ms + filtered.delay_ms;
         queue.push(latency_ms, filtered);
         close
     }
@@ -446,6 +472,8 @@ mod tests {
             latency_ms_min: 0,
             latency_ms_max: 0,
             seed: 1,
+            decisions: Decisions::default(),
+            clock: RunClock::start(),
         }
     }
 

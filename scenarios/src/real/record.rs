@@ -12,7 +12,8 @@ use idem_reports::html::Provenance;
 use idem_reports::page::RunPage;
 use idem_reports::trace::RunTrace;
 use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
-use idem_sim::run::{Stop, Verdict as SimVerdict};
+use idem_sim::driver::Stop;
+use idem_sim::run::Verdict as SimVerdict;
 use idem_sim::scenario::{Scenario, Window, host};
 
 use super::judge::{InvariantVerdict, Judged, invariant_name};

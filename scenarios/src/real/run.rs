@@ -14,9 +14,11 @@ use tokio::task::JoinSet;
 use idem_core::provider::connect::TcpConnector;
 use idem_core::serve_bench::JournalLine;
 use idem_sim::client::{ClientContext, KnownJobs, Wire, run_client};
-use idem_sim::driver::{Backend, DRIVER, drive};
+use idem_sim::decisions::{DecisionFile, Decisions, Subject};
+use idem_sim::driver::{Backend, Stop, drive};
 use idem_sim::plan::Plan;
-use idem_sim::run::{RunReport, Stop, Verdict as SimVerdict};
+use idem_sim::run::{RunReport, Verdict as SimVerdict};
+use idem_sim::scenario::host::DRIVER;
 use idem_sim::scenario::{Fault, Scenario, host};
 use idem_sim::trace::{Recorder, TraceBody};
 use idem_sim::world::client_token;
@@ -108,6 +110,15 @@ impl Backend for RealBackend<'_> {
 
     fn record_driver(&self, body: TraceBody) {
         self.world.recorder.record(DRIVER, body);
+    }
+
+    fn decisions(&self) -> &Decisions {
+        &self.world.decisions
+    }
+
+    fn note_step(&self, subject: Subject) {
+        let now_ms = self.world.clock.elapsed_ms();
+        self.world.decisions.note(|| subject, now_ms, now_ms);
     }
 
     /// Sleeps until the plan's next step, for at most a driver tick.
@@ -360,22 +371,14 @@ struct Judged {
 }
 
 impl Judged {
-    /// Judges the run and releases the world.
-    async fn outcome(
-        self,
-        world: RealWorld,
+    /// The simulator's report of the run, `judgement` given.
+    fn report(
+        &self,
+        judgement: idem_sim::oracle::Judgement,
         scenario: &Scenario,
         options: &RealOptions,
-        observed: Observed,
-    ) -> RealOutcome {
-        let input = idem_sim::oracle::OracleInput {
-            trace: &self.trace,
-            dump: &self.dump,
-            executions: &self.executions,
-            facts: &world.facts,
-        };
-        let (judgement, invariants) = judge(input, &self.read_backs, observed);
-        let report = RunReport {
+    ) -> RunReport {
+        RunReport {
             scenario: scenario.name.clone(),
             seed: options.seed,
             design: design_of(&options.system),
@@ -391,6 +394,30 @@ impl Judged {
             steps: 0,
             sim_ms: self.run_ms,
             stop: self.stop,
+        }
+    }
+
+    /// Judges the run and releases the world.
+    async fn outcome(
+        self,
+        world: RealWorld,
+        scenario: &Scenario,
+        options: &RealOptions,
+        observed: Observed,
+    ) -> RealOutcome {
+        let input = idem_sim::oracle::OracleInput {
+            trace: &self.trace,
+            dump: &self.dump,
+            executions: &self.executions,
+            facts: &world.facts,
+        };
+        let (judgement, invariants) = judge(input, &self.read_backs, observed);
+        let report = self.report(judgement, scenario, options);
+        let decisions = DecisionFile {
+            scenario: scenario.name.clone(),
+            seed: options.seed,
+            design: report.design.name().to_owned(),
+            decisions: world.decisions.log(),
         };
         let RealWorld {
             store,
@@ -400,6 +427,7 @@ impl Judged {
         } = world;
         store.close().await;
         RealOutcome {
+            decisions,
             report,
             invariants,
             trace: self.trace,

@@ -24,7 +24,7 @@ use idem_sim::decisions::Decisions;
 use idem_sim::net::{Skew, child_seed};
 use idem_sim::oracle::WorldFacts;
 use idem_sim::scenario::{ProviderProfile, Scenario, host};
-use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of};
+use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of, lanes};
 
 use super::clock::{RunClock, now_us};
 use super::pgwire::StorePlan;
@@ -144,19 +144,7 @@ impl RealWorld {
         // idem's processes read certificates from, and write their history
         // to, idem's schema; a black-box target has a schema of its own.
         let history = match command {
-            None => {
-                file_certifications(
-                    &certifications,
-                    &contract_of(scenario),
-                    store.store(),
-                    idem_core::clock::micros_to_timestamp(now_us()),
-                    "real mode, before the run",
-                    &recorder,
-                )
-                .await
-                .map_err(|e| RealError::Start(format!("cannot file a certificate: {e}")))?;
-                Some(store.history().await?)
-            }
+            None => Some(prepare(scenario, &certifications, &store, &recorder).await?),
             Some(_) => None,
         };
         let providers =
@@ -178,15 +166,32 @@ impl RealWorld {
             target: command.is_some(),
             instances: Vec::new(),
         };
-        let specs = match &command {
-            None => world.wire(scenario, options, dir).await?,
-            Some(command) => world.wire_target(scenario, options, dir, command).await?,
+        world
+            .start(scenario, options, dir, command.as_deref())
+            .await?;
+        Ok((world, history))
+    }
+
+    /// Opens every link and starts the system under test's processes (a
+    /// black-box target's `command`, or idem's); the run starts once they
+    /// are all ready.
+    async fn start(
+        &mut self,
+        scenario: &Scenario,
+        options: &RealOptions,
+        dir: &Path,
+        command: Option<&str>,
+    ) -> Result<(), RealError> {
+        let specs = match command {
+            None => self.wire(scenario, options, dir).await?,
+            Some(command) => self.wire_target(scenario, options, dir, command).await?,
         };
         for spec in specs {
-            world.processes.start(spec).await?;
+            self.processes.start(spec).await?;
         }
-        world.clock.restart();
-        Ok((world, history))
+        self.clock.restart();
+        self.decisions.restart();
+        Ok(())
     }
 
     /// A link from `client` to `server`, forwarding to `upstream`.
@@ -207,6 +212,8 @@ impl RealWorld {
             latency_ms_min: scenario.timing.latency_ms_min,
             latency_ms_max: scenario.timing.latency_ms_max,
             seed: child_seed(seed, &format!("link/{client}/{server}")),
+            decisions: self.decisions.clone(),
+            clock: self.clock.clone(),
         };
         let link = Link::start(spec, tap).await.map_err(|e| {
             RealError::Start(format!("cannot open the link {client}-{server}: {e}"))
@@ -453,19 +460,25 @@ fn world_args(scenario: &Scenario, providers: &[(String, String, SocketAddr)]) -
     args
 }
 
-/// Every host in the simulator's lane order: the store, the providers,
-/// the API replicas, the workers, the reconciler, the clients.
-fn lanes(scenario: &Scenario) -> Vec<String> {
-    let t = &scenario.topology;
-    let mut hosts = vec![host::STORE.to_owned()];
-    hosts.extend(t.providers.iter().map(|p| host::provider(&p.name)));
-    hosts.extend((1..=t.api_replicas).map(host::api));
-    hosts.extend((1..=t.workers).map(host::worker));
-    if t.reconciler {
-        hosts.push(host::RECONCILER.to_owned());
-    }
-    hosts.extend(scenario.clients.iter().map(|c| host::client(&c.name)));
-    hosts
+/// Files each certification in idem's schema, as the simulator does before
+/// any client clicks, and starts reading the store's history.
+async fn prepare(
+    scenario: &Scenario,
+    certifications: &[(ProviderProfile, Arc<Certification>)],
+    store: &StoreHost,
+    recorder: &RealRecorder,
+) -> Result<WalReader, RealError> {
+    file_certifications(
+        certifications,
+        &contract_of(scenario),
+        store.store(),
+        idem_core::clock::micros_to_timestamp(now_us()),
+        "real mode, before the run",
+        recorder,
+    )
+    .await
+    .map_err(|e| RealError::Start(format!("cannot file a certificate: {e}")))?;
+    store.history().await
 }
 
 /// The certification of each provider `scenario` certifies: the
@@ -515,5 +528,10 @@ mod tests {
             ]
         );
         assert!(api_index("api-10") > api_index("api-9"));
+        for name in ["double-click", "two-workers-race", "retry-storm"] {
+            let scenario = crate::load(name).expect("catalogue").scenario;
+            let world = idem_sim::world::build(&scenario, 0, Design::Correct);
+            assert_eq!(world.hosts, lanes(&scenario), "{name}");
+        }
     }
 }

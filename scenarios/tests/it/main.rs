@@ -12,6 +12,7 @@ mod mutants;
 mod pgbench;
 mod real;
 mod report;
+mod same_script;
 mod scheduler;
 mod shape;
 mod shards;

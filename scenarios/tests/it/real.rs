@@ -466,6 +466,8 @@ async fn store_through_link(cluster: &Cluster, plan: &StorePlan) -> (PgStore, Li
             latency_ms_min: 0,
             latency_ms_max: 0,
             seed: 0,
+            decisions: Default::default(),
+            clock: idem_scenarios::real::clock::RunClock::start(),
         },
         Some(plan.tap("worker-1", &RealRecorder::default())),
     )

@@ -64,19 +64,23 @@ fn key(pair: Flow, protocol: &Protocol) -> MessageKey {
     (pair.0, pair.1, kind, seq)
 }
 
+/// A message that carries data, in words (real mode's proxies carry only
+/// data: their connections are the kernel's).
+pub const DATA_SEGMENT: &str = "data segment";
+
 /// What a message is, in words.
 fn segment_name(protocol: &Protocol) -> &'static str {
     match protocol {
         Protocol::Tcp(Segment::Syn(_)) => "connection request",
-        Protocol::Tcp(Segment::Data(..)) => "data segment",
+        Protocol::Tcp(Segment::Data(..)) => DATA_SEGMENT,
         Protocol::Tcp(Segment::Fin(_)) => "connection close",
         Protocol::Tcp(Segment::Rst) => "connection reset",
         Protocol::Udp(_) => "datagram",
     }
 }
 
-/// A message's latency, decided through the run's decision log.
-fn decide_latency(
+/// A turmoil message's latency, decided through the run's decision log.
+fn decide_sent(
     decisions: &Decisions,
     rng: &mut ChaCha8Rng,
     range: LatencyRange,
@@ -84,27 +88,41 @@ fn decide_latency(
     sent_ms: u64,
 ) -> Duration {
     let (from, to) = sent.pair();
-    let subject = || {
+    decide_latency(decisions, rng, range, sent_ms, || {
         let subject = Subject::MessageLatency {
             from: decisions.host_name(from.ip()),
             to: decisions.host_name(to.ip()),
             segment: segment_name(sent.protocol()).to_owned(),
         };
-        (subject, first_line(sent.protocol()))
-    };
+        let detail = match sent.protocol() {
+            Protocol::Tcp(Segment::Data(_, bytes)) => first_line(bytes),
+            _ => String::new(),
+        };
+        (subject, detail)
+    })
+}
+
+/// A message's latency, drawn from `range` as turmoil draws it and
+/// decided through `decisions` about `subject` (what the message is, and
+/// its first line) at `sent_ms`: one rule for the simulator's links and
+/// real mode's proxies.
+pub fn decide_latency(
+    decisions: &Decisions,
+    rng: &mut ChaCha8Rng,
+    range: LatencyRange,
+    sent_ms: u64,
+    subject: impl FnOnce() -> (Subject, String),
+) -> Duration {
     let latency_ms = decisions.draw_detailed(subject, sent_ms, rng, |rng| {
         u64::try_from(range.draw(rng).as_millis()).unwrap_or(u64::MAX)
     });
     Duration::from_millis(latency_ms)
 }
 
-/// A data segment's first line, when it reads as text (an HTTP request
-/// or status line, the start of a store call), at most
+/// The first line of a message's bytes, when it reads as text (an HTTP
+/// request or status line, the start of a store call), at most
 /// [`FIRST_LINE_CHARS_MAX`] characters; empty otherwise.
-fn first_line(protocol: &Protocol) -> String {
-    let Protocol::Tcp(Segment::Data(_, bytes)) = protocol else {
-        return String::new();
-    };
+pub fn first_line(bytes: &[u8]) -> String {
     let line: String = bytes
         .iter()
         .take_while(|b| **b != b'\r' && **b != b'\n')
@@ -134,7 +152,7 @@ pub struct LatencyRange {
 impl LatencyRange {
     /// turmoil's draw: the minimum plus an exponentially distributed share
     /// (rate 5) of the width, in whole milliseconds, at most the maximum.
-    fn draw(self, rng: &mut ChaCha8Rng) -> Duration {
+    pub fn draw(self, rng: &mut ChaCha8Rng) -> Duration {
         let share: f64 = rng.sample(rand_distr::Exp::new(5.0).expect("a positive rate"));
         let width_ms = self.max_ms.saturating_sub(self.min_ms) as f64;
         // Truncated like turmoil's `as` cast of the product.
@@ -229,7 +247,7 @@ impl Links {
                     if metering && let Some(seen) = seen(sent.protocol()) {
                         shown.push((sent.pair(), seen));
                     }
-                    let latency = decide_latency(decisions, rng, *range, &sent, sent_ms);
+                    let latency = decide_sent(decisions, rng, *range, &sent, sent_ms);
                     let burst = bursts.entry(sent.pair()).or_default();
                     *burst = (*burst).max(latency);
                     fresh.push(Fresh { key, pair, latency });
