@@ -83,6 +83,12 @@ pub trait Backend {
     /// Starts crashed `host` again.
     async fn restart(&mut self, host: &str) -> Result<(), Self::Error>;
 
+    /// The driver has looked at the run once more (its plan as it stands);
+    /// a world that waits on the driver's looks hears of it here.
+    fn looked(&mut self, plan: &Plan) {
+        let _ = plan;
+    }
+
     /// Every user has run its script to the end.
     fn clients_done(&mut self) -> bool;
     /// Every job and attempt has settled, and the store is quiet.
@@ -110,6 +116,7 @@ pub async fn drive<B: Backend>(backend: &mut B, scenario: &Scenario) -> Result<S
         // Trigger faults fire once the driver has seen their event.
         let armed_ms = millis(backend.trigger_due(at));
         plan.arm_triggers(backend.recorder(), armed_ms);
+        backend.looked(&plan);
         let now = backend.now();
         if now >= next_check {
             next_check = now + Duration::from_millis(QUIESCENCE_CHECK_MS);

@@ -103,6 +103,11 @@ impl Plan {
         }
     }
 
+    /// Whether a fault still waits for its trigger.
+    pub fn awaits_triggers(&self) -> bool {
+        !self.triggered.is_empty()
+    }
+
     /// Whether nothing is planned at a time (faults waiting for a trigger
     /// that never came do not keep a run going).
     pub fn is_settled(&self) -> bool {

@@ -43,6 +43,7 @@
 pub mod clock;
 pub mod compare;
 pub mod faults;
+pub mod gate;
 pub mod history;
 pub mod judge;
 pub mod pgwire;

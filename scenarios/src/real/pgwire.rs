@@ -30,6 +30,7 @@ use idem_core::store::faults::{FaultPlan, Injected, StoreFault, StoreOp};
 use idem_sim::scenario::host;
 use idem_sim::trace::{Recorder, TraceBody};
 
+use super::gate::TriggerGate;
 use super::proxy::{Filtered, Tap, TapFactory};
 use super::recorder::RealRecorder;
 
@@ -95,6 +96,8 @@ fn normalize(sql: &str) -> String {
 #[derive(Clone, Debug, Default)]
 pub struct StorePlan {
     plan: FaultPlan,
+    /// Holds back the answers that end a write while a trigger fault waits.
+    gate: TriggerGate,
     /// Makes counting an occurrence and reading what it injected one step.
     lock: Arc<Mutex<()>>,
 }
@@ -102,6 +105,10 @@ pub struct StorePlan {
 impl StorePlan {
     pub fn plan(&self) -> &FaultPlan {
         &self.plan
+    }
+
+    pub fn gate(&self) -> &TriggerGate {
+        &self.gate
     }
 
     /// Counts an occurrence of `op`; the fault injected into it, if any.
@@ -146,6 +153,9 @@ struct PgTap {
     operation: Option<Operation>,
     /// Drop the server's answer until its next ReadyForQuery, then close.
     swallowing: bool,
+    /// An operation that writes has run since the server was last idle:
+    /// its commit may be a trigger fault's event.
+    wrote: bool,
 }
 
 /// One message's type and its body.
@@ -190,6 +200,7 @@ impl PgTap {
             in_transaction: false,
             operation: None,
             swallowing: false,
+            wrote: false,
         }
     }
 
@@ -199,7 +210,9 @@ impl PgTap {
         if self.operation.is_some() {
             return true;
         }
-        let injected = classify(sql).and_then(|op| self.plan.next(op));
+        let op = classify(sql);
+        self.wrote |= op.is_some_and(|op| op != StoreOp::Read);
+        let injected = op.and_then(|op| self.plan.next(op));
         if let Some(injected) = injected {
             self.recorder.record_call(
                 host::STORE,
@@ -346,6 +359,14 @@ impl Tap for PgTap {
         }
         while let Some(len) = typed_len(&self.server_buf) {
             let message: Vec<u8> = self.server_buf.drain(..len).collect();
+            // ReadyForQuery, idle: whatever the connection wrote is committed.
+            if message[0] == b'Z' && message.get(5) == Some(&b'I') && self.wrote {
+                self.wrote = false;
+                let gate = self.plan.gate();
+                if gate.pending() {
+                    out.barrier = Some(gate.clone());
+                }
+            }
             if !self.swallowing {
                 out.forward.extend_from_slice(&message);
             } else if message[0] == b'Z' {

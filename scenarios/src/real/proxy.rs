@@ -39,6 +39,7 @@ use idem_sim::decisions::{Decisions, Subject};
 use idem_sim::scheduler::links::{DATA_SEGMENT, LatencyRange, decide_latency, first_line};
 
 use super::clock::{RunClock, now_us};
+use super::gate::TriggerGate;
 
 /// The most bytes one direction of a connection holds waiting for
 /// delivery; past it the proxy stops reading until some are delivered.
@@ -90,6 +91,9 @@ pub struct Filtered {
     pub delay_ms: u64,
     /// Close the connection after `forward`, both ways.
     pub close: bool,
+    /// Deliver `forward` only once this gate lets it pass (an answer that
+    /// may trigger a fault: [`super::gate`]).
+    pub barrier: Option<TriggerGate>,
 }
 
 /// Reads a link's protocol, one connection at a time.
@@ -326,6 +330,7 @@ struct Pending {
     due_us: i64,
     bytes: Vec<u8>,
     close_after: bool,
+    barrier: Option<TriggerGate>,
 }
 
 /// One direction's queue: chunks in order, each with its delivery time.
@@ -347,6 +352,7 @@ impl Queue {
             due_us,
             bytes: filtered.forward,
             close_after: filtered.close,
+            barrier: filtered.barrier,
         });
     }
 
@@ -414,6 +420,9 @@ async fn pump(
             () = wait(wait_us) => {
                 let Some(pending) = queue.chunks.pop_front() else { continue };
                 queue.bytes -= pending.bytes.len();
+                if let Some(gate) = &pending.barrier {
+                    gate.pass().await;
+                }
                 if to.write_all(&pending.bytes).await.is_err() || pending.close_after {
                     conn.cut.send_replace(true);
                     return;

@@ -24,6 +24,7 @@ use idem_sim::trace::{Recorder, TraceBody};
 use idem_sim::world::client_token;
 
 use super::clock::now_us;
+use super::gate::TriggerGate;
 use super::history::History;
 use super::judge::{Observed, judge};
 use super::recorder::{RealRecorder, Source};
@@ -48,6 +49,7 @@ async fn follow_history(
     mut reader: WalReader,
     history: History,
     recorder: RealRecorder,
+    gate: TriggerGate,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
     let take = |commits: Vec<super::wal::Commit>| -> Result<usize, String> {
@@ -67,8 +69,10 @@ async fn follow_history(
         if let Ok(commits) = reader.poll().await {
             take(commits)?;
         }
+        gate.read();
         tokio::select! {
             () = idem_core::timer::sleep(Duration::from_millis(HISTORY_POLL_MS)) => {}
+            () = gate.read_wanted() => {}
             _ = stop.changed() => {}
         }
     }
@@ -121,13 +125,17 @@ impl Backend for RealBackend<'_> {
         self.world.decisions.note(|| subject, now_ms, now_ms);
     }
 
-    /// Sleeps until the plan's next step, for at most a driver tick.
+    /// Sleeps until the plan's next step, for at most a driver tick, or
+    /// until a store link's answer waits at the trigger gate.
     async fn advance(&mut self, due: Option<Duration>, settle: Duration) -> Option<Duration> {
         let now = self.world.clock.elapsed();
         let tick = now + Duration::from_millis(DRIVER_TICK_MS);
         let wake = due.map_or(tick, |due| due.min(tick)).min(settle);
         if wake > now {
-            idem_core::timer::sleep(wake - now).await;
+            tokio::select! {
+                () = idem_core::timer::sleep(wake - now) => {}
+                () = self.world.store_plan.gate().look_wanted() => {}
+            }
         }
         let now = self.world.clock.elapsed();
         (now < settle).then_some(now)
@@ -158,6 +166,10 @@ impl Backend for RealBackend<'_> {
         self.world.restart(host).await
     }
 
+    fn looked(&mut self, plan: &Plan) {
+        self.world.store_plan.gate().looked(plan.awaits_triggers());
+    }
+
     fn clients_done(&mut self) -> bool {
         while self.clients.try_join_next().is_some() {}
         self.clients.is_empty()
@@ -174,6 +186,21 @@ impl Backend for RealBackend<'_> {
 }
 
 impl RealWorld {
+    /// Reads the store's `history` into the trace until `stopped`.
+    fn follow(
+        &self,
+        history: WalReader,
+        stopped: tokio::sync::watch::Receiver<bool>,
+    ) -> impl Future<Output = Result<(), String>> + use<> {
+        follow_history(
+            history,
+            History::new(self.store.schema()),
+            self.recorder.clone(),
+            self.store_plan.gate().clone(),
+            stopped,
+        )
+    }
+
     /// Starts every user: the simulator's script, over real TCP through
     /// each user's links to the replicas.
     fn start_clients(&self, scenario: &Scenario, seed: u64) -> JoinSet<()> {
@@ -316,14 +343,7 @@ pub async fn run_in(
     dir: &Path,
 ) -> Result<RealOutcome, RealError> {
     let (stop_history, stopped) = tokio::sync::watch::channel(false);
-    let following = history.map(|history| {
-        tokio::spawn(follow_history(
-            history,
-            History::new(world.store.schema()),
-            world.recorder.clone(),
-            stopped,
-        ))
-    });
+    let following = history.map(|history| tokio::spawn(world.follow(history, stopped)));
     let stop = world.drive(scenario, options.seed).await;
     let run_ms = world.clock.elapsed_ms();
     let (read_backs, observed) = world.read_back(options.system.observed()).await;

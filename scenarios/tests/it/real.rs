@@ -92,6 +92,14 @@ fn the_smoke_scenarios_pass_for_real_with_every_invariant_judged() {
     check("worker-crash-mid-attempt", 1);
 }
 
+/// A trigger fault fires before the answer its event caused has crossed a
+/// link, as in the simulator (`real::gate`): the create's answer is
+/// swallowed, and the retry finds the job.
+#[test]
+fn a_lost_response_and_its_retry_reach_duplicate_create_for_real() {
+    check("lost-response-retry", 0);
+}
+
 /// The first seed below `seeds` at which `design` fails `scenario` for
 /// real on `invariant`.
 fn caught(scenario: &str, design: &str, seeds: u64, invariant: u64) -> Option<u64> {
