@@ -96,13 +96,32 @@ impl BenchServeArgs {
     }
 
     /// Starts taking orders on stdin (with `--controlled`), and returns the
-    /// clock the orders steer. Call it inside the runtime, first thing.
+    /// clock the orders steer.
+    ///
+    /// The orders are read on a thread of their own, not on tokio's
+    /// blocking pool: a runtime waits, when it is dropped, for every
+    /// blocking task to end, and a read of a stdin the harness holds open
+    /// never ends. A `serve` that failed (its port taken, say) dropped its
+    /// runtime on the way out and hung there for good, its error never
+    /// said (issue 35: about 1 run in 20 under load).
     pub fn control(&self) -> Option<Arc<ControlledClock>> {
         if !self.controlled {
             return None;
         }
         let clock = Arc::new(ControlledClock::default());
-        tokio::spawn(take_orders(Arc::clone(&clock)));
+        let steered = Arc::clone(&clock);
+        let started = std::thread::Builder::new()
+            .name("orders".to_owned())
+            .spawn(move || {
+                take_orders(std::io::stdin().lock(), &steered);
+                // Whoever started this process is gone, or let it go.
+                tracing::info!("stdin closed: exiting");
+                std::process::exit(0);
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "no thread to read orders on: exiting");
+            std::process::exit(2);
+        }
         Some(clock)
     }
 
@@ -138,13 +157,11 @@ pub enum Order {
     Clock { offset_us: i64, drift_ppm: i64 },
 }
 
-/// Reads orders until stdin ends, then exits the process.
-async fn take_orders(clock: Arc<ControlledClock>) {
-    use tokio::io::AsyncBufReadExt as _;
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    loop {
-        match lines.next_line().await {
-            Ok(Some(line)) if line.len() <= CONTROL_LINE_LEN_MAX_BYTES => {
+/// Reads orders from `input` until it ends.
+fn take_orders(input: impl std::io::BufRead, clock: &ControlledClock) {
+    for line in input.lines() {
+        match line {
+            Ok(line) if line.len() <= CONTROL_LINE_LEN_MAX_BYTES => {
                 match serde_json::from_str::<Order>(&line) {
                     Ok(Order::Clock {
                         offset_us,
@@ -153,12 +170,8 @@ async fn take_orders(clock: Arc<ControlledClock>) {
                     Err(e) => tracing::error!(error = %e, "a control line that is no order"),
                 }
             }
-            Ok(Some(_)) => tracing::error!("a control line over its bound"),
-            // Whoever started this process is gone, or let it go.
-            Ok(None) | Err(_) => {
-                tracing::info!("stdin closed: exiting");
-                std::process::exit(0);
-            }
+            Ok(_) => tracing::error!("a control line over its bound"),
+            Err(_) => break,
         }
     }
 }
@@ -335,6 +348,16 @@ mod tests {
             }
         );
         assert!(serde_json::from_str::<Order>(r#"{"clock":{"offset_us":1}}"#).is_err());
+    }
+
+    #[test]
+    fn orders_are_taken_until_the_input_ends_and_others_are_skipped() {
+        let clock = ControlledClock::default();
+        let input = "{\"clock\":{\"offset_us\":1,\"drift_ppm\":0}}\nnot an order\n\
+                     {\"clock\":{\"offset_us\":7000000,\"drift_ppm\":0}}\n";
+        take_orders(std::io::Cursor::new(input), &clock);
+        let error_us = clock.error_us();
+        assert!((6_999_000..=7_000_000).contains(&error_us), "{error_us}");
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub mod gate;
 pub mod history;
 pub mod judge;
 pub mod pgwire;
+pub mod ports;
 pub mod procs;
 pub mod providers;
 pub mod proxy;

@@ -93,7 +93,7 @@ impl Providers {
                     time: clock.clone(),
                 }));
             }
-            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            let listener = super::ports::bind()?;
             let address = listener.local_addr()?;
             let running = serve(&name, listener, server.clone())?;
             providers.by_name.insert(

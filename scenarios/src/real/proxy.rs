@@ -180,7 +180,7 @@ impl std::fmt::Debug for Link {
 impl Link {
     /// Starts listening on a free loopback port.
     pub async fn start(spec: LinkSpec, tap: Option<TapFactory>) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = super::ports::bind_tokio()?;
         let port = listener.local_addr()?.port();
         let shared = Arc::new(Shared {
             rng: Mutex::new(ChaCha8Rng::seed_from_u64(spec.seed)),

@@ -99,14 +99,9 @@ fn engine_hosts(scenario: &Scenario) -> Vec<(String, &'static [&'static str], &'
     hosts
 }
 
-/// A free loopback port (for a process to listen on).
+/// A free loopback port for a process to listen on ([`super::ports`]).
 fn free_port() -> Result<u16, RealError> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| RealError::Start(format!("no free port: {e}")))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| RealError::Start(format!("no free port: {e}")))
+    super::ports::free().map_err(|e| RealError::Start(format!("no free port: {e}")))
 }
 
 /// The loops' tunables the scenario sets, as `idem serve --service-config`

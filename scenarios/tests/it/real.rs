@@ -100,6 +100,50 @@ fn a_lost_response_and_its_retry_reach_duplicate_create_for_real() {
     check("lost-response-retry", 0);
 }
 
+/// An engine process of real mode whose port is taken says so and exits
+/// while the harness still holds its stdin open. (It used to hang: its
+/// runtime, dropped on the way out, waited for ever for the blocked read of
+/// that stdin, and the run saw a process that never listened.)
+#[test]
+fn a_controlled_serve_that_cannot_listen_exits_with_its_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let address = taken.local_addr().expect("an address").to_string();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "serve",
+            "--store",
+            "memory",
+            "--controlled",
+            "--listen",
+            &address,
+        ])
+        .args(["--token", "t=alice", "--provider", "p=http://127.0.0.1:9"])
+        .args(["--no-worker", "--no-reconciler", "--no-pruner"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("idem serve starts");
+    let held = serve.stdin.take();
+    let mut status = None;
+    for _ in 0..200 {
+        status = serve.try_wait().expect("waits");
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = serve.kill();
+    let output = serve.wait_with_output().expect("reaped");
+    drop(held);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}")),
+        "{stderr}"
+    );
+}
+
 /// The first seed below `seeds` at which `design` fails `scenario` for
 /// real on `invariant`.
 fn caught(scenario: &str, design: &str, seeds: u64, invariant: u64) -> Option<u64> {
