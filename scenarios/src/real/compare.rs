@@ -38,10 +38,15 @@ pub struct WorldSummary {
 /// The outcome mix of a run.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mix {
-    /// Answers the clients got, by HTTP status.
+    /// Answers the clients got to what they did (clicks, backup presses),
+    /// by HTTP status.
     pub http_statuses: BTreeMap<u16, u32>,
-    /// Requests that got no answer (timed out, connection failed).
+    /// Those that got no answer (timed out, connection failed).
     pub http_failed: u32,
+    /// Reads of a job the clients made (a read, a probe, polls for an
+    /// outcome): how many is a matter of timing, so the mixes' agreement
+    /// leaves them out.
+    pub reads: u32,
     /// Jobs the run created (in the store's history, or answered).
     pub jobs: u32,
     /// Jobs by how many attempts each started: {attempts: jobs}.
@@ -65,6 +70,10 @@ pub struct Comparison {
     /// Invariants judged in both worlds whose verdicts differ (held in one,
     /// violated in the other), by number.
     pub differing_invariants: Vec<u8>,
+    /// Both worlds reached the same race windows (how often aside).
+    pub windows_agree: bool,
+    /// Both worlds came to the same outcome mix ([`Mix::agrees`]).
+    pub mix_agrees: bool,
     /// The correct design passed in one world and failed in the other.
     pub finding: bool,
 }
@@ -75,15 +84,35 @@ pub fn mix(trace: &Trace, executions: &BTreeMap<String, Vec<Execution>>) -> Mix 
     let mut attempts: BTreeMap<String, u32> = BTreeMap::new();
     let mut jobs: BTreeSet<String> = BTreeSet::new();
     let mut unknown = BTreeSet::new();
+    let mut reads = BTreeSet::new();
     for event in &trace.events {
         match &event.body {
-            TraceBody::HttpResponse { status, job_id, .. } => {
-                *mix.http_statuses.entry(*status).or_default() += 1;
+            TraceBody::HttpRequest {
+                client,
+                request_id,
+                method,
+                ..
+            } if method == "GET" => {
+                reads.insert((client.clone(), *request_id));
+                mix.reads += 1;
+            }
+            TraceBody::HttpResponse {
+                client,
+                request_id,
+                status,
+                job_id,
+                ..
+            } => {
+                if !reads.contains(&(client.clone(), *request_id)) {
+                    *mix.http_statuses.entry(*status).or_default() += 1;
+                }
                 if let (Some(job), true) = (job_id, (200..300).contains(status)) {
                     jobs.insert(job.to_string());
                 }
             }
-            TraceBody::HttpFailed { .. } => mix.http_failed += 1,
+            TraceBody::HttpFailed {
+                client, request_id, ..
+            } if !reads.contains(&(client.clone(), *request_id)) => mix.http_failed += 1,
             TraceBody::JobCreated { job_id, .. } => {
                 jobs.insert(job_id.to_string());
             }
@@ -130,6 +159,17 @@ fn executions_by_job(
         }
     }
     per_job_executions
+}
+
+impl Mix {
+    /// Whether two runs came to the same outcomes: everything but how many
+    /// reads their users made.
+    pub fn agrees(&self, other: &Mix) -> bool {
+        Mix {
+            reads: other.reads,
+            ..self.clone()
+        } == *other
+    }
 }
 
 fn window_names(windows: &BTreeMap<Window, u32>) -> BTreeMap<String, u32> {
@@ -226,6 +266,8 @@ pub fn compare(
         seed,
         design: design.name().to_owned(),
         finding: design == Design::Correct && sim.passed != real.passed,
+        windows_agree: sim.windows.keys().eq(real.windows.keys()),
+        mix_agrees: sim.mix.agrees(&real.mix),
         sim,
         real,
         differing_invariants,
@@ -304,10 +346,14 @@ pub fn text(c: &Comparison) -> String {
 fn write_heading(out: &mut String, c: &Comparison) {
     let agreement = if c.finding {
         "FINDING: the correct design passes in one world and fails in the other"
-    } else if c.differing_invariants.is_empty() {
-        "the worlds agree"
-    } else {
+    } else if !c.differing_invariants.is_empty() {
         "the worlds agree on the verdict, not on every invariant"
+    } else if !c.windows_agree {
+        "the worlds agree on every invariant, not on the windows reached"
+    } else if !c.mix_agrees {
+        "the worlds agree on every invariant and window, not on the outcome mix"
+    } else {
+        "the worlds agree"
     };
     let _ = writeln!(
         out,
@@ -346,9 +392,10 @@ fn write_invariants(out: &mut String, c: &Comparison) {
 
 /// The outcome mix as (label, simulator, real) rows, one table so the two
 /// worlds' figures are always laid out alike.
-fn mix_rows(sim: &Mix, real: &Mix) -> [(&'static str, String, String); 6] {
+fn mix_rows(sim: &Mix, real: &Mix) -> [(&'static str, String, String); 7] {
     [
-        ("http statuses", statuses(sim), statuses(real)),
+        ("answers to clicks, presses", statuses(sim), statuses(real)),
+        ("reads", sim.reads.to_string(), real.reads.to_string()),
         ("jobs", sim.jobs.to_string(), real.jobs.to_string()),
         (
             "attempts per job (n:jobs)",
@@ -394,6 +441,10 @@ pub struct ScenarioTally {
     pub real_passed: u32,
     /// Seeds where some invariant judged in both worlds differs.
     pub invariants_differ: u32,
+    /// Seeds where both worlds reached the same windows.
+    pub windows_agree: u32,
+    /// Seeds where both worlds came to the same outcome mix.
+    pub mixes_agree: u32,
     pub findings: u32,
 }
 
@@ -410,6 +461,8 @@ impl Summary {
             tally.sim_passed += u32::from(c.sim.passed);
             tally.real_passed += u32::from(c.real.passed);
             tally.invariants_differ += u32::from(!c.differing_invariants.is_empty());
+            tally.windows_agree += u32::from(c.windows_agree);
+            tally.mixes_agree += u32::from(c.mix_agrees);
             tally.findings += u32::from(c.finding);
             summary.findings += u32::from(c.finding);
         }
@@ -420,14 +473,27 @@ impl Summary {
         let mut out = String::from("\nfidelity: seeds passed in each world\n");
         let _ = writeln!(
             out,
-            "  {:<28} {:>5} {:>9} {:>6} {:>10} {:>8}",
-            "scenario", "seeds", "simulator", "real", "invariants", "findings"
+            "  {:<28} {:>5} {:>9} {:>6} {:>15} {:>13} {:>11} {:>8}",
+            "scenario",
+            "seeds",
+            "simulator",
+            "real",
+            "invariants agree",
+            "windows agree",
+            "mixes agree",
+            "findings"
         );
         for (name, t) in &self.scenarios {
             let _ = writeln!(
                 out,
-                "  {name:<28} {:>5} {:>9} {:>6} {:>10} {:>8}",
-                t.seeds, t.sim_passed, t.real_passed, t.invariants_differ, t.findings
+                "  {name:<28} {:>5} {:>9} {:>6} {:>16} {:>13} {:>11} {:>8}",
+                t.seeds,
+                t.sim_passed,
+                t.real_passed,
+                t.seeds - t.invariants_differ,
+                t.windows_agree,
+                t.mixes_agree,
+                t.findings
             );
         }
         for why in &self.refused {
@@ -497,6 +563,22 @@ mod tests {
             c.differing_invariants.is_empty(),
             "not judged is no verdict"
         );
+    }
+
+    #[test]
+    fn mixes_agree_whatever_their_reads_and_differ_on_any_outcome() {
+        let polled = |reads| Mix {
+            http_statuses: BTreeMap::from([(201, 1)]),
+            reads,
+            jobs: 1,
+            ..Mix::default()
+        };
+        assert!(polled(3).agrees(&polled(41)));
+        let failed_once = Mix {
+            http_failed: 1,
+            ..polled(3)
+        };
+        assert!(!polled(3).agrees(&failed_once));
     }
 
     #[test]
