@@ -142,3 +142,73 @@ pub fn aftermath(index: usize, fault: &Fault) -> Option<(u64, Step)> {
         | Fault::ClockJump { .. } => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decisions::{Decision, Kept};
+    use crate::scenario::TriggerKind;
+
+    fn hold(when: When) -> FaultSpec {
+        FaultSpec {
+            when,
+            fault: Fault::Hold {
+                a: "client-a".into(),
+                b: "api-*".into(),
+                duration_ms: 50,
+            },
+        }
+    }
+
+    fn kept(index: usize, step: &str, value: u64) -> Decision {
+        Decision {
+            index: 0,
+            t_ms: value,
+            subject: Subject::FaultStep {
+                fault: index,
+                step: step.to_owned(),
+                label: "hold".to_owned(),
+            },
+            ordinal: 0,
+            value,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_replay_fires_each_fault_when_the_recorded_run_did() {
+        let faults = [
+            hold(When::At { at_ms: 10 }),
+            hold(When::After {
+                kind: TriggerKind::JobCreated,
+                nth: 1,
+            }),
+        ];
+        let plain = Plan::new(&faults, &Decisions::default());
+        assert_eq!(plain.next_due(), Some(Duration::from_millis(10)));
+        assert!(plain.awaits_triggers());
+        let log = [
+            kept(0, "fire", 14),
+            kept(1, "fire", 30),
+            kept(1, "heal", 95),
+        ];
+        let replay = Decisions::replaying(Kept::from_log(&log, |_| true));
+        let mut plan = Plan::new(&faults, &replay);
+        assert!(
+            !plan.awaits_triggers(),
+            "the trigger fault fires at its time"
+        );
+        assert_eq!(plan.next_due(), Some(Duration::from_millis(14)));
+        let due: Vec<usize> = plan
+            .take_due(30)
+            .iter()
+            .map(|step| match step {
+                Step::Fire(index, _) => *index,
+                _ => usize::MAX,
+            })
+            .collect();
+        assert_eq!(due, [0, 1]);
+        let heal = aftermath(1, &faults[1].fault).expect("a hold heals").1;
+        assert_eq!(replay.kept_first(&heal.subject()), Some(95));
+    }
+}

@@ -423,3 +423,89 @@ fn certify_exits_0_certified_1_not_certified_2_when_it_cannot_run()
     }
     Ok(())
 }
+
+/// A run's own decisions, written as a decision file and replayed with
+/// `idem run --decisions`, give the same run (the same trace hash); the
+/// decisions of another seed's run make another run.
+fn check_replay(name: &str, seed: u64, design: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use idem_sim::decisions::{DecisionFile, Decisions};
+    let scenario = idem_scenarios::load(name)?.scenario;
+    let design_value: idem_core::design::Design = design.parse()?;
+    let dir = tempfile::tempdir()?;
+    let mut hashes = Vec::new();
+    for recorded_seed in [seed, seed + 1] {
+        let decisions = Decisions::recording();
+        idem_sim::run::run_deciding(&scenario, recorded_seed, design_value, decisions.clone())?;
+        let file = DecisionFile {
+            scenario: name.to_owned(),
+            seed: recorded_seed,
+            design: design.to_owned(),
+            decisions: decisions.log(),
+        };
+        let path = dir.path().join(format!("{recorded_seed}.json"));
+        std::fs::write(&path, serde_json::to_string(&file)?)?;
+        let replayed = idem(&[
+            "run",
+            name,
+            "--seed",
+            &seed.to_string(),
+            "--design",
+            design,
+            "--format",
+            "json",
+            "--decisions",
+            path.to_str().ok_or("a path")?,
+        ]);
+        let record: serde_json::Value = serde_json::from_str(&stdout(&replayed))?;
+        hashes.push(record["trace_hash"].as_str().unwrap_or_default().to_owned());
+    }
+    let own = idem(&[
+        "run",
+        name,
+        "--seed",
+        &seed.to_string(),
+        "--design",
+        design,
+        "--format",
+        "json",
+    ]);
+    let own: serde_json::Value = serde_json::from_str(&stdout(&own))?;
+    assert_eq!(
+        Some(hashes[0].as_str()),
+        own["trace_hash"].as_str(),
+        "{name}"
+    );
+    assert_ne!(
+        hashes[0], hashes[1],
+        "{name}: another seed's decisions, another run"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_runs_decisions_replayed_give_the_same_run() -> Result<(), Box<dyn std::error::Error>> {
+    check_replay("double-click", 7, "check-then-insert")?;
+    check_replay("timeout-unknown", 3, "timeout-is-failure")
+}
+
+#[test]
+fn a_malformed_decision_file_exits_2_with_its_position() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("real.json");
+    std::fs::write(&path, "{\"decisions\": [\n  {\"index\": 0}\n]}\n")?;
+    let output = idem(&[
+        "run",
+        "double-click",
+        "--seed",
+        "1",
+        "--decisions",
+        path.to_str().ok_or("a path")?,
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("real.json:2:"),
+        "{}",
+        stderr(&output)
+    );
+    Ok(())
+}
