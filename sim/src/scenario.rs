@@ -214,6 +214,18 @@ pub enum TriggerKind {
     CompletionWon,
 }
 
+impl TriggerKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &[TriggerKind] = &[
+        TriggerKind::JobCreated,
+        TriggerKind::AttemptStarted,
+        TriggerKind::AttemptDispatched,
+        TriggerKind::AttemptUnknown,
+        TriggerKind::ProviderExecutionStarted,
+        TriggerKind::CompletionWon,
+    ];
+}
+
 /// A fault and when it fires.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FaultSpec {

@@ -298,14 +298,7 @@ mod tests {
         for body in bodies {
             recorder.record_at(0, "h", body);
         }
-        for kind in [
-            TriggerKind::JobCreated,
-            TriggerKind::AttemptStarted,
-            TriggerKind::AttemptDispatched,
-            TriggerKind::AttemptUnknown,
-            TriggerKind::ProviderExecutionStarted,
-            TriggerKind::CompletionWon,
-        ] {
+        for &kind in TriggerKind::ALL {
             assert_eq!(recorder.trigger_count(kind), 1, "{kind:?}");
         }
     }

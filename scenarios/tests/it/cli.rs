@@ -424,6 +424,22 @@ fn certify_exits_0_certified_1_not_certified_2_when_it_cannot_run()
     Ok(())
 }
 
+/// The trace hash `idem run NAME --seed SEED --design DESIGN ARGS` prints.
+fn hash_of(
+    name: &str,
+    seed: u64,
+    design: &str,
+    args: &[&str],
+) -> Result<String, Box<dyn std::error::Error>> {
+    let seed = seed.to_string();
+    let mut all = vec![
+        "run", name, "--seed", &seed, "--design", design, "--format", "json",
+    ];
+    all.extend_from_slice(args);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&idem(&all)))?;
+    Ok(record["trace_hash"].as_str().unwrap_or_default().to_owned())
+}
+
 /// A run's own decisions, written as a decision file and replayed with
 /// `idem run --decisions`, give the same run (the same trace hash); the
 /// decisions of another seed's run make another run.
@@ -444,37 +460,10 @@ fn check_replay(name: &str, seed: u64, design: &str) -> Result<(), Box<dyn std::
         };
         let path = dir.path().join(format!("{recorded_seed}.json"));
         std::fs::write(&path, serde_json::to_string(&file)?)?;
-        let replayed = idem(&[
-            "run",
-            name,
-            "--seed",
-            &seed.to_string(),
-            "--design",
-            design,
-            "--format",
-            "json",
-            "--decisions",
-            path.to_str().ok_or("a path")?,
-        ]);
-        let record: serde_json::Value = serde_json::from_str(&stdout(&replayed))?;
-        hashes.push(record["trace_hash"].as_str().unwrap_or_default().to_owned());
+        let path = path.to_str().ok_or("a path")?;
+        hashes.push(hash_of(name, seed, design, &["--decisions", path])?);
     }
-    let own = idem(&[
-        "run",
-        name,
-        "--seed",
-        &seed.to_string(),
-        "--design",
-        design,
-        "--format",
-        "json",
-    ]);
-    let own: serde_json::Value = serde_json::from_str(&stdout(&own))?;
-    assert_eq!(
-        Some(hashes[0].as_str()),
-        own["trace_hash"].as_str(),
-        "{name}"
-    );
+    assert_eq!(hashes[0], hash_of(name, seed, design, &[])?, "{name}");
     assert_ne!(
         hashes[0], hashes[1],
         "{name}: another seed's decisions, another run"
