@@ -4,6 +4,7 @@
 mod bench;
 mod catalog;
 mod cli;
+mod docs;
 mod explain;
 mod explore;
 mod fuzz;

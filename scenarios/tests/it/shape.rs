@@ -18,7 +18,7 @@
 //!   the item. Each cycle is reported with its files.
 //!
 //! A function's length runs from the line of its `fn` to the line of its
-//! closing brace, as `/work/tools/fnlen.py` counts it.
+//! closing brace.
 //!
 //! While the workspace is being reshaped the bounds are a ratchet: they
 //! start at the counts when the gate landed and only ever go down, to the
