@@ -134,3 +134,18 @@ impl RunRecord {
         text
     }
 }
+
+/// The race windows a run reached, with how often: `a x2, b x1`, or `none`.
+pub fn windows_reached<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> String {
+    let reached: Vec<String> = windows
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(w, n)| format!("{w} x{n}"))
+        .collect();
+    if reached.is_empty() {
+        "none".to_owned()
+    } else {
+        reached.join(", ")
+    }
+}
+

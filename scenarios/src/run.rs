@@ -10,6 +10,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 
 use idem_core::design::Design;
+use idem_reports::run::windows_reached;
 use idem_reports::{RunRecord, RunVerdict};
 use idem_sim::decisions::Decisions;
 use idem_sim::run::RunOutcome;
@@ -118,22 +119,6 @@ fn violations(out: &mut String, record: &RunRecord, trace: Option<&Trace>) {
             let line = serde_json::to_string(event).expect("trace events serialize");
             let _ = writeln!(out, "    {line}");
         }
-    }
-}
-
-/// The race windows a run reached, with how often: `a x2, b x1`, or `none`.
-pub fn windows_reached<W: std::fmt::Display>(
-    windows: &std::collections::BTreeMap<W, u32>,
-) -> String {
-    let reached: Vec<String> = windows
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(w, n)| format!("{w} x{n}"))
-        .collect();
-    if reached.is_empty() {
-        "none".to_owned()
-    } else {
-        reached.join(", ")
     }
 }
 

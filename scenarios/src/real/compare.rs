@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use idem_core::design::Design;
+use idem_reports::run::windows_reached;
 use idem_core::model::{AttemptState, EventKind};
 use idem_core::provider::server::Execution;
 use idem_sim::oracle::{Invariant, OracleInput, Violation, judge as oracle};
@@ -309,16 +310,6 @@ fn statuses(mix: &Mix) -> String {
     }
 }
 
-fn windows_text(windows: &BTreeMap<String, u32>) -> String {
-    if windows.is_empty() {
-        return "none".to_owned();
-    }
-    windows
-        .iter()
-        .map(|(w, n)| format!("{w} x{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// The side-by-side text of one comparison.
 pub fn text(c: &Comparison) -> String {
@@ -331,12 +322,12 @@ pub fn text(c: &Comparison) -> String {
     let _ = writeln!(
         out,
         "  windows, simulator: {}",
-        windows_text(&c.sim.windows)
+        windows_reached(&c.sim.windows)
     );
     let _ = writeln!(
         out,
         "  windows, real:      {}",
-        windows_text(&c.real.windows)
+        windows_reached(&c.real.windows)
     );
     out
 }

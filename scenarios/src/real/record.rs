@@ -213,7 +213,7 @@ fn write_stop_and_windows(out: &mut String, record: &RealRecord) {
     let _ = writeln!(
         out,
         "windows reached: {}",
-        crate::run::windows_reached(&run.windows)
+        idem_reports::run::windows_reached(&run.windows)
     );
 }
 
