@@ -2,7 +2,7 @@
 # One shard of a sweep or of a fuzz budget, on one machine of many. The
 # GitHub Actions matrix (.github/workflows/sweep.yml) and the Kubernetes
 # Indexed Job (deploy/k8s/sweep-indexed-job.yaml) both run this script, and
-# scenarios/tests/it/shards.rs runs it as several local processes, so the
+# bench/tests/it/shards.rs runs it as several local processes, so the
 # mechanics that many machines use are the ones the tests check.
 #
 # Environment:

@@ -148,4 +148,3 @@ pub fn windows_reached<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> Stri
         reached.join(", ")
     }
 }
-

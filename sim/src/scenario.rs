@@ -415,7 +415,7 @@ impl FaultKind {
     /// The fields a fault of this kind takes, besides `fault` and when it
     /// fires, in the order the format documents (and its errors list) them.
     /// They are the scenario file's keys and the fields of the matching
-    /// [`Fault`] variant alike; a test in idem-scenarios holds the two
+    /// [`Fault`] variant alike; a test in idem-bench (tests/it/report.rs) holds the two
     /// together.
     pub const fn fields(self) -> &'static [&'static str] {
         match self {

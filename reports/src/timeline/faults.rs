@@ -203,7 +203,7 @@ fn clock_title(host: &str, name: &str, detail: &Value) -> String {
 /// The fault kinds the timeline draws in a way of their own, by the names
 /// the trace gives them (the simulator's `FaultKind::name`). idem-reports
 /// reads traces and does not link the simulator, so these are names, not
-/// the simulator's enum; a test in idem-scenarios holds every name here to
+/// the simulator's enum; a test in idem-bench (tests/it/report.rs) holds every name here to
 /// that enum, so a renamed or removed kind fails it.
 pub mod fault_kinds {
     /// A crash: a mark, and its host down until the restart.

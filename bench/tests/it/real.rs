@@ -1,0 +1,679 @@
+//! Real mode end to end: `idem real` against `idem serve` processes, a
+//! throwaway PostgreSQL the harness starts itself, and real TCP; and the
+//! store links' wire-protocol faults against a real PostgreSQL.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use idem_core::clock::micros_to_timestamp;
+use idem_core::model::{AttemptState, EventKind, IdempotencyKey, JobId, NewEvent, OwnerId};
+use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
+use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
+use idem_core::store::{Completion, NewAttempt, NewJob, Store, StoreError};
+use idem_core::testing::pg::Cluster;
+use idem_real::pgwire::StorePlan;
+use idem_real::proxy::{Link, LinkSpec};
+use idem_real::recorder::RealRecorder;
+
+/// Runs `idem real` and returns its exit code and its JSON record.
+fn real(scenario: &str, seed: u64, design: &str) -> (Option<i32>, Value, String) {
+    real_with(scenario, &["--seed", &seed.to_string(), "--design", design])
+}
+
+/// Runs `idem real SCENARIO ARGS --json FILE`: its exit code, the JSON
+/// written, and what it printed.
+fn real_with(scenario: &str, args: &[&str]) -> (Option<i32>, Value, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let json = dir.path().join("run.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["real", scenario])
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("idem real runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let record = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
+    (output.status.code(), record, text)
+}
+
+/// One smoke scenario: it passes for real, every invariant is listed held
+/// (or not judged, with a reason), and its expected windows are reached.
+fn check(scenario: &str, seed: u64) {
+    let (code, record, text) = real(scenario, seed, "correct");
+    assert_eq!(code, Some(0), "{scenario} seed {seed}:\n{text}");
+    assert_eq!(record["mode"], "real", "{text}");
+    let invariants = record["invariants"].as_array().expect("every invariant");
+    let numbers: Vec<u64> = invariants
+        .iter()
+        .filter_map(|v| v["invariant"].as_u64())
+        .collect();
+    assert_eq!(numbers, (1..=12).collect::<Vec<u64>>(), "{text}");
+    for verdict in invariants {
+        match verdict["verdict"].as_str() {
+            Some("held") => {}
+            Some("not_judged") => assert!(
+                verdict["reason"].as_str().is_some_and(|r| !r.is_empty()),
+                "{verdict}"
+            ),
+            other => panic!("{scenario}: {other:?} in {verdict}\n{text}"),
+        }
+    }
+    for window in record["expect_windows"].as_array().expect("windows") {
+        let name = window.as_str().expect("a name");
+        assert!(
+            record["windows"][name].as_u64().is_some_and(|n| n > 0),
+            "{scenario} seed {seed} did not reach {name}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!(
+            "reproduce with: idem real {scenario} --seed {seed}"
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_smoke_scenarios_pass_for_real_with_every_invariant_judged() {
+    check("double-click", 7);
+    check("lost-ack-on-commit", 1);
+    check("worker-crash-mid-attempt", 1);
+}
+
+/// A trigger fault fires before the answer its event caused has crossed a
+/// link, as in the simulator (`real::gate`): the create's answer is
+/// swallowed, and the retry finds the job.
+#[test]
+fn a_lost_response_and_its_retry_reach_duplicate_create_for_real() {
+    check("lost-response-retry", 0);
+}
+
+/// An engine process of real mode whose port is taken says so and exits
+/// while the harness still holds its stdin open. (It used to hang: its
+/// runtime, dropped on the way out, waited for ever for the blocked read of
+/// that stdin, and the run saw a process that never listened.)
+#[test]
+fn a_controlled_serve_that_cannot_listen_exits_with_its_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+    let address = taken.local_addr().expect("an address").to_string();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "serve",
+            "--store",
+            "memory",
+            "--controlled",
+            "--listen",
+            &address,
+        ])
+        .args(["--token", "t=alice", "--provider", "p=http://127.0.0.1:9"])
+        .args(["--no-worker", "--no-reconciler", "--no-pruner"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("idem serve starts");
+    let held = serve.stdin.take();
+    let mut status = None;
+    for _ in 0..200 {
+        status = serve.try_wait().expect("waits");
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = serve.kill();
+    let output = serve.wait_with_output().expect("reaped");
+    drop(held);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}")),
+        "{stderr}"
+    );
+}
+
+/// The first seed below `seeds` at which `design` fails `scenario` for
+/// real on `invariant`.
+fn caught(scenario: &str, design: &str, seeds: u64, invariant: u64) -> Option<u64> {
+    (0..seeds).find(|seed| {
+        let (code, record, text) = real(scenario, *seed, design);
+        assert!(code == Some(0) || code == Some(1), "{text}");
+        record["violations"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v["invariant"] == invariant))
+    })
+}
+
+#[test]
+fn check_then_insert_is_caught_for_real_within_20_seeds() {
+    let seed = caught("double-click", "check-then-insert", 20, 1);
+    assert!(seed.is_some(), "two jobs for one double click, in 20 seeds");
+}
+
+#[test]
+fn timeout_is_failure_is_caught_for_real_within_5_seeds() {
+    let seed = caught("timeout-unknown", "timeout-is-failure", 5, 5);
+    assert!(seed.is_some(), "a timeout called a failure, in 5 seeds");
+}
+
+#[test]
+fn a_scenario_real_mode_cannot_make_real_is_refused_naming_the_fault() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("store-crash.toml");
+    std::fs::write(
+        &file,
+        "description = \"x\"\n[[clients]]\nname = \"a\"\nactions = [{ action = \"click\", key = \"k\", params = {} }]\n\
+         [[faults]]\nfault = \"crash\"\nat_ms = 10\nhost = \"store\"\n",
+    )
+    .expect("writes");
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("real")
+        .arg(&file)
+        .args(["--database-url", "postgres://nobody@127.0.0.1:1/none"])
+        .output()
+        .expect("idem real runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("fault crash of host store"), "{stderr}");
+}
+
+#[test]
+fn compare_puts_the_simulator_and_the_real_run_of_a_seed_side_by_side() {
+    let (code, json, text) = real_with("double-click", &["--seeds", "7..8", "--compare"]);
+    assert_eq!(code, Some(0), "{text}");
+    let comparison = &json["comparisons"][0];
+    assert_eq!(comparison["seed"], 7, "{json}");
+    assert_eq!(comparison["finding"], false, "{json}");
+    for world in ["sim", "real"] {
+        assert_eq!(comparison[world]["passed"], true, "{world}: {json}");
+        assert_eq!(comparison[world]["mix"]["jobs"], 1, "{world}: {json}");
+        assert_eq!(
+            comparison[world]["invariants"].as_array().map(Vec::len),
+            Some(12),
+            "{json}"
+        );
+    }
+    assert_eq!(json["summary"]["findings"], 0, "{json}");
+    assert!(text.contains("the worlds agree"), "{text}");
+    assert!(text.contains("executions per job"), "{text}");
+}
+
+/// The command that runs idem's own engine as a black-box target.
+fn idem_as_target() -> String {
+    format!(
+        "{} {} --config {{config}}",
+        env!("CARGO_BIN_EXE_idem-target-adapter"),
+        env!("CARGO_BIN_EXE_idem")
+    )
+}
+
+#[test]
+fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
+    let (code, record, text) = real_with(
+        "double-click",
+        &["--seed", "7", "--target", &idem_as_target()],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        record["system"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("black-box target")),
+        "{record}"
+    );
+    let invariants = record["invariants"].as_array().expect("every invariant");
+    assert_eq!(invariants.len(), 12, "{record}");
+    // From outside: the answers (1, 2), the jobs read back at the end
+    // against the ledgers (3, 6, 10), the ledgers (9).
+    for verdict in invariants {
+        let judged = [1, 2, 3, 6, 9, 10].contains(&verdict["invariant"].as_u64().unwrap_or(0));
+        if judged {
+            assert_eq!(verdict["verdict"], "held", "{verdict}");
+        } else {
+            assert_eq!(verdict["verdict"], "not_judged", "{verdict}");
+            assert!(verdict["reason"].as_str().is_some_and(|r| !r.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn a_naive_black_box_target_is_caught_for_real() {
+    let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));
+    let caught = (0..5).find(|seed| {
+        let (code, record, text) = real_with(
+            "double-click",
+            &["--seed", &seed.to_string(), "--target", &naive],
+        );
+        assert!(code == Some(0) || code == Some(1), "{text}");
+        record["violations"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| v["invariant"] == 1))
+    });
+    assert!(
+        caught.is_some(),
+        "check-then-insert behind a black box, in 5 seeds"
+    );
+}
+
+/// The naive target in `mode` (`bench/tests/targets/naive.rs`).
+fn naive_in(mode: &str) -> String {
+    format!(
+        "{} --config {{config}} --mode {mode}",
+        env!("CARGO_BIN_EXE_naive-target")
+    )
+}
+
+/// The violations of `invariant` in a run's record.
+fn violations_of(record: &Value, invariant: u64) -> Vec<String> {
+    record["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["invariant"] == invariant)
+        .filter_map(|v| v["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_black_box_target_answering_a_result_no_execution_made_breaks_one_winner() {
+    let (code, record, text) = real_with(
+        "double-click",
+        &["--seed", "7", "--target", &naive_in("made-up-result")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 3);
+    assert!(!found.is_empty(), "{text}");
+    for message in found {
+        assert!(
+            message.contains("is the output of no billed execution"),
+            "{message}"
+        );
+    }
+    assert_eq!(record["invariants"][9]["verdict"], "held", "{text}");
+}
+
+#[test]
+fn a_black_box_target_that_never_finishes_a_job_breaks_liveness() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("one-click.toml");
+    // Settled in 3 s: a job still running then never will be.
+    std::fs::write(
+        &file,
+        "description = \"one click\"\n[timing]\nsettle_ms = 3000\n[[clients]]\nname = \"alice\"\n\
+         actions = [{ action = \"click\", key = \"k\", params = { text = \"hello\" } }]\n",
+    )
+    .expect("writes");
+    let scenario = file.display().to_string();
+    let (code, record, text) = real_with(
+        &scenario,
+        &["--seed", "1", "--target", &naive_in("never-finish")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 10);
+    assert_eq!(found.len(), 1, "{text}");
+    assert!(
+        found[0].contains("still pending at the end, and no provider execution was made"),
+        "{text}"
+    );
+    assert_eq!(record["invariants"][2]["verdict"], "held", "{text}");
+}
+
+#[test]
+fn a_target_refuses_the_faults_it_cannot_take_by_name() {
+    let (code, _, text) = real_with("lost-ack-on-commit", &["--target", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("fault store_lose_ack with --target"),
+        "{text}"
+    );
+}
+
+/// Every process whose parent chain leads to `root`.
+fn descendants(root: u32) -> BTreeSet<u32> {
+    let parent_of = |pid: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found = BTreeSet::from([root]);
+    // Bounded: each pass adds at least one process or stops.
+    for _ in 0..pids.len() {
+        let before = found.len();
+        for &pid in &pids {
+            if parent_of(pid).is_some_and(|p| found.contains(&p)) {
+                found.insert(pid);
+            }
+        }
+        if found.len() == before {
+            break;
+        }
+    }
+    found.remove(&root);
+    found
+}
+
+/// A process that is gone (or a zombie nobody reaps yet).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |s| {
+        s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn killing_idem_real_mid_run_leaves_no_process_and_no_cluster() {
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["real", "timeout-unknown", "--seed", "3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("idem real starts");
+    // Mid-run: the four engine processes are up.
+    let serving = || {
+        descendants(harness.id())
+            .iter()
+            .filter(|p| cmdline(**p).contains(" serve "))
+            .count()
+    };
+    for _ in 0..600 {
+        if serving() == 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let family = descendants(harness.id());
+    let cluster_dir = family
+        .iter()
+        .map(|p| cmdline(*p))
+        .find_map(|c| {
+            let after = c.split(" -D ").nth(1)?;
+            let dir = after.split_whitespace().next()?.trim_matches('\'');
+            Some(dir.trim_end_matches("/data").to_owned())
+        })
+        .expect("a PostgreSQL of the run");
+    assert!(Path::new(&cluster_dir).exists(), "{cluster_dir}");
+    assert!(
+        family
+            .iter()
+            .filter(|p| cmdline(**p).contains(" serve "))
+            .count()
+            == 4,
+        "{family:?}"
+    );
+    harness.kill().expect("SIGKILL");
+    harness.wait().expect("reaped");
+    let mut left: Vec<u32> = family.iter().copied().collect();
+    for _ in 0..150 {
+        left.retain(|pid| !gone(*pid));
+        if left.is_empty() && !Path::new(&cluster_dir).exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let described: Vec<String> = left
+        .iter()
+        .map(|p| format!("{p}: {}", cmdline(*p)))
+        .collect();
+    panic!(
+        "left behind after 15 s: {described:?}; cluster directory there: {}",
+        Path::new(&cluster_dir).exists()
+    );
+}
+
+#[test]
+fn killing_idem_real_mid_run_leaves_no_target_process_behind() {
+    // A user who clicks only after 20 s: the run is under way, the
+    // target's instances up, when idem real is killed.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("late-click.toml");
+    std::fs::write(
+        &file,
+        "description = \"x\"\n[[clients]]\nname = \"a\"\n\
+         actions = [{ action = \"click\", key = \"k\", at_ms = 20000, params = {} }]\n",
+    )
+    .expect("writes");
+    let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("real")
+        .arg(&file)
+        .args(["--target", &naive])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("idem real starts");
+    let instances = |family: &BTreeSet<u32>| {
+        family
+            .iter()
+            .filter(|p| cmdline(**p).starts_with(env!("CARGO_BIN_EXE_naive-target")))
+            .count()
+    };
+    for _ in 0..600 {
+        if instances(&descendants(harness.id())) == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let family = descendants(harness.id());
+    assert_eq!(instances(&family), 2, "{family:?}");
+    harness.kill().expect("SIGKILL");
+    harness.wait().expect("reaped");
+    let mut left: Vec<u32> = family.iter().copied().collect();
+    for _ in 0..150 {
+        left.retain(|pid| !gone(*pid));
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let described: Vec<String> = left
+        .iter()
+        .map(|p| format!("{p}: {}", cmdline(*p)))
+        .collect();
+    panic!("left behind after 15 s: {described:?}");
+}
+
+/// A store reached through a store link (with `plan`'s faults) on `cluster`.
+async fn store_through_link(cluster: &Cluster, plan: &StorePlan) -> (PgStore, Link) {
+    let url = format!("{}/postgres", cluster.server_url());
+    let direct = PgStore::connect(&url, SCHEMA_DEFAULT, 1)
+        .await
+        .expect("connects");
+    direct.migrate().await.expect("migrates");
+    direct.pool().close().await;
+    let link = Link::start(
+        LinkSpec {
+            client: "worker-1".into(),
+            server: "store".into(),
+            upstream: ([127, 0, 0, 1], cluster.port()).into(),
+            latency_ms_min: 0,
+            latency_ms_max: 0,
+            seed: 0,
+            decisions: Default::default(),
+            clock: idem_real::clock::RunClock::start(),
+        },
+        Some(plan.tap("worker-1", &RealRecorder::default())),
+    )
+    .await
+    .expect("a link");
+    let proxied = format!("postgres://postgres@{}/postgres", link.address());
+    let store = PgStore::connect(&proxied, SCHEMA_DEFAULT, 1)
+        .await
+        .expect("connects");
+    (store, link)
+}
+
+fn new_job(n: u128, key: &str) -> NewJob {
+    let request = serde_json::json!({"provider": "p", "fallbacks": [], "params": {}});
+    NewJob {
+        id: JobId(uuid::Uuid::from_u128(n)),
+        owner_id: OwnerId("alice".into()),
+        idempotency_key: IdempotencyKey::parse(key).expect("a key"),
+        request_fingerprint: idem_core::fingerprint::fingerprint(&request),
+        request: idem_core::fingerprint::Canonical::from_value(&request),
+        provider: "p".into(),
+        fallbacks: Vec::new(),
+        at: micros_to_timestamp(1_000_000),
+    }
+}
+
+/// The store links name every store operation as the simulator's store
+/// host does (held to `idem_core::store::pg` here), and a lost
+/// acknowledgement is a real commit whose answer never came.
+#[tokio::test(flavor = "multi_thread")]
+async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(&[]))
+        .await
+        .expect("joins")
+        .expect("a cluster");
+    let plan = StorePlan::default();
+    // Every occurrence of every operation is "injected" a zero latency, so
+    // that the plan lists what the link recognised, in order.
+    for op in [
+        StoreOp::CreateJob,
+        StoreOp::StartAttempt,
+        StoreOp::TransitionAttempt,
+        StoreOp::Complete,
+        StoreOp::FailJob,
+        StoreOp::RecordEvent,
+        StoreOp::PutCertificate,
+        StoreOp::PruneJobs,
+        StoreOp::Read,
+    ] {
+        plan.plan().add(FaultRule {
+            op,
+            fault: StoreFault::Latency { latency_ms: 0 },
+            first: 1,
+            count: 1_000,
+        });
+    }
+    let (store, _link) = store_through_link(&cluster, &plan).await;
+    let seen = || {
+        plan.plan()
+            .injected()
+            .iter()
+            .map(|i| i.op)
+            .collect::<Vec<_>>()
+    };
+    let mut expected = Vec::new();
+    let mut step = |op: StoreOp| {
+        expected.push(op);
+        assert_eq!(seen(), expected);
+    };
+    let job = store.create_job(new_job(1, "k1")).await.expect("creates");
+    step(StoreOp::CreateJob);
+    let job = match job {
+        idem_core::store::CreateOutcome::Created(job) => job,
+        other => panic!("{other:?}"),
+    };
+    store.job(job.id).await.expect("reads");
+    step(StoreOp::Read);
+    let at = micros_to_timestamp(2_000_000);
+    let attempt = match store
+        .start_attempt(NewAttempt {
+            id: idem_core::model::AttemptId(uuid::Uuid::from_u128(11)),
+            job_id: job.id,
+            provider: "p".into(),
+            at,
+            allow_while_running: false,
+        })
+        .await
+        .expect("starts")
+    {
+        idem_core::store::StartOutcome::Started(attempt) => attempt,
+        other => panic!("{other:?}"),
+    };
+    step(StoreOp::StartAttempt);
+    let moved = store
+        .transition_attempt(attempt.id, None, AttemptState::Running, None, at)
+        .await
+        .expect("moves");
+    assert!(
+        matches!(moved, idem_core::store::TransitionOutcome::Moved { .. }),
+        "{moved:?}"
+    );
+    step(StoreOp::TransitionAttempt);
+    store
+        .record_event(NewEvent {
+            job_id: job.id,
+            attempt_id: None,
+            at,
+            kind: EventKind::ReconcilerNote,
+            detail: serde_json::json!({}),
+        })
+        .await
+        .expect("records");
+    step(StoreOp::RecordEvent);
+    let completed = store
+        .complete(Completion {
+            job_id: job.id,
+            attempt_id: attempt.id,
+            output: serde_json::json!({"ok": true}).into(),
+            at,
+            out_of_band: false,
+        })
+        .await
+        .expect("completes");
+    assert!(
+        matches!(completed, idem_core::store::CompleteOutcome::Won(_)),
+        "{completed:?}"
+    );
+    step(StoreOp::Complete);
+    store
+        .attempts_in_states(&[AttemptState::Unknown], None, 8)
+        .await
+        .expect("reads");
+    step(StoreOp::Read);
+    store.prune_jobs(at, 8).await.expect("prunes");
+    step(StoreOp::PruneJobs);
+    store.dump().await.expect("dumps");
+    step(StoreOp::Read);
+
+    // A lost acknowledgement: the create committed, its answer never came.
+    let lossy = StorePlan::default();
+    lossy.plan().add(FaultRule {
+        op: StoreOp::CreateJob,
+        fault: StoreFault::LoseAck,
+        first: 1,
+        count: 1,
+    });
+    let (store, _link) = store_through_link(&cluster, &lossy).await;
+    let new = new_job(2, "k2");
+    let id = new.id;
+    let lost = store.create_job(new).await;
+    assert!(
+        matches!(lost, Err(StoreError::Indeterminate(_))),
+        "{lost:?}"
+    );
+    let found = store.job(id).await.expect("reads");
+    assert_eq!(found.map(|j| j.id), Some(id), "the commit landed");
+}

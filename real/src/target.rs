@@ -1,0 +1,187 @@
+//! Black-box targets (`idem real SCENARIO --target 'COMMAND'`): anyone's
+//! service, in any language, in place of idem's processes, as long as it
+//! speaks the contract of `docs/TARGET.md`.
+//!
+//! Each API replica of the scenario's topology is one instance of
+//! COMMAND, run by `sh` with `{port}` (where it must listen, on
+//! 127.0.0.1) and `{config}` (the path of a JSON file, [`TargetConfig`])
+//! replaced. The instances share nothing but the database the config
+//! names; their background work (calling providers, recovering) is their
+//! own business, so the scenario's workers and reconciler have no process
+//! here, and a fault naming one is refused. Every instance reaches the
+//! database and each provider over a link of its own, as idem's processes
+//! do, and is ready when `GET /healthz` answers 200.
+//!
+//! Nothing is left behind: COMMAND runs in a process group with a watcher
+//! that kills the whole group when the harness's pipe to it ends, which
+//! the kernel ends when the harness is gone, even after SIGKILL.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use idem_sim::scenario::{Fault, Scenario, host};
+use idem_sim::world::client_token;
+
+use super::procs::{ProcessSpec, Readiness};
+
+/// The JSON file `{config}` names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetConfig {
+    /// Where to listen: `127.0.0.1:{port}`.
+    pub listen: String,
+    /// A fresh, empty PostgreSQL database of the run's own: the service
+    /// makes its own tables there.
+    pub database_url: String,
+    /// Each bearer token the clients send, and the owner it stands for.
+    pub tokens: BTreeMap<String, String>,
+    /// Each provider's name and its base URL (`POST {url}/v1/chat/completions`).
+    pub providers: BTreeMap<String, String>,
+    /// Each provider's name and the model to ask it for.
+    pub models: BTreeMap<String, String>,
+}
+
+impl TargetConfig {
+    /// The configuration of one instance.
+    pub fn new(
+        scenario: &Scenario,
+        port: u16,
+        database_url: String,
+        providers: &[(String, String, SocketAddr)],
+    ) -> Self {
+        Self {
+            listen: format!("127.0.0.1:{port}"),
+            database_url,
+            tokens: scenario
+                .clients
+                .iter()
+                .map(|c| (client_token(&c.name), c.owner.clone()))
+                .collect(),
+            providers: providers
+                .iter()
+                .map(|(name, _, link)| (name.clone(), format!("http://{link}")))
+                .collect(),
+            models: providers
+                .iter()
+                .map(|(name, model, _)| (name.clone(), model.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// `command` with `{port}` and `{config}` replaced.
+pub fn expand(command: &str, port: u16, config: &Path) -> String {
+    command
+        .replace("{port}", &port.to_string())
+        .replace("{config}", &shell_quote(&config.display().to_string()))
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The shell script that runs `command` in its process group, with a
+/// watcher that kills the group once the harness's pipe (the script's
+/// stdin, kept as fd 3: an asynchronous list's stdin is /dev/null) ends.
+fn script(command: &str) -> String {
+    format!(
+        "exec 3<&0\n( {command}\n) </dev/null &\n( cat >/dev/null <&3; kill -KILL 0 ) &\nwait\n"
+    )
+}
+
+/// How to start the instance that is `host`, listening on `port`.
+pub fn process(host: &str, command: &str, port: u16, config: &Path, log: &Path) -> ProcessSpec {
+    ProcessSpec {
+        host: host.to_owned(),
+        program: "sh".into(),
+        args: vec!["-c".to_owned(), script(&expand(command, port, config))],
+        log: log.to_owned(),
+        ready: Readiness::Healthz(SocketAddr::from(([127, 0, 0, 1], port))),
+        group: true,
+    }
+}
+
+/// Whether `name` is a host a target has no process for.
+fn processless(name: &str) -> bool {
+    name.starts_with("worker-") || name == host::RECONCILER
+}
+
+/// The first fault of `scenario` a black-box target cannot take, and why.
+pub fn refusal(scenario: &Scenario) -> Option<String> {
+    scenario.faults.iter().find_map(|spec| {
+        let kind = spec.fault.kind();
+        let why = match &spec.fault {
+            Fault::StoreLoseAck { .. }
+            | Fault::StoreFailBeforeApply { .. }
+            | Fault::StoreLatency { .. } => Some(
+                "a store fault names one of idem's store operations, recognised by idem's SQL; \
+                 a black-box target's statements are its own"
+                    .to_owned(),
+            ),
+            Fault::ClockOffset { .. } | Fault::ClockDrift { .. } | Fault::ClockJump { .. } => Some(
+                "a black-box target's clock cannot be set from outside without root \
+                     (idem's own processes take theirs over a bench-only pipe)"
+                    .to_owned(),
+            ),
+            Fault::Crash { host, .. } if processless(host) => Some(format!(
+                "a black-box target runs as its API replicas only; {host} is no process of it"
+            )),
+            Fault::LinkLatency { a, b, .. }
+            | Fault::Hold { a, b, .. }
+            | Fault::Partition { a, b, .. }
+                if processless(a) || processless(b) =>
+            {
+                let named = if processless(a) { a } else { b };
+                Some(format!(
+                    "a black-box target runs as its API replicas only; {named} is no process of it"
+                ))
+            }
+            _ => None,
+        }?;
+        Some(format!("fault {} with --target: {why}", kind.name()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_gets_its_port_and_config_and_a_watcher() {
+        let command = expand(
+            "python3 svc.py --port {port} --config {config}",
+            4100,
+            Path::new("/tmp/a b/c.json"),
+        );
+        assert_eq!(
+            command,
+            "python3 svc.py --port 4100 --config '/tmp/a b/c.json'"
+        );
+        let script = script(&command);
+        assert!(script.contains("( python3 svc.py"), "{script}");
+        assert!(script.contains("kill -KILL 0"), "{script}");
+    }
+
+    #[test]
+    fn faults_a_target_cannot_take_are_refused_by_name() {
+        let double_click = idem_scenarios::load("double-click")
+            .expect("catalogue")
+            .scenario;
+        assert_eq!(refusal(&double_click), None);
+        let lost_ack = idem_scenarios::load("lost-ack-on-commit")
+            .expect("catalogue")
+            .scenario;
+        let why = refusal(&lost_ack).expect("refused");
+        assert!(
+            why.starts_with("fault store_lose_ack with --target"),
+            "{why}"
+        );
+        let crash = idem_scenarios::load("worker-crash-mid-attempt")
+            .expect("catalogue")
+            .scenario;
+        let why = refusal(&crash).expect("refused");
+        assert!(why.contains("worker-1 is no process"), "{why}");
+    }
+}
