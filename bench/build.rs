@@ -1,5 +1,5 @@
 //! Stamps the `idem` build with the git commit it was built from, and
-//! whether the tree was dirty (see `idem_core::stamp`): every output that
+//! whether the tree was dirty (see `idem_model::stamp`): every output that
 //! names a seed names the build too, since a seed reproduces a run only on
 //! the same code.
 

@@ -5,11 +5,11 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use idem_core::design::Design;
+use idem_oracle::Invariant;
 use idem_reports::sweep::SweptScenario;
 use idem_reports::{RunRecord, RunVerdict, ViolationRecord};
 use idem_sim::decisions::Decisions;
 use idem_sim::driver::Stop;
-use idem_sim::oracle::Invariant;
 use idem_sim::run::{RunOutcome, RunReport, Verdict, run_deciding};
 use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::Trace;
@@ -19,7 +19,7 @@ use idem_scenarios::load::Loaded;
 /// This build of `idem`: every output that names a seed names it too,
 /// since a seed reproduces a run only on the same code.
 pub fn build() -> idem_reports::BuildStamp {
-    idem_core::build_stamp!()
+    idem_model::build_stamp!()
 }
 
 /// The snake_case name serde gives a unit enum value.

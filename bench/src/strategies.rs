@@ -9,9 +9,9 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::provider::server::Behaviour;
 use idem_core::store::faults::StoreOp;
+use idem_model::model::JobRequest;
 use idem_sim::scenario::{
     Action, ClientSpec, Fault, FaultSpec, Scenario, Timing, Topology, When, host,
 };

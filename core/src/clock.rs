@@ -24,7 +24,7 @@ use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use uuid::Uuid;
 
-use crate::model::{AttemptId, JobId, Timestamp};
+use idem_model::model::{AttemptId, JobId, Timestamp};
 
 /// A source of timestamps.
 pub trait Clock: Send + Sync + fmt::Debug {

@@ -44,17 +44,13 @@ pub mod worker;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
-pub use idem_model::{
-    build_stamp, contract, document, fingerprint, json, model, stamp, transition,
-};
-
 #[cfg(test)]
 mod tests {
     /// The stamp macro reads the build script's environment where it is
     /// expanded: here, idem-core's `build.rs`.
     #[test]
     fn this_build_is_stamped() {
-        let stamp = crate::build_stamp!();
+        let stamp = idem_model::build_stamp!();
         assert_eq!(stamp.version, env!("CARGO_PKG_VERSION"));
         // The workspace is built from a git checkout in development and CI.
         if let Some(commit) = &stamp.commit {

@@ -22,8 +22,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::model::Timestamp;
 use crate::store::AttemptCensus;
+use idem_model::model::Timestamp;
 
 /// The label set of a labelled metric.
 type Labels = Vec<(&'static str, String)>;
@@ -198,7 +198,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::clock::micros_to_timestamp;
-    use crate::model::AttemptState;
+    use idem_model::model::AttemptState;
 
     #[test]
     fn counts_render_as_prometheus_text() {

@@ -30,9 +30,9 @@ use serde_json::{Value, json};
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::engine::{Engine, EngineError, Resolution, Resolved};
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind, JobId, Timestamp};
 use crate::provider::{ProviderError, ProviderSet, RemoteStatus};
 use crate::store::PageAfter;
+use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, JobId, Timestamp};
 
 /// The reconciler's configuration is vocabulary (the oracle reads its
 /// waits); it lives in idem-model.

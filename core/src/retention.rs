@@ -28,7 +28,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 
 use crate::engine::Engine;
-use crate::model::Timestamp;
+use idem_model::model::Timestamp;
 
 /// Retention's configuration is vocabulary; it lives in idem-model.
 pub use idem_model::loops::RetentionConfig;
@@ -129,9 +129,9 @@ mod tests {
 
     use super::*;
     use crate::clock::{Clock, ManualClock, SeededIds};
-    use crate::contract::Providers;
     use crate::engine::Policy;
     use crate::store::mem::MemStore;
+    use idem_model::contract::Providers;
 
     fn pruner(clock: Arc<ManualClock>) -> Pruner {
         let engine = Engine::new(

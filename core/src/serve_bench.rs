@@ -34,11 +34,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock, micros_to_timestamp};
 use crate::design::Design;
-use crate::model::{AttemptId, AttemptState, JobId, Timestamp};
 use crate::service::ServiceConfig;
 use crate::store::call::{CallStore, StoreCall, StoreReply, apply};
 use crate::store::mem::Constraints;
 use crate::store::{CompleteOutcome, CreateOutcome, Store, StoreError};
+use idem_model::model::{AttemptId, AttemptState, JobId, Timestamp};
 
 /// The longest control line read from stdin; a longer one is an error.
 const CONTROL_LINE_LEN_MAX_BYTES: usize = 4096;

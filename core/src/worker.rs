@@ -27,11 +27,11 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::document::Document;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
-use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
+use idem_model::document::Document;
+use idem_model::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 
 /// The worker's configuration is vocabulary; it lives in idem-model.
 pub use idem_model::loops::WorkerConfig;
@@ -332,7 +332,7 @@ impl Worker {
         let Some(last) = attempts.last() else {
             return Ok(job.provider.clone());
         };
-        if !crate::transition::is_terminal(last.state) {
+        if !idem_model::transition::is_terminal(last.state) {
             // An attempt is still open: starting one is refused anyway.
             return Ok(last.provider.clone());
         }
@@ -562,10 +562,10 @@ impl AttemptRunner for Worker {
 mod tests {
     use super::*;
     use crate::clock::{ManualClock, SeededIds};
-    use crate::contract::Providers;
-    use crate::model::{JobRequest, OwnerId};
     use crate::store::Store;
     use crate::store::mem::MemStore;
+    use idem_model::contract::Providers;
+    use idem_model::model::{JobRequest, OwnerId};
 
     /// A worker that read a job before another finished it reports the
     /// store's refusal, not a give-up that never happened.

@@ -16,10 +16,10 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use idem_core::design::Design;
-use idem_core::model::{AttemptId, AttemptState, EventKind};
 use idem_core::provider::server::Execution;
+use idem_model::model::{AttemptId, AttemptState, EventKind};
+use idem_oracle::{Invariant, OracleInput, Violation, judge as oracle};
 use idem_reports::run::windows_reached;
-use idem_sim::oracle::{Invariant, OracleInput, Violation, judge as oracle};
 use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::{Trace, TraceBody};
 

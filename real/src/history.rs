@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use idem_core::fingerprint::fingerprint;
-use idem_core::model::{AttemptId, AttemptState, EventKind, JobId};
+use idem_model::fingerprint::fingerprint;
+use idem_model::model::{AttemptId, AttemptState, EventKind, JobId};
 use idem_sim::trace::TraceBody;
 
 use super::wal::{Change, ChangeKind, Commit};

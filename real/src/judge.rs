@@ -2,19 +2,17 @@
 //! violated, or not judged, with the reason. Real mode never passes an
 //! invariant it could not judge: what it could not see is said.
 //!
-//! The judge is the simulator's oracle (`idem_sim::oracle::judge`) on the
+//! The judge is the simulator's oracle (`idem_oracle::judge`) on the
 //! trace real mode assembled, and for a service judged from outside, the
 //! oracle's rules for its jobs read back at the end
-//! (`idem_sim::oracle::judge_read_backs`). Which invariants it can judge
+//! (`idem_oracle::judge_read_backs`). Which invariants it can judge
 //! depends on what the run let real mode observe ([`Observed`]): idem's
 //! own processes on a store real mode reads give everything; a service
 //! judged from outside gives less.
 
 use serde::{Deserialize, Serialize};
 
-use idem_sim::oracle::{
-    Invariant, Judgement, OracleInput, ReadBack, judge as oracle, judge_read_backs,
-};
+use idem_oracle::{Invariant, Judgement, OracleInput, ReadBack, judge as oracle, judge_read_backs};
 
 /// What real mode observed of a run, besides what it always sees (the
 /// clients' requests and answers, the providers' ledgers, its own faults).
@@ -66,7 +64,7 @@ pub struct InvariantVerdict {
 }
 
 /// Why `invariant` cannot be judged from what was `observed`, if it
-/// cannot. The rules are what each check reads (`idem_sim::oracle`).
+/// cannot. The rules are what each check reads (`idem_oracle`).
 pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str> {
     let history = "it reads the store's committed history (attempts starting and moving), \
                    which this run could not observe";
@@ -77,7 +75,7 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
     let needs_history = !observed.store_history;
     let needs_rows = !observed.store_rows;
     // What the rows say of how jobs ended, a service's read-back jobs say
-    // from outside (`idem_sim::oracle::judge_read_backs`).
+    // from outside (`idem_oracle::judge_read_backs`).
     let needs_ends = needs_rows && !observed.read_back;
     match invariant {
         // The clients' answers carry what these need.

@@ -2,7 +2,7 @@
 //! (each job id answered to a client) read back with `GET /v1/jobs/{id}`
 //! and that client's token, once the run has settled and before anything
 //! stops. Its store is its own; these answers are what the oracle judges
-//! how jobs ended from (`idem_sim::oracle::judge_read_backs`: one winner,
+//! how jobs ended from (`idem_oracle::judge_read_backs`: one winner,
 //! losers discarded, liveness).
 //!
 //! Each read goes straight to an instance, past the links and their
@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use idem_core::model::{JobId, JobState};
 use idem_core::provider::connect::TcpConnector;
+use idem_model::model::{JobId, JobState};
+use idem_oracle::{ReadAnswer, ReadBack};
 use idem_sim::client::{Request, exchange};
-use idem_sim::oracle::{ReadAnswer, ReadBack};
 use idem_sim::world::client_token;
 
 use super::judge::Observed;

@@ -97,7 +97,7 @@ pub fn record(
     };
     RealRecord {
         run: RunRecord {
-            build: Some(idem_core::build_stamp!()),
+            build: Some(idem_model::build_stamp!()),
             ..run
         },
         mode: "real".to_owned(),

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::JobId;
+use idem_model::model::JobId;
 use idem_sim::scenario::TriggerKind;
 use idem_sim::trace::{Recorder, TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent, Triggers};
 

@@ -384,7 +384,7 @@ struct Judged {
     trace: idem_sim::trace::Trace,
     dump: idem_core::store::StoreDump,
     /// A black-box target's jobs, read back at the end.
-    read_backs: Vec<idem_sim::oracle::ReadBack>,
+    read_backs: Vec<idem_oracle::ReadBack>,
     executions: BTreeMap<String, Vec<idem_core::provider::server::Execution>>,
     stop: Stop,
     run_ms: u64,
@@ -394,7 +394,7 @@ impl Judged {
     /// The simulator's report of the run, `judgement` given.
     fn report(
         &self,
-        judgement: idem_sim::oracle::Judgement,
+        judgement: idem_oracle::Judgement,
         scenario: &Scenario,
         options: &RealOptions,
     ) -> RunReport {
@@ -425,7 +425,7 @@ impl Judged {
         options: &RealOptions,
         observed: Observed,
     ) -> RealOutcome {
-        let input = idem_sim::oracle::OracleInput {
+        let input = idem_oracle::OracleInput {
             trace: &self.trace,
             dump: &self.dump,
             executions: &self.executions,

@@ -19,10 +19,10 @@ use idem_core::certify::report::Certification;
 use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::service::ServiceConfig;
+use idem_oracle::WorldFacts;
 use idem_sim::certify::{certifications, certified_models, file_certifications};
 use idem_sim::decisions::Decisions;
 use idem_sim::net::{Skew, child_seed};
-use idem_sim::oracle::WorldFacts;
 use idem_sim::scenario::{ProviderProfile, Scenario, host};
 use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of, lanes};
 

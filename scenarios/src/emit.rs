@@ -9,9 +9,9 @@ use serde_json::Value as Json;
 use toml::{Table, Value};
 
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::reconciler::ReconcilerConfig;
 use idem_core::worker::WorkerConfig;
+use idem_model::model::JobRequest;
 use idem_sim::scenario::{
     Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When,
 };

@@ -20,11 +20,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use idem_core::certify::report::{Certification, Check, Failure};
 use idem_core::certify::{ChatEndpoint, Contract, RunLimits, Target, certify};
 use idem_core::clock::{FIXED_EPOCH_US, SeededIds};
-use idem_core::contract::{Certificate, Providers};
-use idem_core::model::Timestamp;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::ProviderServer;
 use idem_core::store::{Store, StoreError};
+use idem_model::contract::{Certificate, Providers};
+use idem_model::model::Timestamp;
 
 use crate::net::{SERVICE_PORT, SimConnector, SimListener, child_seed};
 use crate::scenario::{ProviderProfile, Scenario, host};

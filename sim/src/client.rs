@@ -25,9 +25,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
-use idem_core::fingerprint::{canonicalize, fingerprint};
-use idem_core::model::{AttemptId, JobId};
 use idem_core::provider::connect::Connector;
+use idem_model::fingerprint::{canonicalize, fingerprint};
+use idem_model::model::{AttemptId, JobId};
 
 use crate::decisions::{Decisions, Subject};
 use crate::scenario::{Action, ClientSpec};

@@ -33,7 +33,3 @@ pub mod scenario;
 pub mod scheduler;
 pub mod trace;
 pub mod world;
-
-/// The oracle is a crate of its own (idem-oracle, which does not link the
-/// engine); this path keeps `idem_sim::oracle` for its callers.
-pub use idem_oracle as oracle;

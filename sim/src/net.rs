@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use idem_core::clock::{Clock, micros_to_timestamp};
-use idem_core::model::Timestamp;
 use idem_core::provider::connect::Connector;
+use idem_model::model::Timestamp;
 use sha2::{Digest, Sha256};
 
 /// The port every simulated service listens on.

@@ -27,8 +27,8 @@
 //! the deadline, whose extra time would hold only reads.
 
 use idem_core::engine::Policy;
-use idem_core::model::AttemptState;
 use idem_core::store::{Store, StoreDump};
+use idem_model::model::AttemptState;
 
 use crate::plan::Plan;
 use crate::scenario::{Action, Scenario};
@@ -75,7 +75,7 @@ impl Rest {
 /// in flight waits for an operator.
 fn awaiting_operator(world: &World, dump: &StoreDump) -> bool {
     let blocked = world.recorder.blocked();
-    let in_flight = |a: &&idem_core::model::Attempt| {
+    let in_flight = |a: &&idem_model::model::Attempt| {
         matches!(
             a.state,
             AttemptState::Starting | AttemptState::Running | AttemptState::Unknown
@@ -86,19 +86,20 @@ fn awaiting_operator(world: &World, dump: &StoreDump) -> bool {
     // An execution still running at its provider after the quiet time is
     // one a hang or stall fault left unfinished for good: a live one
     // would have answered within the provider's latency and been traced.
-    let blocked_unknown =
-        |a: &idem_core::model::Attempt| a.state == AttemptState::Unknown && blocked.contains(&a.id);
+    let blocked_unknown = |a: &idem_model::model::Attempt| {
+        a.state == AttemptState::Unknown && blocked.contains(&a.id)
+    };
     // A hedged job's second attempt still running past its deadline cannot
     // become unknown while the first one holds the job's unknown slot
     // (`attempts_one_open`): it waits for whoever resolves that one.
-    let slot_held_by_blocked = |a: &idem_core::model::Attempt| {
+    let slot_held_by_blocked = |a: &idem_model::model::Attempt| {
         a.state == AttemptState::Running
             && dump
                 .attempts
                 .iter()
                 .any(|other| other.job_id == a.job_id && blocked_unknown(other))
     };
-    let waits = |a: &idem_core::model::Attempt| {
+    let waits = |a: &idem_model::model::Attempt| {
         !world.facts.reconciler || blocked_unknown(a) || slot_held_by_blocked(a)
     };
     let pending_have_one = dump

@@ -31,14 +31,14 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::TcpStream;
 
-use idem_core::document::Document;
-use idem_core::model::{AttemptId, AttemptState, JobId};
 use idem_core::store::call::{CallStore, StoreCall, StoreReply};
 use idem_core::store::faults::{FaultPlan, Injected, apply_with_faults};
 use idem_core::store::{
     CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, StartOutcome, Store, StoreError,
     TransitionOutcome,
 };
+use idem_model::document::Document;
+use idem_model::model::{AttemptId, AttemptState, JobId};
 
 use crate::scheduler::reuse::ReuseGate;
 use crate::trace::{Recorder, SimRecorder, TraceBody};
@@ -476,7 +476,7 @@ impl Served {
 /// A moved attempt, as the trace records it: the reason is the failure's,
 /// when the transition carried one.
 fn transitioned(
-    attempt: &idem_core::model::Attempt,
+    attempt: &idem_model::model::Attempt,
     from: AttemptState,
     error: Option<&Value>,
 ) -> TraceBody {

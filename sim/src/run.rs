@@ -14,7 +14,6 @@ use idem_core::store::StoreDump;
 
 use crate::decisions::Decisions;
 use crate::driver::{Backend, Stop, drive, millis};
-use crate::oracle::{self, Judgement, OracleInput, Violation, WorldFacts};
 use crate::plan::Plan;
 use crate::rest::Rest;
 use crate::scenario::host::DRIVER;
@@ -23,6 +22,7 @@ use crate::scheduler::StepCounts;
 use crate::scheduler::meter::Traffic;
 use crate::trace::{SimRecorder, Trace, TraceBody};
 use crate::world::{World, build, build_deciding, ready};
+use idem_oracle::{Judgement, OracleInput, Violation, WorldFacts};
 
 /// pass or fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,7 +121,7 @@ fn judged(scenario: &Scenario, seed: u64, design: Design, simulated: Simulated) 
     let Judgement {
         violations,
         windows,
-    } = oracle::judge(OracleInput {
+    } = idem_oracle::judge(OracleInput {
         trace: &simulated.trace,
         dump: &simulated.dump,
         executions: &simulated.executions,

@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use idem_core::certify::TokenizerProfile;
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::provider::server::Behaviour;
 use idem_core::reconciler::ReconcilerConfig;
 use idem_core::store::faults::StoreOp;
 use idem_core::worker::WorkerConfig;
+use idem_model::model::JobRequest;
 
 /// The race windows are the oracle's vocabulary.
 pub use idem_oracle::Window;

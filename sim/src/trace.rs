@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use idem_core::model::{AttemptId, AttemptState};
 use idem_core::provider::server::ExecutionOutcome;
+use idem_model::model::{AttemptId, AttemptState};
 
 /// The trace's vocabulary lives in idem-oracle, which reads it.
 pub use idem_oracle::trace::{Trace, TraceBody, TraceEvent};
@@ -241,7 +241,7 @@ impl SimRecorder {
 
 #[cfg(test)]
 mod tests {
-    use idem_core::model::{AttemptId, JobId};
+    use idem_model::model::{AttemptId, JobId};
     use sha2::{Digest, Sha256};
 
     use super::*;

@@ -16,7 +16,6 @@ use crate::certify::{certifications, certified_models, file_certifications};
 use crate::client::{ClientContext, KnownJobs, RunTime, Wire, run_client};
 use crate::decisions::{Decisions, Subject};
 use crate::net::{HostClock, SERVICE_PORT, SimClock, SimConnector, SimListener, child_seed};
-use crate::oracle::WorldFacts;
 use crate::rpc::{RemoteStore, StoreObserver, serve_store};
 use crate::scenario::{ProviderProfile, Scenario, host};
 use crate::scheduler::Scheduler;
@@ -25,10 +24,8 @@ use crate::trace::{Recorder, SimRecorder, TraceBody};
 use idem_core::api::{self, AppState, Auth};
 use idem_core::certify::{Contract, SpecialTokens};
 use idem_core::clock::{Clock, FIXED_EPOCH_US, SeededIds};
-use idem_core::contract::{ProviderSpec, Providers};
 use idem_core::design::Design;
 use idem_core::engine::{Engine, MODEL_PROBE_TIMEOUT_MS_DEFAULT, ModelProbes};
-use idem_core::model::OwnerId;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::{ContractMode, Execution, ExecutionObserver, ProviderServer};
 use idem_core::provider::{Provider, ProviderSet};
@@ -37,6 +34,9 @@ use idem_core::store::Store;
 use idem_core::store::faults::FaultPlan;
 use idem_core::store::mem::{Constraints, MemStore};
 use idem_core::worker::Worker;
+use idem_model::contract::{ProviderSpec, Providers};
+use idem_model::model::OwnerId;
+use idem_oracle::WorldFacts;
 
 /// The operator's bearer token in every world.
 pub const OPERATOR_TOKEN: &str = "token-operator";

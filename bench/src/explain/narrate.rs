@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use idem_oracle::Violation;
+use idem_oracle::trace::{Trace, TraceBody, TraceEvent};
 use idem_sim::decisions::{Decision, Subject};
-use idem_sim::oracle::Violation;
-use idem_sim::oracle::trace::{Trace, TraceBody, TraceEvent};
 
 /// How far past a textless message the message that names its store
 /// call is looked for.
@@ -474,7 +474,7 @@ fn win(event: &TraceEvent) -> Option<(String, String)> {
         | TraceBody::AttemptTransition {
             job_id,
             attempt_id,
-            to: idem_core::model::AttemptState::Succeeded,
+            to: idem_model::model::AttemptState::Succeeded,
             ..
         } => Some((job_id.to_string(), attempt_id.to_string())),
         _ => None,

@@ -28,10 +28,10 @@ use std::time::Duration;
 use serde::Serialize;
 
 use idem_core::design::Design;
+use idem_oracle::{Invariant, Violation};
 use idem_reports::page::likelihood::{DecisiveMark, Likelihood, LikelihoodPoint};
 use idem_sim::decisions::{Decision, Decisions, Kept};
 use idem_sim::net::child_seed;
-use idem_sim::oracle::{Invariant, Violation};
 use idem_sim::run::{RunOutcome, Verdict, run_deciding};
 use idem_sim::scenario::Scenario;
 

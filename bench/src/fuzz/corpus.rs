@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use idem_core::design::Design;
+use idem_oracle::Invariant;
 use idem_reports::fuzz::{FuzzFailure, InvariantRef, Minimal};
-use idem_sim::oracle::Invariant;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::Scenario;
 

@@ -605,7 +605,7 @@ mod tests {
                 at_ms: 0,
                 jitter_ms: 0,
                 key: key.clone(),
-                request: idem_core::model::JobRequest {
+                request: idem_model::model::JobRequest {
                     provider: "primary".into(),
                     fallbacks: Vec::new(),
                     params: serde_json::json!({}),

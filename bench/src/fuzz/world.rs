@@ -24,8 +24,8 @@ use serde_json::json;
 
 use idem_core::certify::{SpecialTokens, TokenizerProfile};
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::provider::server::{Behaviour, ContractMode};
+use idem_model::model::JobRequest;
 
 use super::bias::Bias;
 use idem_core::store::faults::StoreOp;

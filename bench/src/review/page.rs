@@ -3,12 +3,12 @@
 //! the page rendered by `idem_reports::page`.
 
 use idem_core::design::Design;
+use idem_oracle::Invariant;
 use idem_reports::html::{Performance, Provenance};
 use idem_reports::page::likelihood::Likelihood;
 use idem_reports::page::{Neighbour, Relation, RunPage};
 use idem_reports::trace::RunTrace;
 use idem_reports::{RunRecord, RunVerdict};
-use idem_sim::oracle::Invariant;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::{Scenario, host};
 

@@ -10,11 +10,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use idem_core::clock::micros_to_timestamp;
-use idem_core::model::{AttemptState, EventKind, IdempotencyKey, JobId, NewEvent, OwnerId};
 use idem_core::store::faults::{FaultRule, StoreFault, StoreOp};
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
 use idem_core::store::{Completion, NewAttempt, NewJob, Store, StoreError};
 use idem_core::testing::pg::Cluster;
+use idem_model::model::{AttemptState, EventKind, IdempotencyKey, JobId, NewEvent, OwnerId};
 use idem_real::pgwire::StorePlan;
 use idem_real::proxy::{Link, LinkSpec};
 use idem_real::recorder::RealRecorder;
@@ -538,8 +538,8 @@ fn new_job(n: u128, key: &str) -> NewJob {
         id: JobId(uuid::Uuid::from_u128(n)),
         owner_id: OwnerId("alice".into()),
         idempotency_key: IdempotencyKey::parse(key).expect("a key"),
-        request_fingerprint: idem_core::fingerprint::fingerprint(&request),
-        request: idem_core::fingerprint::Canonical::from_value(&request),
+        request_fingerprint: idem_model::fingerprint::fingerprint(&request),
+        request: idem_model::fingerprint::Canonical::from_value(&request),
         provider: "p".into(),
         fallbacks: Vec::new(),
         at: micros_to_timestamp(1_000_000),
@@ -600,7 +600,7 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
     let at = micros_to_timestamp(2_000_000);
     let attempt = match store
         .start_attempt(NewAttempt {
-            id: idem_core::model::AttemptId(uuid::Uuid::from_u128(11)),
+            id: idem_model::model::AttemptId(uuid::Uuid::from_u128(11)),
             job_id: job.id,
             provider: "p".into(),
             at,

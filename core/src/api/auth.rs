@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::model::OwnerId;
+use idem_model::model::OwnerId;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]

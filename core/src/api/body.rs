@@ -1,5 +1,5 @@
 //! Request bodies: declared JSON, bounded in size and time, strict
-//! ([`crate::json`]), and an object at the top.
+//! ([`idem_model::json`]), and an object at the top.
 
 use std::time::Duration;
 
@@ -9,11 +9,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::{ApiError, AppState};
-use crate::json::Json;
+use idem_model::json::Json;
 
 /// Reads a JSON body: 415 unless it is declared JSON, 413 past the limit,
 /// 408 unless it arrives within `body_read_timeout_ms`, 400 unless it is
-/// strict JSON ([`crate::json`]: no duplicate key, no NUL character, numbers
+/// strict JSON ([`idem_model::json`]: no duplicate key, no NUL character, numbers
 /// in range) whose top level is an object that reads as a `T`. An empty
 /// body is `None`.
 pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
@@ -76,7 +76,7 @@ pub(super) async fn json_document(
     if !is_json(headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    Ok(Some(crate::json::parse(&bytes)?))
+    Ok(Some(idem_model::json::parse(&bytes)?))
 }
 
 /// Whether the body is declared JSON (`application/json` or `+json`).

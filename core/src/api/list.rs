@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState, JobView, operator, owner, within};
-use crate::contract::CertificateKey;
-use crate::model::{AttemptId, AttemptState, JobId, Timestamp};
+use idem_model::contract::CertificateKey;
+use idem_model::model::{AttemptId, AttemptState, JobId, Timestamp};
 
 /// The page size of the list endpoints, by default and at most.
 pub const PAGE_LIMIT_DEFAULT: u32 = 20;

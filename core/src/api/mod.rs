@@ -23,12 +23,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::clock::{IdSource, SeededIds};
-use crate::document::Document;
 use crate::engine::{Created, Engine, Resolution, Resolved, Trigger};
-use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp};
 use crate::worker::AttemptRunner;
 pub use auth::{Auth, Principal};
 use body::{json_body, json_document, typed};
+use idem_model::document::Document;
+use idem_model::model::{
+    Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp,
+};
 pub use list::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
 pub use probes::{CensusGate, LoopHealth, METRICS_CENSUS_WAIT_MS};
 pub use problem::{ApiError, PROBLEM_JSON, ProblemType};

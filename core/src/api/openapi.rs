@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::contract::Providers;
+use idem_model::contract::Providers;
 
 /// The document as written.
 const DOCUMENT: &str = include_str!("../../openapi.json");

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::{ApiError, AppState, within};
 use crate::engine::EngineError;
-use crate::model::JobId;
 use crate::store::StoreError;
+use idem_model::model::JobId;
 
 /// How long `/metrics` waits for the store's attempt census before it
 /// answers with the last one it has (and `idem_store_up 0`): a scraper's

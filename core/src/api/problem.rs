@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
-use crate::json::JsonError;
 use crate::store::StoreError;
+use idem_model::json::JsonError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -97,7 +97,7 @@ pub enum ApiError {
     PayloadTooLarge { limit_bytes: usize },
     #[error("the body is not valid for this request: {0}")]
     MalformedJson(String),
-    /// The body is not acceptable JSON (see [`crate::json`]).
+    /// The body is not acceptable JSON (see [`idem_model::json`]).
     #[error("the body is not acceptable JSON: {0}")]
     Json(#[from] JsonError),
     #[error("invalid query parameters: {0}")]

@@ -15,7 +15,7 @@ use clap::{Parser, Subcommand};
 use idem_core::cli::{self, CertificatesArgs, CertifyArgs, MigrateArgs, ServeArgs};
 
 /// `--version`: the version, the commit and whether the tree was dirty.
-static VERSION: LazyLock<String> = LazyLock::new(|| idem_core::build_stamp!().to_string());
+static VERSION: LazyLock<String> = LazyLock::new(|| idem_model::build_stamp!().to_string());
 
 #[derive(Debug, Parser)]
 #[command(

@@ -9,9 +9,9 @@
 use serde_json::{Value, json};
 
 use super::report::Certification;
-use crate::contract::{Certificate, CertificateKey, Providers};
-use crate::model::Timestamp;
 use crate::store::{Store, StoreError};
+use idem_model::contract::{Certificate, CertificateKey, Providers};
+use idem_model::model::Timestamp;
 
 /// The most certificates read per store call while filtering by provider.
 pub const CERTIFICATES_PAGE_MAX: u32 = 100;

@@ -9,8 +9,8 @@ use std::fmt;
 use minijinja::Environment;
 use serde_json::Value;
 
-use crate::document::Document;
-use crate::json::{Json, WideInteger};
+use idem_model::document::Document;
+use idem_model::json::{Json, WideInteger};
 
 use super::business::BusinessType;
 

@@ -7,9 +7,9 @@ use serde_json::json;
 use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
 use crate::certify::manage;
 use crate::clock::{Clock, SystemClock};
-use crate::contract::Certificate;
 use crate::store::Store;
 use crate::store::pg::SCHEMA_DEFAULT;
+use idem_model::contract::Certificate;
 
 #[derive(Debug, Args)]
 pub struct CertificatesArgs {

@@ -188,7 +188,7 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, ServerCliError> {
         let endpoint = provider.endpoint.url();
         resolved.insert(provider.name.clone(), provider);
         let providers = provider_specs(&contract, &resolved);
-        let build = crate::build_stamp!().to_string();
+        let build = idem_model::build_stamp!().to_string();
         let key =
             certify::manage::record(store, SystemClock.now(), &providers, &certification, &build)
                 .await
@@ -216,7 +216,7 @@ fn print_certification(
     provider: &ResolvedProvider,
     format: OutputFormat,
 ) {
-    let build = crate::build_stamp!().to_string();
+    let build = idem_model::build_stamp!().to_string();
     match format {
         OutputFormat::Text => {
             println!("idem certify {build}");

@@ -11,11 +11,11 @@ use clap::Args;
 use super::{ServerCliError, split_pair};
 use crate::certify::{ChatEndpoint, Contract, Encoding, SpecialTokens, TokenizerProfile};
 use crate::config::{Config, Endpoint, ProviderFile, parse_url};
-use crate::contract::{ProviderSpec, Providers};
 use crate::provider::Provider;
 use crate::provider::connect::TcpConnector;
 use crate::provider::openai::{ApiKey, OpenAiClient, OpenAiConfig, check_model};
 use crate::provider::tls::{TlsConnector, TlsSettings, client_config};
+use idem_model::contract::{ProviderSpec, Providers};
 
 /// Where providers and the operating contract come from: a configuration
 /// file, and flags that add to or override it.

@@ -13,10 +13,8 @@ use super::{runtime, split_pair};
 use crate::api::Auth;
 use crate::certify::{self, CERTIFY_DEADLINE_MS_DEFAULT, ChatEndpoint, RunBounds, RunLimits};
 use crate::clock::{Clock, SystemClock, UuidV7Ids};
-use crate::contract::{Certificate, Providers};
 use crate::engine::{Engine, MODEL_PROBE_TIMEOUT_MS_DEFAULT, ModelProbes, PendingCertifications};
 use crate::engine::{EngineError, Policy};
-use crate::model::OwnerId;
 use crate::provider::ProviderSet;
 use crate::retention::RetentionConfig;
 use crate::service::{Service, ServiceConfig, os_signal, shutdown_pair};
@@ -24,6 +22,8 @@ use crate::store::Store;
 use crate::store::bounded::Bounded;
 use crate::store::mem::MemStore;
 use crate::store::pg::SCHEMA_DEFAULT;
+use idem_model::contract::{Certificate, Providers};
+use idem_model::model::OwnerId;
 
 /// Bounds of the numeric flags: past them no service would do what was
 /// meant (a zero timeout refuses everything; ten thousand years of
@@ -452,7 +452,7 @@ async fn assert_certified(
                 "note": "no certification run: the operator vouches for this provider",
                 "model_identity": identity,
                 "endpoint": clients.resolved[name].endpoint.url(),
-                "build": crate::build_stamp!().to_string(),
+                "build": idem_model::build_stamp!().to_string(),
             }),
             at: clock.now(),
         })
@@ -505,7 +505,7 @@ impl Certifying {
             }
         };
         let engine = &self.engine;
-        let build = crate::build_stamp!().to_string();
+        let build = idem_model::build_stamp!().to_string();
         let at = engine.clock().now();
         let recorded = certify::manage::record(
             engine.store().as_ref(),

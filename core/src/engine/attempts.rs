@@ -5,8 +5,8 @@ use serde_json::Value;
 
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent};
 use crate::store::{NewAttempt, StartOutcome, StoreError, TransitionOutcome};
+use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, Job, NewEvent};
 
 use super::retry::{Try, is_transient, retry_store_call};
 use super::{Engine, EngineError, FailureReason, SLOT_WAIT_MS, SLOT_WAITS_MAX, Trigger};

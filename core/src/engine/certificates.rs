@@ -4,10 +4,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::contract::Certificate;
 #[cfg(feature = "bench")]
 use crate::design::Design;
 use crate::provider::ProviderSet;
+use idem_model::contract::Certificate;
 
 use super::{Engine, EngineError, Trigger};
 

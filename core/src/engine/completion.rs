@@ -5,11 +5,11 @@ use serde_json::{Value, json};
 
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::document::Document;
-use crate::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, NewEvent};
 #[cfg(feature = "bench")]
 use crate::store::StoreError;
 use crate::store::{CompleteOutcome, Completion, FailJobOutcome};
+use idem_model::document::Document;
+use idem_model::model::{Attempt, AttemptId, AttemptState, EventKind, Job, JobId, NewEvent};
 
 use super::retry::{Try, is_transient, retry_store_call};
 use super::{Completed, Engine, EngineError, FailureReason, OutputSource, Resolution, Resolved};
@@ -85,7 +85,7 @@ impl Engine {
             Some(Completed::Lost {
                 winner: job.completed_by,
             })
-        } else if crate::transition::is_terminal(current.state) {
+        } else if idem_model::transition::is_terminal(current.state) {
             Some(Completed::Discarded {
                 state: current.state,
             })

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::fingerprint::Canonical;
-use crate::json::Json;
-use crate::model::{IdempotencyKey, Job, JobId, JobRequest, OwnerId};
 use crate::store::{CreateOutcome, NewJob};
+use idem_model::fingerprint::Canonical;
+use idem_model::json::Json;
+use idem_model::model::{IdempotencyKey, Job, JobId, JobRequest, OwnerId};
 
 use super::retry::{Try, retry_store_call};
 use super::{Created, Engine, EngineError};
@@ -25,7 +25,7 @@ impl Engine {
     }
 
     /// [`Engine::create_job`] with `params` exactly as the client wrote them
-    /// (see [`crate::json`]): a number serde_json would round keeps its
+    /// (see [`idem_model::json`]): a number serde_json would round keeps its
     /// digits in the fingerprint and in the stored request. `request.params`
     /// is then only the rounded view of the same document.
     pub async fn create_job_exact(
@@ -199,7 +199,7 @@ mod tests {
         };
         let serde = Json::from_value(&serde_json::to_value(&request).expect("serializes"));
         assert_eq!(request_body(&request, None), serde);
-        let exact = crate::json::parse(br#"{"n":18446744073709551617}"#).expect("JSON");
+        let exact = idem_model::json::parse(br#"{"n":18446744073709551617}"#).expect("JSON");
         let Json::Object(mut members) = serde else {
             panic!("a request is an object");
         };

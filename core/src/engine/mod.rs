@@ -24,13 +24,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::clock::{Clock, IdSource};
-use crate::contract::Providers;
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::document::Document;
 use crate::metrics::Metrics;
-use crate::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, KeyError};
 use crate::store::{Store, StoreError};
+use idem_model::contract::Providers;
+use idem_model::document::Document;
+use idem_model::model::{Attempt, AttemptId, AttemptState, Job, JobId, JobState, KeyError};
 
 pub use certificates::{CertificateStatus, ModelProbes, PendingCertifications};
 pub use jobs::FALLBACKS_MAX;

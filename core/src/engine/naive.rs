@@ -3,8 +3,8 @@
 use serde_json::json;
 
 use crate::design::Design;
-use crate::model::{Attempt, EventKind, IdempotencyKey, JobId};
 use crate::store::NewJob;
+use idem_model::model::{Attempt, EventKind, IdempotencyKey, JobId};
 
 use super::{Completed, Created, Engine, EngineError};
 
@@ -59,7 +59,7 @@ impl Engine {
         }
         Ok(Some(Err(EngineError::KeyReused {
             existing: existing.id,
-            differing_pointers: crate::fingerprint::diff_exact(
+            differing_pointers: idem_model::fingerprint::diff_exact(
                 &existing.request.json(),
                 &new.request.json(),
             ),

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::document::Document;
-use crate::model::{AttemptId, JobId};
+use idem_model::document::Document;
+use idem_model::model::{AttemptId, JobId};
 
 /// One request to a provider.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -38,8 +38,8 @@ use serde_json::{Value, json};
 use super::connect::Connector;
 use super::{Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
 use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest, Contract};
-use crate::document::Document;
-use crate::model::AttemptId;
+use idem_model::document::Document;
+use idem_model::model::AttemptId;
 
 mod api_key;
 pub use api_key::ApiKey;

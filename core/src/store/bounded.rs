@@ -22,8 +22,8 @@ use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
     PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
-use crate::contract::{Certificate, CertificateKey};
-use crate::model::{
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
     Timestamp,
 };

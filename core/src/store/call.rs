@@ -19,8 +19,8 @@ use super::{
 };
 use idem_model::store_fault::StoreOp;
 
-use crate::contract::{Certificate, CertificateKey};
-use crate::model::{
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
     Timestamp,
 };

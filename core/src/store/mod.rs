@@ -23,10 +23,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Certificate, CertificateKey};
-use crate::document::Document;
-use crate::fingerprint::Canonical;
-use crate::model::{
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::document::Document;
+use idem_model::fingerprint::Canonical;
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, JobState, NewEvent,
     OwnerId, Timestamp,
 };
@@ -55,7 +55,7 @@ pub struct NewJob {
     pub id: JobId,
     pub owner_id: OwnerId,
     pub idempotency_key: IdempotencyKey,
-    /// The canonical request body, exact (see [`crate::fingerprint`]).
+    /// The canonical request body, exact (see [`idem_model::fingerprint`]).
     pub request: Canonical,
     pub request_fingerprint: String,
     pub provider: String,
@@ -234,7 +234,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn start_attempt(&self, new: NewAttempt) -> Result<StartOutcome, StoreError>;
 
     /// Move an attempt to `to` if that is legal from its current state
-    /// (see [`crate::transition`]) and, with `only_from`, if that state is
+    /// (see [`idem_model::transition`]) and, with `only_from`, if that state is
     /// `only_from`: a move decided on a state read earlier (the reconciler's
     /// "silent too long in starting") must not land on a later one. For
     /// running, unknown, failed and cancelled. Records `attempt_transition`.

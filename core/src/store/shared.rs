@@ -5,10 +5,12 @@
 use serde_json::{Value, json};
 
 use super::{Completion, CreateOutcome, NewAttempt, NewJob, StartOutcome};
-use crate::fingerprint;
-use crate::json::Json;
-use crate::model::{Attempt, AttemptId, AttemptState, Event, EventKind, Job, NewEvent, Timestamp};
-use crate::transition;
+use idem_model::fingerprint;
+use idem_model::json::Json;
+use idem_model::model::{
+    Attempt, AttemptId, AttemptState, Event, EventKind, Job, NewEvent, Timestamp,
+};
+use idem_model::transition;
 
 /// The most differing pointers a refused create reports and records: a
 /// body that differs everywhere is named by its first ones, not copied

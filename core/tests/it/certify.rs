@@ -14,9 +14,7 @@ use idem_core::certify::{
     SpecialTokens, Target, TokenizerProfile, certify, certify_bounded,
 };
 use idem_core::clock::{Clock, ManualClock, SeededIds, SystemClock, UuidV7Ids};
-use idem_core::contract::{Certificate, ProviderSpec, Providers};
 use idem_core::engine::{Engine, EngineError, ModelProbes, Policy, Trigger};
-use idem_core::model::{EventKind, JobRequest, JobState, OwnerId};
 use idem_core::provider::connect::TcpConnector;
 use idem_core::provider::openai::{ApiKey, OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::{Behaviour, ContractMode, ProviderServer, TlsListener};
@@ -26,6 +24,8 @@ use idem_core::service::{Service, ServiceConfig, shutdown_pair};
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
 use idem_core::testing::pg::fresh_store;
+use idem_model::contract::{Certificate, ProviderSpec, Providers};
+use idem_model::model::{EventKind, JobRequest, JobState, OwnerId};
 use serde_json::{Value, json};
 
 use crate::support::{FALLBACK, PRIMARY, send};
@@ -1002,7 +1002,7 @@ fn a_certification_that_learnt_nothing_leaves_the_certificate() -> TestResult {
         let store = idem_core::store::pg::PgStore::connect(&url, "idem", 2).await?;
         store.migrate().await?;
         let contract = Contract::shipped();
-        let key = idem_core::contract::CertificateKey {
+        let key = idem_model::contract::CertificateKey {
             provider: "p".to_owned(),
             model: "m".to_owned(),
             prompt_version: contract.prompt_version.clone(),

@@ -12,12 +12,6 @@ use std::sync::Arc;
 
 use chrono::TimeDelta;
 use idem_core::clock::micros_to_timestamp;
-use idem_core::contract::{Certificate, CertificateKey};
-use idem_core::fingerprint::{self, Canonical};
-use idem_core::model::{
-    Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
-    NewEvent, OwnerId, Timestamp,
-};
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
 use idem_core::store::{
@@ -25,6 +19,12 @@ use idem_core::store::{
     Store, StoreError, TransitionOutcome,
 };
 use idem_core::testing::pg::fresh_store;
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::fingerprint::{self, Canonical};
+use idem_model::model::{
+    Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
+    NewEvent, OwnerId, Timestamp,
+};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -1889,7 +1889,7 @@ async fn jsonb_numbers_come_back_as_postgresql_returns_them(store: &dyn Store) -
 async fn create_keeps_every_digit_of_the_request(store: &dyn Store) -> TestResult {
     // 2^64 and 2^64 + 1 are one f64 but two numerics: two intents.
     let exact = |n: &str| -> Result<NewJob, Box<dyn std::error::Error>> {
-        let body = idem_core::json::parse(format!(r#"{{"params":{{"n":{n}}}}}"#).as_bytes())?;
+        let body = idem_model::json::parse(format!(r#"{{"params":{{"n":{n}}}}}"#).as_bytes())?;
         let request = Canonical::from_json(&body);
         Ok(NewJob {
             request_fingerprint: request.fingerprint(),

@@ -29,12 +29,6 @@ use std::fmt::Debug;
 use std::sync::{Mutex, PoisonError};
 
 use idem_core::clock::micros_to_timestamp;
-use idem_core::contract::{Certificate, CertificateKey};
-use idem_core::fingerprint;
-use idem_core::model::{
-    AttemptId, AttemptState, Event, EventKind, IdempotencyKey, JobId, JobState, NewEvent, OwnerId,
-    Timestamp,
-};
 use idem_core::store::call::{self, StoreCall, StoreReply};
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
@@ -43,6 +37,12 @@ use idem_core::store::{
     Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_core::testing::pg::fresh_store;
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::fingerprint;
+use idem_model::model::{
+    AttemptId, AttemptState, Event, EventKind, IdempotencyKey, JobId, JobState, NewEvent, OwnerId,
+    Timestamp,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{
     Config as ProptestConfig, FileFailurePersistence, TestCaseError, TestRunner,

@@ -16,13 +16,13 @@ use std::time::Duration;
 use idem_core::clock::{Clock, SystemClock};
 
 use idem_core::api::ProblemType;
-use idem_core::contract::Certificate;
 use idem_core::engine::Policy;
 use idem_core::provider::server::Behaviour;
 use idem_core::service::ServiceConfig;
 use idem_core::store::Store;
 use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
+use idem_model::contract::Certificate;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -403,7 +403,7 @@ async fn refusals_write_a_bounded_trace(backend: Backend) -> TestResult {
     }
     let events = app.store.events(job.parse()?).await?;
     for kind in ["key_reused", "attempt_refused"] {
-        let of_kind: Vec<&idem_core::model::Event> =
+        let of_kind: Vec<&idem_model::model::Event> =
             events.iter().filter(|e| e.kind.as_str() == kind).collect();
         let max = usize::try_from(idem_core::store::REFUSAL_EVENTS_PER_JOB_MAX)?;
         assert!(
@@ -635,7 +635,7 @@ async fn a_stalled_provider_holds_only_its_own_slots(backend: Backend) -> TestRe
 async fn the_operator_lists_certificates_with_their_evidence(backend: Backend) -> TestResult {
     let app = app(backend, quiet_config()).await;
     for (provider, model) in [("fallback", "m-2"), ("fallback", "m-1"), ("primary", "m-1")] {
-        let key = idem_core::contract::CertificateKey {
+        let key = idem_model::contract::CertificateKey {
             provider: provider.to_owned(),
             model: model.to_owned(),
             prompt_version: "p".to_owned(),

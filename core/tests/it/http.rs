@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use idem_core::api::ProblemType;
 use idem_core::clock::{SystemClock, UuidV7Ids};
-use idem_core::contract::{Certificate, Providers};
 use idem_core::engine::{Engine, Policy};
-use idem_core::model::OwnerId;
 use idem_core::provider::connect::TcpConnector;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::{Behaviour, ProviderServer};
@@ -20,6 +18,8 @@ use idem_core::service::{Service, ServiceConfig, ShutdownTrigger, shutdown_pair}
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
 use idem_core::testing::pg::fresh_store;
+use idem_model::contract::{Certificate, Providers};
+use idem_model::model::OwnerId;
 use serde_json::{Value, json};
 
 use crate::support::{Reply, send};

@@ -322,7 +322,7 @@ async fn numbers_stay_exact_from_the_request_to_the_result(backend: Backend) -> 
     assert!(read.text.contains(&exact_params), "{}", read.text);
     assert!(read.text.contains(&exact_result), "{}", read.text);
     let stored = app.store.dump().await?.jobs.pop().ok_or("the job")?;
-    let exact = |text: &str| idem_core::json::parse(text.as_bytes());
+    let exact = |text: &str| idem_model::json::parse(text.as_bytes());
     assert_eq!(
         stored.result.ok_or("a result")?.json(),
         exact(&format!(r#"{{"total":{BIG},"share":{FINE}}}"#))?

@@ -14,10 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
-use idem_core::contract::Providers;
-use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy, Trigger};
-use idem_core::model::{AttemptId, AttemptState, JobRequest};
 use idem_core::provider::{
     Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
@@ -29,6 +26,9 @@ use idem_core::store::bounded::Bounded;
 use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
 use idem_core::store::mem::MemStore;
 use idem_core::worker::{Worker, WorkerConfig};
+use idem_model::contract::Providers;
+use idem_model::document::Document;
+use idem_model::model::{AttemptId, AttemptState, JobRequest};
 use serde_json::json;
 
 use crate::support::owner;

@@ -7,11 +7,11 @@ use idem_core::clock::{IdSource, SeededIds};
 use idem_core::engine::{
     Completed, Created, Engine, EngineError, Policy, Resolution, Resolved, Trigger,
 };
-use idem_core::model::{AttemptState, EventKind, JobState};
 use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, StoreOp};
 use idem_core::store::pg::PgStore;
 use idem_core::store::{NewAttempt, StartOutcome, Store};
 use idem_core::testing::pg::fresh_store;
+use idem_model::model::{AttemptState, EventKind, JobState};
 use serde_json::json;
 use tokio::sync::Barrier;
 

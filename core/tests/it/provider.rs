@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http_body_util::BodyExt;
-use idem_core::model::{AttemptId, JobId};
 use idem_core::provider::connect::TcpConnector;
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::{
@@ -15,6 +14,7 @@ use idem_core::provider::server::{
 };
 use idem_core::provider::{Provider, ProviderCall, ProviderError, RemoteStatus};
 use idem_core::timer::{sleep, timeout};
+use idem_model::model::{AttemptId, JobId};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;

@@ -8,13 +8,13 @@
 use std::sync::Arc;
 
 use idem_core::clock::{ManualClock, SeededIds};
-use idem_core::contract::Providers;
 use idem_core::design::Design;
 use idem_core::engine::{Engine, Policy, Resolution, Resolved, Trigger};
-use idem_core::model::{AttemptId, AttemptState, Job};
 use idem_core::provider::ProviderSet;
 use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::store::mem::MemStore;
+use idem_model::contract::Providers;
+use idem_model::model::{AttemptId, AttemptState, Job};
 use serde_json::json;
 
 use crate::support::{PRIMARY, owner, request};

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use idem_core::clock::{ManualClock, SeededIds};
-use idem_core::contract::{Certificate, Providers};
 use idem_core::engine::{Engine, Policy};
-use idem_core::model::{JobRequest, OwnerId};
 use idem_core::store::Store;
+use idem_model::contract::{Certificate, Providers};
+use idem_model::model::{JobRequest, OwnerId};
 use serde_json::{Value, json};
 
 pub const PRIMARY: &str = "primary";

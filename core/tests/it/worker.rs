@@ -13,16 +13,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
-use idem_core::contract::Providers;
-use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy};
-use idem_core::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
 use idem_core::provider::{
     Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
 use idem_core::worker::{Worker, WorkerConfig};
+use idem_model::contract::Providers;
+use idem_model::document::Document;
+use idem_model::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
 use serde_json::json;
 
 use crate::support::owner;

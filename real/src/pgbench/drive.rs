@@ -10,14 +10,14 @@ use tokio::task::JoinSet;
 
 use idem_core::api::Auth;
 use idem_core::clock::{Clock, IdSource, SystemClock, UuidV7Ids};
-use idem_core::contract::Providers;
 use idem_core::engine::{Engine, Policy};
-use idem_core::fingerprint::Canonical;
-use idem_core::model::{IdempotencyKey, OwnerId};
 use idem_core::provider::ProviderSet;
 use idem_core::service::{Service, ServiceConfig, ShutdownTrigger, shutdown_pair};
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT, connect_options, pool_options};
 use idem_core::store::{CreateOutcome, NewJob, Store};
+use idem_model::contract::Providers;
+use idem_model::fingerprint::Canonical;
+use idem_model::model::{IdempotencyKey, OwnerId};
 use sqlx::PgPool;
 
 use super::workload::{Answer, Ask, FALLBACK, Ledger, PRIMARY, Plan};

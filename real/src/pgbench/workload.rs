@@ -16,7 +16,7 @@ use serde_json::json;
 use sqlx::Row;
 use uuid::Uuid;
 
-use idem_core::model::JobRequest;
+use idem_model::model::JobRequest;
 
 use super::Checks;
 

@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use idem_core::design::Design;
-use idem_core::fingerprint::{canonicalize, fingerprint};
 use idem_core::provider::connect::TcpConnector;
+use idem_model::fingerprint::{canonicalize, fingerprint};
 use idem_real::clock::RunClock;
 use idem_real::recorder::RealRecorder;
 use idem_sim::client::{ClientContext, KnownJobs, Wire, run_client};

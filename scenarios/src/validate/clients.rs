@@ -6,7 +6,7 @@ use std::ops::Range;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
-use idem_core::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
+use idem_model::model::{IDEMPOTENCY_KEY_LEN_MAX, JobRequest};
 use idem_sim::scenario::{
     ACTIONS_PER_CLIENT_MAX, Action, CLIENTS_MAX, ClientSpec, RETRIES_MAX, Timing, Topology,
 };

@@ -10,9 +10,9 @@
 //! and it shows this test reaches it.
 
 use idem_core::design::Design;
-use idem_core::model::AttemptState;
+use idem_model::model::AttemptState;
+use idem_oracle::Invariant;
 use idem_scenarios::load::load;
-use idem_sim::oracle::Invariant;
 use idem_sim::run::{Verdict, run};
 use idem_sim::scenario::Scenario;
 use idem_sim::trace::TraceBody;

@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 use idem_core::certify::{Check, SpecialTokens, TokenizerProfile};
 use idem_core::design::Design;
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::provider::server::{Behaviour, ContractMode};
+use idem_model::model::JobRequest;
+use idem_oracle::Invariant;
 use idem_sim::certify::{certify_afresh, certify_profile};
 use idem_sim::determinism;
-use idem_sim::oracle::Invariant;
 use idem_sim::run::{Verdict, run};
 use idem_sim::scenario::{
     Action, ClientSpec, Fault, FaultSpec, ProviderProfile, Scenario, Timing, Topology, When, Window,

@@ -4,11 +4,11 @@
 
 use idem_core::design::Design;
 use idem_core::engine::Policy;
-use idem_core::model::JobRequest;
 use idem_core::provider::server::Behaviour;
+use idem_model::model::JobRequest;
+use idem_oracle::Invariant;
 use idem_sim::determinism;
 use idem_sim::driver::Stop;
-use idem_sim::oracle::Invariant;
 use idem_sim::run::{RunOutcome, Verdict, run};
 use idem_sim::scenario::{Action, ClientSpec, Scenario, Timing, Topology, Window};
 use idem_sim::trace::TraceBody;

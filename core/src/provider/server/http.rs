@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use idem_model::ledger::ExecutionOutcome;
 
 use super::state::{Admission, ProviderServer, finished};
-use crate::model::IDEMPOTENCY_KEY_LEN_MAX;
 use crate::provider::openai::CHAT_COMPLETIONS_PATH;
+use idem_model::model::IDEMPOTENCY_KEY_LEN_MAX;
 
 /// The largest request body accepted, in bytes; larger ones get 413.
 pub const REQUEST_BODY_LEN_MAX_BYTES: usize = 1024 * 1024;

@@ -40,16 +40,16 @@ use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
     PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
 };
-use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
 use crate::design::Design;
-use crate::document::Document;
-use crate::fingerprint::Canonical;
-use crate::model::{
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::document::Document;
+use idem_model::fingerprint::Canonical;
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
 };
-use crate::transition;
+use idem_model::transition;
 
 /// Which constraints the store enforces. All of them, unless a naive design
 /// under test removes one (the simulator's mutants), exactly as dropping the
@@ -770,7 +770,7 @@ impl MemStore {
 mod tests {
     use super::*;
     use crate::clock::micros_to_timestamp;
-    use crate::fingerprint;
+    use idem_model::fingerprint;
     use uuid::Uuid;
 
     #[tokio::test]

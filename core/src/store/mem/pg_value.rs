@@ -4,9 +4,9 @@
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Number, Value};
 
-use crate::document::Document;
-use crate::model::Timestamp;
 use crate::store::StoreError;
+use idem_model::document::Document;
+use idem_model::model::Timestamp;
 
 /// SQLSTATE character_not_in_repertoire: a NUL byte in `text`.
 pub const SQLSTATE_NUL_IN_TEXT: &str = "22021";
@@ -69,12 +69,12 @@ pub const SQLSTATE_INVALID_TEXT: &str = "22P02";
 /// character), numbers kept as `numeric` and read back as PostgreSQL
 /// prints them.
 pub fn jsonb_text(text: &str) -> Result<Document, StoreError> {
-    match crate::json::parse(text.as_bytes()) {
+    match idem_model::json::parse(text.as_bytes()) {
         Ok(json) => Ok(Document::with_value(
             json.to_value_with(&|n| numeric_text(&n.canonical_text())),
             json,
         )),
-        Err(crate::json::JsonError::NulCharacter { .. }) => Err(StoreError::Database {
+        Err(idem_model::json::JsonError::NulCharacter { .. }) => Err(StoreError::Database {
             sqlstate: SQLSTATE_NUL_IN_JSONB.to_owned(),
             message: "unsupported Unicode escape sequence".to_owned(),
         }),

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::pg_value::{jsonb, timestamptz};
-use crate::contract::{Certificate, CertificateKey};
-use crate::fingerprint::Canonical;
-use crate::model::{Attempt, AttemptId, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId};
 use crate::store::StoreError;
-use crate::transition;
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::fingerprint::Canonical;
+use idem_model::model::{Attempt, AttemptId, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId};
+use idem_model::transition;
 
 /// The durable state: what a crash of the store host must not lose.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

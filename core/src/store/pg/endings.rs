@@ -10,9 +10,9 @@ use sqlx::PgConnection;
 use sqlx::postgres::PgRow;
 
 use super::rows::{classify, insert_event, job_from_row};
-use crate::model::{Attempt, AttemptId, EventKind, Job, JobId, NewEvent, Timestamp};
 use crate::store::shared::{lost_event, won_events};
 use crate::store::{CompleteOutcome, Completion, StoreError};
+use idem_model::model::{Attempt, AttemptId, EventKind, Job, JobId, NewEvent, Timestamp};
 
 /// The completion won the compare-and-swap (`row` is the job it
 /// updated): its attempt succeeds with the output, and the events say so.

@@ -23,12 +23,12 @@ use super::{
     AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
     PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
-use crate::contract::{Certificate, CertificateKey};
-use crate::model::{
+use idem_model::contract::{Certificate, CertificateKey};
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, EventKind, IdempotencyKey, Job, JobId, JobState,
     NewEvent, OwnerId, Timestamp,
 };
-use crate::transition;
+use idem_model::transition;
 
 use self::endings::{lock_prunable_jobs, mark_job_failed, record_lost, record_won};
 use self::rows::{

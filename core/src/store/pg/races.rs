@@ -12,11 +12,11 @@ use super::rows::{
     EVENTS_JOB_FKEY, attempt_from_row, blocking_attempt, classify, insert_event, job_from_row,
     parse_state, unique_violation,
 };
-use crate::model::{AttemptId, AttemptState, EventKind, Job, JobState, NewEvent};
 use crate::store::shared::{found_key, refusal_event};
 use crate::store::{
     CreateOutcome, NewAttempt, NewJob, StartOutcome, Store, StoreError, constraint,
 };
+use idem_model::model::{AttemptId, AttemptState, EventKind, Job, JobState, NewEvent};
 
 impl PgStore {
     /// One try at create-or-get, in one statement (one round trip, its own
@@ -109,7 +109,7 @@ impl PgStore {
         text: &str,
         new: &NewJob,
     ) -> Result<Option<CreateOutcome>, StoreError> {
-        let stored = crate::json::parse(text.as_bytes())
+        let stored = idem_model::json::parse(text.as_bytes())
             .map_err(|e| StoreError::Corrupt(format!("stored request: {e}")))?;
         let (outcome, event) = found_key(job, &stored, new, new.at);
         let Some(event) = event else {

@@ -4,12 +4,12 @@
 use sqlx::postgres::{PgRow, PgValueFormat};
 use sqlx::{Postgres, Row};
 
-use crate::document::Document;
+use idem_model::document::Document;
 
-use crate::model::{
+use crate::store::StoreError;
+use idem_model::model::{
     Attempt, AttemptId, AttemptState, Event, IdempotencyKey, Job, JobId, NewEvent, OwnerId,
 };
-use crate::store::StoreError;
 
 /// SQLSTATE of unique_violation.
 const SQLSTATE_UNIQUE_VIOLATION: &str = "23505";
@@ -179,11 +179,11 @@ pub fn classify(e: sqlx::Error) -> StoreError {
     }
 }
 
-pub(super) fn parse_state<S: std::str::FromStr<Err = crate::model::UnknownState>>(
+pub(super) fn parse_state<S: std::str::FromStr<Err = idem_model::model::UnknownState>>(
     text: String,
 ) -> Result<S, StoreError> {
     text.parse()
-        .map_err(|e: crate::model::UnknownState| StoreError::Corrupt(e.to_string()))
+        .map_err(|e: idem_model::model::UnknownState| StoreError::Corrupt(e.to_string()))
 }
 
 pub(super) fn job_from_row(row: &PgRow) -> Result<Job, StoreError> {
