@@ -1,6 +1,6 @@
 //! The two operations whose outcome needs more than one statement's
 //! reasoning: create-or-get and starting an attempt under
-//! `attempts_one_open` (see ARCHITECTURE.md, "every outcome is one a serial
+//! `attempts_one_open` (see docs/STORE.md, "every outcome is one a serial
 //! order gives").
 
 use serde_json::json;
