@@ -66,15 +66,7 @@ pub fn swept(scenarios: &[Loaded]) -> Vec<SweptScenario> {
 
 /// The command that runs exactly this again.
 pub fn reproduce(target: &str, seed: u64, design: Design) -> String {
-    let shell_safe = !target.is_empty()
-        && target
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./+=:@".contains(c));
-    let target = if shell_safe {
-        target.to_owned()
-    } else {
-        format!("'{}'", target.replace('\'', r"'\''"))
-    };
+    let target = idem_reports::run::shell_word(target);
     let mut command = format!("idem run {target} --seed {seed}");
     if design != Design::Correct {
         command.push_str(&format!(" --design {design}"));

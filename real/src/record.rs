@@ -44,15 +44,7 @@ fn serde_name<T: Serialize>(value: &T) -> String {
 
 /// The command that runs this again.
 pub fn reproduce(target: &str, options: &RealOptions) -> String {
-    let shell_safe = !target.is_empty()
-        && target
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./+=:@".contains(c));
-    let target = if shell_safe {
-        target.to_owned()
-    } else {
-        format!("'{}'", target.replace('\'', r"'\''"))
-    };
+    let target = idem_reports::run::shell_word(target);
     let mut command = format!("idem real {target} --seed {}", options.seed);
     match &options.system {
         System::Idem { design, .. } => {

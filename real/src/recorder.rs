@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use idem_model::model::JobId;
 use idem_sim::scenario::TriggerKind;
-use idem_sim::trace::{Recorder, TRACE_EVENTS_MAX, Trace, TraceBody, TraceEvent, Triggers};
+use idem_sim::trace::{Recorder, Trace, TraceBody, TraceEvent, Triggers, admit};
 
 use super::clock::{RunClock, now_us};
 
@@ -84,14 +84,9 @@ impl RealRecorder {
         body: TraceBody,
     ) {
         let mut state = self.lock();
-        if state.truncated {
+        let held = state.events.len();
+        let Some(body) = admit(&mut state.truncated, held, body) else {
             return;
-        }
-        let body = if state.events.len() + 1 >= TRACE_EVENTS_MAX {
-            state.truncated = true;
-            TraceBody::Truncated
-        } else {
-            body
         };
         let floor = state.floor_us.entry(source).or_insert(i64::MIN);
         let t_us = t_us.max(*floor);

@@ -135,6 +135,21 @@ impl RunRecord {
     }
 }
 
+/// `word` as one word of a shell command: as it is when it is plain, in
+/// single quotes otherwise (a repro command names a file, whatever its
+/// name).
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./+=:@".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// The race windows a run reached, with how often: `a x2, b x1`, or `none`.
 pub fn windows_reached<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> String {
     let reached: Vec<String> = windows
@@ -146,5 +161,18 @@ pub fn windows_reached<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> Stri
         "none".to_owned()
     } else {
         reached.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn a_plain_word_stays_and_any_other_is_quoted() {
+        assert_eq!(shell_word("double-click"), "double-click");
+        assert_eq!(shell_word("my dir/x.toml"), "'my dir/x.toml'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }

@@ -43,6 +43,20 @@ pub trait Recorder: Clone + Send + Sync + 'static {
     }
 }
 
+/// What a recorder holding `held` events records of `body`: nothing once it
+/// was cut short, a `truncated` event in its place at the bound
+/// ([`TRACE_EVENTS_MAX`]), else `body`. Every recorder keeps the bound so.
+pub fn admit(truncated: &mut bool, held: usize, body: TraceBody) -> Option<TraceBody> {
+    if *truncated {
+        None
+    } else if held + 1 >= TRACE_EVENTS_MAX {
+        *truncated = true;
+        Some(TraceBody::Truncated)
+    } else {
+        Some(body)
+    }
+}
+
 /// How many events of each trigger kind a trace has seen: the one count
 /// every recorder keeps.
 #[derive(Clone, Debug, Default)]
@@ -186,14 +200,9 @@ impl SimRecorder {
 
     fn push(&self, t_ms: u64, host: &str, caller: Option<&str>, body: TraceBody) {
         let mut state = self.lock();
-        if state.truncated {
+        let held = state.events.len();
+        let Some(body) = admit(&mut state.truncated, held, body) else {
             return;
-        }
-        let body = if state.events.len() + 1 >= TRACE_EVENTS_MAX {
-            state.truncated = true;
-            TraceBody::Truncated
-        } else {
-            body
         };
         state.triggers.see(&body);
         state.stillness.see(t_ms, &body);
@@ -245,6 +254,16 @@ mod tests {
     use sha2::{Digest, Sha256};
 
     use super::*;
+
+    #[test]
+    fn a_recorder_records_up_to_its_bound_then_says_it_was_cut_short() {
+        let done = || TraceBody::ClientDone { client: "c".into() };
+        let mut truncated = false;
+        assert_eq!(admit(&mut truncated, 0, done()), Some(done()));
+        let at_bound = admit(&mut truncated, TRACE_EVENTS_MAX - 1, done());
+        assert_eq!(at_bound, Some(TraceBody::Truncated));
+        assert_eq!(admit(&mut truncated, 0, done()), None);
+    }
 
     #[test]
     fn each_trigger_kind_counts_its_own_events_only() {
