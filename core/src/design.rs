@@ -38,6 +38,13 @@ pub enum Design {
     /// another host's clock wrote from its own clock's `now()`, so a clock
     /// ahead or behind makes it act early.
     WallClockDeadlines,
+    /// Zoo (a bug the search found in idem's own design, re-planted): a
+    /// failover's certificate is checked only when its attempt starts, not
+    /// in the step that dispatches it, and the provider's answer is used
+    /// whatever model it says produced it. A store call slow enough for the
+    /// fallback to switch models in between sends the job to an uncertified
+    /// model whose output can win (found by `idem fuzz`, invariant 7).
+    ZooCertificateCheckedAtStart,
     /// Not a design anyone would choose: a bug planted on purpose (the
     /// compare-and-swap's `completed_by IS NULL` swapped for `IS NOT NULL`)
     /// so that a test can show the property test finding and shrinking a
@@ -59,6 +66,21 @@ impl Design {
         Design::WallClockDeadlines,
     ];
 
+    /// The zoo: bugs the search found in idem's own design, each re-planted
+    /// by reverting exactly its fix. Outside `ALL`: the mutants matrix is
+    /// for what a careless engineer writes; the zoo measures how soon the
+    /// search finds what a careful one wrote.
+    pub const ZOO: &'static [Design] = &[Design::ZooCertificateCheckedAtStart];
+
+    /// Every design a name can select: `ALL`, the zoo, the planted bug.
+    pub fn selectable() -> impl Iterator<Item = Design> {
+        Self::ALL
+            .iter()
+            .chain(Self::ZOO)
+            .copied()
+            .chain([Design::PlantedSwappedCas])
+    }
+
     /// The naive designs only.
     pub fn mutants() -> impl Iterator<Item = Design> {
         Self::ALL.iter().copied().filter(|d| *d != Design::Correct)
@@ -76,6 +98,7 @@ impl Design {
             Design::SessionScopedKey => "session-scoped-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
             Design::WallClockDeadlines => "wall-clock-deadlines",
+            Design::ZooCertificateCheckedAtStart => "zoo-certificate-checked-at-start",
             Design::PlantedSwappedCas => "planted-swapped-cas",
         }
     }
@@ -89,18 +112,21 @@ impl fmt::Display for Design {
 
 /// An unknown design name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown design {0:?}; known: correct, check-then-insert, no-fingerprint, timeout-is-failure, last-writer-wins, unguarded-attempts, blind-failover, session-scoped-key, lost-ack-means-lost, wall-clock-deadlines"
-)]
+#[error("unknown design {0:?}; known: {known}", known = known_names())]
 pub struct UnknownDesign(pub String);
+
+/// The names a design can be selected by, for the error.
+fn known_names() -> String {
+    Design::selectable()
+        .map(Design::name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 impl FromStr for Design {
     type Err = UnknownDesign;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Design::ALL
-            .iter()
-            .copied()
-            .chain([Design::PlantedSwappedCas])
+        Design::selectable()
             .find(|d| d.name() == s)
             .ok_or_else(|| UnknownDesign(s.to_owned()))
     }
@@ -123,5 +149,10 @@ mod tests {
         assert_eq!("planted-swapped-cas".parse(), Ok(Design::PlantedSwappedCas));
         assert!(!Design::ALL.contains(&Design::PlantedSwappedCas));
         assert_eq!(Design::mutants().count(), 9);
+        for zoo in Design::ZOO {
+            assert!(zoo.name().starts_with("zoo-"), "{zoo}");
+            assert_eq!(zoo.name().parse::<Design>(), Ok(*zoo));
+            assert!(!Design::ALL.contains(zoo));
+        }
     }
 }

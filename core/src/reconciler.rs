@@ -333,7 +333,9 @@ impl Reconciler {
             return self.blocked(attempt, "no client for the provider").await;
         };
         let resolution = match self.bounded("status", provider.status(attempt.id)).await {
-            Ok(RemoteStatus::Succeeded { output }) => Resolution::Succeeded { result: output },
+            Ok(RemoteStatus::Succeeded { output, model }) => {
+                self.succeeded(attempt, output, model.as_deref()).await?
+            }
             Ok(RemoteStatus::Failed { error }) => Resolution::Failed { error },
             Ok(RemoteStatus::Cancelled) => Resolution::Cancelled,
             // Never received. Cancelling tombstones the key, so a request
@@ -373,6 +375,29 @@ impl Reconciler {
             Err(_) => return Ok(AttemptAction::Unreachable),
         };
         self.resolve(attempt, resolution, Lateness::InTime).await
+    }
+
+    /// What a status lookup's "succeeded" resolves the attempt to: its
+    /// output, unless the engine refuses the answer at this moment of use
+    /// (off the job's primary, a model its certificate does not vouch
+    /// for), and then failed, with the refusal as its error.
+    async fn succeeded(
+        &self,
+        attempt: &Attempt,
+        output: crate::document::Document,
+        model: Option<&str>,
+    ) -> Result<Resolution, EngineError> {
+        let primary = self.engine.job(attempt.job_id).await?.provider;
+        let refusal = self
+            .engine
+            .answer_refusal(&primary, &attempt.provider, model)
+            .await?;
+        Ok(match refusal {
+            Some(reason) => Resolution::Failed {
+                error: reason.to_value(),
+            },
+            None => Resolution::Succeeded { result: output },
+        })
     }
 
     /// Cancels at the provider, then resolves the attempt as cancelled.

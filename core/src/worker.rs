@@ -27,10 +27,9 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::document::Document;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
-use crate::provider::{ProviderCall, ProviderError, ProviderSet};
+use crate::provider::{Answer, ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
 
 /// The worker's configuration is vocabulary; it lives in idem-model.
@@ -121,7 +120,7 @@ impl Drop for Held {
 
 /// What the provider call came to.
 enum CallOutcome {
-    Answered(Result<Document, ProviderError>),
+    Answered(Result<Answer, ProviderError>),
     TimedOut,
 }
 
@@ -391,14 +390,19 @@ impl Worker {
         attempt: &Attempt,
         e: &ProviderError,
     ) -> Result<AttemptEnd, EngineError> {
-        self.engine()
-            .fail_attempt(
-                attempt.id,
-                FailureReason::Unreachable {
-                    detail: e.to_string(),
-                },
-            )
-            .await?;
+        let reason = FailureReason::Unreachable {
+            detail: e.to_string(),
+        };
+        self.fail_undispatched(attempt, reason).await
+    }
+
+    /// Nothing was dispatched: a definitive failure, safe to retry.
+    async fn fail_undispatched(
+        &self,
+        attempt: &Attempt,
+        reason: FailureReason,
+    ) -> Result<AttemptEnd, EngineError> {
+        self.engine().fail_attempt(attempt.id, reason).await?;
         Ok(AttemptEnd::Failed)
     }
 
@@ -429,6 +433,12 @@ impl Worker {
                 Ok(connection) => connection,
                 Err(e) => return self.unreachable(&attempt, &e).await,
             };
+            if let Some(status) = engine.refusal_at_dispatch(&job, &attempt).await? {
+                let reason = FailureReason::NotCertified {
+                    certificate: status.reason().to_owned(),
+                };
+                return self.fail_undispatched(&attempt, reason).await;
+            }
             let running = engine.record_dispatch(attempt.id).await?;
             let call = self.call_of(&job, &attempt);
             let dispatched_at = engine.clock().now();
@@ -465,7 +475,7 @@ impl Worker {
             engine
                 .metrics()
                 .provider_call(&attempt.provider, outcome.label(), elapsed_ms);
-            let end = self.settle(&running, outcome).await;
+            let end = self.settle(&job, &running, outcome).await;
             // At most one hedge per attempt, itself bounded by its deadline.
             while hedges.join_next().await.is_some() {}
             end
@@ -501,16 +511,25 @@ impl Worker {
         None
     }
 
-    /// Turn the provider's answer into the attempt's next state.
+    /// Turn the provider's answer into the attempt's next state. An answer
+    /// is used only once the engine has vetted its model against the
+    /// certificate (off the job's primary), here, at the moment of use.
     async fn settle(
         &self,
+        job: &Job,
         attempt: &Attempt,
         outcome: CallOutcome,
     ) -> Result<AttemptEnd, EngineError> {
         let engine = self.engine();
         match outcome {
-            CallOutcome::Answered(Ok(output)) => {
-                Ok(match engine.complete(attempt, output).await? {
+            CallOutcome::Answered(Ok(answer)) => {
+                let refusal = engine
+                    .answer_refusal(&job.provider, &attempt.provider, answer.model.as_deref())
+                    .await?;
+                if let Some(reason) = refusal {
+                    return self.fail_answered(attempt, reason).await;
+                }
+                Ok(match engine.complete(attempt, answer.output).await? {
                     Completed::Won(_) => AttemptEnd::Won,
                     Completed::Lost { .. } => AttemptEnd::Lost,
                     Completed::Discarded { .. } => AttemptEnd::Discarded,
@@ -522,12 +541,7 @@ impl Worker {
                 let error = FailureReason::ProviderError {
                     detail: e.to_string(),
                 };
-                match engine.fail_attempt(attempt.id, error).await {
-                    Ok(_) => Ok(AttemptEnd::Failed),
-                    // Resolved out of band meanwhile: its resolution stands.
-                    Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
-                    Err(e) => Err(e),
-                }
+                self.fail_answered(attempt, error).await
             }
             CallOutcome::Answered(Err(_)) | CallOutcome::TimedOut => {
                 match engine.mark_unknown_after_deadline(attempt.id).await {
@@ -536,6 +550,22 @@ impl Worker {
                     Err(e) => Err(e),
                 }
             }
+        }
+    }
+}
+
+impl Worker {
+    /// The provider answered and the answer is refused: failed, so the job
+    /// moves on. Resolved out of band meanwhile, its resolution stands.
+    async fn fail_answered(
+        &self,
+        attempt: &Attempt,
+        reason: FailureReason,
+    ) -> Result<AttemptEnd, EngineError> {
+        match self.engine().fail_attempt(attempt.id, reason).await {
+            Ok(_) => Ok(AttemptEnd::Failed),
+            Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
+            Err(e) => Err(e),
         }
     }
 }

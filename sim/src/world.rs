@@ -408,14 +408,7 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
         server.set_observer(Arc::new(move |execution| {
             recorder.record(
                 &observer_host,
-                TraceBody::ProviderExecution {
-                    provider: name.clone(),
-                    key: execution.key.clone(),
-                    job_id: execution.job_id.clone(),
-                    exec_seq: execution.seq,
-                    billed: execution.billed,
-                    outcome: execution.outcome,
-                },
+                TraceBody::provider_execution(&name, execution),
             );
         }));
         world.providers.insert(profile.name.clone(), server.clone());

@@ -15,11 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
-use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy, Trigger};
 use idem_core::model::{AttemptId, AttemptState, JobRequest};
 use idem_core::provider::{
-    Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
+    Answer, Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
 use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::retention::{Pruner, RetentionConfig};
@@ -76,6 +75,7 @@ impl Provider for Lookups {
         }
         Ok(RemoteStatus::Succeeded {
             output: json!({"answer": "done"}).into(),
+            model: None,
         })
     }
 
@@ -220,7 +220,7 @@ struct MuteDispatch;
 
 #[async_trait]
 impl Dispatch for MuteDispatch {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Answer, ProviderError> {
         std::future::pending().await
     }
 }

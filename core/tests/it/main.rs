@@ -10,6 +10,8 @@
 //! configuration: the unit tests and the store conformance suite.
 
 #[cfg(feature = "bench")]
+mod certified_at_use;
+#[cfg(feature = "bench")]
 mod certify;
 #[cfg(feature = "bench")]
 mod cli;

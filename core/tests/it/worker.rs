@@ -14,11 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::contract::Providers;
-use idem_core::document::Document;
 use idem_core::engine::{Engine, Policy};
 use idem_core::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
 use idem_core::provider::{
-    Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
+    Answer, Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
@@ -50,11 +49,14 @@ struct Connection {
 
 #[async_trait]
 impl Dispatch for Connection {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Answer, ProviderError> {
         match self.latency_ms {
             Some(ms) => {
                 idem_core::timer::sleep(Duration::from_millis(ms)).await;
-                Ok(json!({"answer": "done"}).into())
+                Ok(Answer {
+                    output: json!({"answer": "done"}).into(),
+                    model: None,
+                })
             }
             None => std::future::pending().await,
         }

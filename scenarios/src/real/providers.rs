@@ -83,17 +83,7 @@ impl Providers {
             let (recorder, name) = (recorder.clone(), profile.name.clone());
             let lane = host::provider(&profile.name);
             server.set_observer(Arc::new(move |execution: &Execution| {
-                recorder.record(
-                    &lane,
-                    TraceBody::ProviderExecution {
-                        provider: name.clone(),
-                        key: execution.key.clone(),
-                        job_id: execution.job_id.clone(),
-                        exec_seq: execution.seq,
-                        billed: execution.billed,
-                        outcome: execution.outcome,
-                    },
-                );
+                recorder.record(&lane, TraceBody::provider_execution(&name, execution));
             }));
             let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
             let address = listener.local_addr()?;

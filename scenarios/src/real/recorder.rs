@@ -229,6 +229,7 @@ mod tests {
             exec_seq: 1,
             billed: false,
             outcome,
+            served_model: None,
         };
         vec![
             TraceBody::JobCreated {

@@ -19,6 +19,10 @@ use crate::trace::{TraceBody, TraceEvent};
 /// contract). Restated from the engine's schema, not imported.
 pub(super) const PROVIDER_ERROR_REASON: &str = "provider_error";
 
+/// The error `reason` of an answer refused because its model is not one the
+/// provider's certificate vouches for.
+pub(super) const UNCERTIFIED_MODEL_REASON: &str = "uncertified_model";
+
 /// The error `reason` of a provider call that outlived its deadline.
 pub(super) const DEADLINE_REASON: &str = "deadline";
 
@@ -110,6 +114,8 @@ pub(super) struct ExecutionRecord<'a> {
     pub(super) billed: bool,
     pub(super) outcome: ExecutionOutcome,
     pub(super) output: Option<&'a Value>,
+    /// The model that really ran it, when not the one asked for.
+    pub(super) served_model: Option<&'a str>,
     /// The trace events that showed it, in order.
     pub(super) seen: Vec<u64>,
     /// The trace event that first showed it succeeded.
@@ -289,11 +295,13 @@ impl<'a> RunIndex<'a> {
         let Some(failure) = self.failure(attempt) else {
             return false;
         };
-        failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON)
-            && matches!(
-                (execution.succeeded_seq, failure.seq),
-                (Some(done), Some(failed)) if done < failed
-            )
+        matches!(
+            failure.reason.as_deref(),
+            Some(PROVIDER_ERROR_REASON | UNCERTIFIED_MODEL_REASON)
+        ) && matches!(
+            (execution.succeeded_seq, failure.seq),
+            (Some(done), Some(failed)) if done < failed
+        )
     }
 }
 
@@ -387,6 +395,7 @@ fn merge_trace_executions<'a>(input: OracleInput<'a>, merged: &mut MergedExecuti
             exec_seq,
             billed,
             outcome,
+            served_model,
         } = &event.body
         {
             let record = merged
@@ -399,6 +408,7 @@ fn merge_trace_executions<'a>(input: OracleInput<'a>, merged: &mut MergedExecuti
                     billed: *billed,
                     outcome: *outcome,
                     output: None,
+                    served_model: served_model.as_deref(),
                     seen: Vec::new(),
                     succeeded_seq: None,
                 });
@@ -427,10 +437,12 @@ fn merge_ledgers<'a>(input: OracleInput<'a>, merged: &mut MergedExecutions<'a>) 
                     billed: false,
                     outcome: execution.outcome,
                     output: None,
+                    served_model: None,
                     seen: Vec::new(),
                     succeeded_seq: None,
                 });
             record.key = &execution.key;
+            record.served_model = execution.served_model.as_deref();
             record.job_id = execution.job_id.as_deref();
             record.billed = execution.billed;
             record.outcome = execution.outcome;

@@ -281,6 +281,7 @@ mod tests {
             billed: succeeded,
             outcome,
             output: succeeded.then(|| output(seq)),
+            served_model: None,
         }
     }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use idem_model::ledger::ExecutionOutcome;
+use idem_model::ledger::{Execution, ExecutionOutcome};
 use idem_model::model::{AttemptId, AttemptState, EventKind, JobId};
 use idem_model::store_fault::{StoreFault, StoreOp};
 
@@ -161,6 +161,9 @@ pub enum TraceBody {
         exec_seq: u64,
         billed: bool,
         outcome: ExecutionOutcome,
+        /// The model that really ran it, when not the one asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served_model: Option<String>,
     },
 
     // ---- the certifier: the runs before any client clicks ----
@@ -197,6 +200,20 @@ pub fn says_blocked(detail: &Value) -> bool {
 }
 
 impl TraceBody {
+    /// What a provider's ledger entry records in the trace, in either
+    /// world: the simulated providers' observer and real mode's alike.
+    pub fn provider_execution(provider: &str, execution: &Execution) -> Self {
+        Self::ProviderExecution {
+            provider: provider.to_owned(),
+            key: execution.key.clone(),
+            job_id: execution.job_id.clone(),
+            exec_seq: execution.seq,
+            billed: execution.billed,
+            outcome: execution.outcome,
+            served_model: execution.served_model.clone(),
+        }
+    }
+
     /// The attempt this event's reconciler note says is blocked, if it is
     /// one.
     pub fn blocked_attempt(&self) -> Option<AttemptId> {

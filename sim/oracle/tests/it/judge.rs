@@ -260,6 +260,7 @@ impl Run {
             billed: false,
             outcome: ExecutionOutcome::Running,
             output: None,
+            served_model: None,
         });
         let started = self.execution_event(provider, exec_seq);
         Exec {
@@ -297,6 +298,7 @@ impl Run {
             exec_seq,
             billed: entry.billed,
             outcome: entry.outcome,
+            served_model: entry.served_model.clone(),
         };
         self.push(&format!("provider-{provider}"), body)
     }
@@ -478,6 +480,7 @@ struct Hedged {
     first_started: u64,
     first_exec: Exec,
     hedge_started: u64,
+    hedge_exec: Exec,
     hedge_won: u64,
     first_done: u64,
     first_lost: u64,
@@ -559,6 +562,7 @@ fn hedged_run() -> Hedged {
         first_started,
         first_exec,
         hedge_started,
+        hedge_exec,
         hedge_won,
         first_done,
         first_lost,
@@ -1240,59 +1244,62 @@ fn insert(run: &mut Run, seq: u64, host: &str, body: TraceBody) {
     }
 }
 
-fn model_change(model: &str) -> TraceBody {
-    TraceBody::Fault {
-        name: "provider_model_change".to_owned(),
-        detail: json!({"fault": "provider_model_change", "provider": FALLBACK, "model": model}),
+/// Says, in `provider`'s ledger and in every trace event of execution
+/// `exec_seq`, that `model` really ran it; the events' seqs.
+fn served_by(run: &mut Run, provider: &str, exec_seq: u64, model: &str) -> Vec<u64> {
+    let index = usize::try_from(exec_seq - 1).expect("small seq");
+    run.ledgers
+        .get_mut(provider)
+        .expect("provider has a ledger")[index]
+        .served_model = Some(model.to_owned());
+    let mut seqs = Vec::new();
+    for event in &mut run.trace.events {
+        if let TraceBody::ProviderExecution {
+            provider: p,
+            exec_seq: s,
+            served_model,
+            ..
+        } = &mut event.body
+            && p == provider
+            && *s == exec_seq
+        {
+            *served_model = Some(model.to_owned());
+            seqs.push(event.seq);
+        }
     }
+    seqs
 }
 
+/// Invariant 7 at the moment of use: the hedge's provider had switched
+/// models, so the execution that answered it was run by an uncertified
+/// model. Its output won: a violation, whenever the switch happened
+/// relative to the hedge's start. An execution run by the model that was
+/// certified is none.
 #[test]
-fn certified_failover_fires_on_a_hedge_after_a_model_switch() {
+fn certified_failover_fires_when_an_uncertified_model_answered_a_hedge() {
     let mut hedged = hedged_run();
     hedged
         .run
         .facts
         .certified_models
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
-    // The switch comes just before the hedge: its certificate was stale.
-    let changed = hedged.hedge_started;
-    insert(
-        &mut hedged.run,
-        changed,
-        "driver",
-        model_change("fallback-model-v2"),
-    );
-    fires(
-        &hedged.run,
-        &[(
-            Invariant::CertifiedFailover,
-            &[changed, hedged.hedge_started + 1],
-        )],
+    let exec_seq = hedged.hedge_exec.exec_seq;
+    let seen = served_by(&mut hedged.run, FALLBACK, exec_seq, "fallback-model-v2");
+    let judgement = fires(&hedged.run, &[(Invariant::CertifiedFailover, &seen)]);
+    assert!(
+        judgement.violations[0]
+            .message
+            .contains("became the job's result"),
+        "{:#?}",
+        judgement.violations
     );
 
-    // After the hedge started, the same switch is no violation...
-    let mut later = hedged_run();
-    let end = later.run.trace.events.len() as u64;
-    insert(
-        &mut later.run,
-        end,
-        "driver",
-        model_change("fallback-model-v2"),
-    );
-    fires(&later.run, &[]);
-    // ...nor, before it, a "switch" to the model that was certified.
     let mut same = hedged_run();
     same.run
         .facts
         .certified_models
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
-    insert(
-        &mut same.run,
-        same.hedge_started,
-        "driver",
-        model_change("fallback-model"),
-    );
+    served_by(&mut same.run, FALLBACK, exec_seq, "fallback-model");
     fires(&same.run, &[]);
 }
 
