@@ -38,6 +38,39 @@ pub enum Design {
     /// another host's clock wrote from its own clock's `now()`, so a clock
     /// ahead or behind makes it act early.
     WallClockDeadlines,
+    /// Zoo: a worker task releases its hold on a job only when it finishes,
+    /// not when it is dropped: a task cancelled with its host (a crash mid
+    /// `start_attempt`) leaves the job held, and this worker never polls it
+    /// again (found by `idem explore`, invariant 10).
+    ZooJobHoldLeakedOnCancel,
+    /// Zoo: the reconciler's presumed-orphaned move lands from whatever
+    /// state the attempt is in by then, not only from the state whose
+    /// silence it timed: a dispatch that landed behind a slow store is moved
+    /// to unknown long before `running_stale_ms` (found by `idem fuzz`,
+    /// invariant 12).
+    ZooOrphanMoveFromAnyState,
+    /// Zoo: a status lookup that cannot be read (unreachable, refused, an
+    /// answer that breaks the contract) leaves the attempt unknown for ever,
+    /// never reported blocked, however overdue (found by `idem fuzz`,
+    /// invariant 10).
+    ZooUnreadableStatusNeverBlocked,
+    /// Zoo: the reconciler marks an attempt's blocked note as made before
+    /// the store has it: one failed write hides the blocked job for good
+    /// (found by `idem fuzz`, invariant 10).
+    ZooBlockedNoteMarkedBeforeWritten,
+    /// Zoo: the reconciler's status lookup and cancel are not bounded: one
+    /// answer lost in a partition stalls the pass, and every later one
+    /// (found by `idem fuzz`, invariant 10).
+    ZooUnboundedStatusLookup,
+    /// Zoo: every reconciler pass reads the same oldest page of open
+    /// attempts: a page of blocked ones starves every attempt behind them
+    /// (found by `idem fuzz`, invariant 10).
+    ZooReconcilerRereadsOldestPage,
+    /// Zoo: after a cancelled attempt the worker retries the same provider
+    /// without asking whether it still qualifies: a fallback whose
+    /// certificate lapsed is refused at every poll, and the job stays
+    /// pending (found by `idem fuzz`, invariant 10).
+    ZooRetryCancelledOnLapsedFallback,
     /// Zoo (a bug the search found in idem's own design, re-planted): a
     /// failover's certificate is checked only when its attempt starts, not
     /// in the step that dispatches it, and the provider's answer is used
@@ -70,7 +103,16 @@ impl Design {
     /// by reverting exactly its fix. Outside `ALL`: the mutants matrix is
     /// for what a careless engineer writes; the zoo measures how soon the
     /// search finds what a careful one wrote.
-    pub const ZOO: &'static [Design] = &[Design::ZooCertificateCheckedAtStart];
+    pub const ZOO: &'static [Design] = &[
+        Design::ZooJobHoldLeakedOnCancel,
+        Design::ZooOrphanMoveFromAnyState,
+        Design::ZooUnreadableStatusNeverBlocked,
+        Design::ZooBlockedNoteMarkedBeforeWritten,
+        Design::ZooUnboundedStatusLookup,
+        Design::ZooReconcilerRereadsOldestPage,
+        Design::ZooRetryCancelledOnLapsedFallback,
+        Design::ZooCertificateCheckedAtStart,
+    ];
 
     /// Every design a name can select: `ALL`, the zoo, the planted bug.
     pub fn selectable() -> impl Iterator<Item = Design> {
@@ -98,6 +140,13 @@ impl Design {
             Design::SessionScopedKey => "session-scoped-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
             Design::WallClockDeadlines => "wall-clock-deadlines",
+            Design::ZooJobHoldLeakedOnCancel => "zoo-job-hold-leaked-on-cancel",
+            Design::ZooOrphanMoveFromAnyState => "zoo-orphan-move-from-any-state",
+            Design::ZooUnreadableStatusNeverBlocked => "zoo-unreadable-status-never-blocked",
+            Design::ZooBlockedNoteMarkedBeforeWritten => "zoo-blocked-note-marked-before-written",
+            Design::ZooUnboundedStatusLookup => "zoo-unbounded-status-lookup",
+            Design::ZooReconcilerRereadsOldestPage => "zoo-reconciler-rereads-oldest-page",
+            Design::ZooRetryCancelledOnLapsedFallback => "zoo-retry-cancelled-on-lapsed-fallback",
             Design::ZooCertificateCheckedAtStart => "zoo-certificate-checked-at-start",
             Design::PlantedSwappedCas => "planted-swapped-cas",
         }

@@ -195,6 +195,16 @@ impl Reconciler {
         self.rounds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Where this pass's read of the open attempts resumes the walk.
+    fn walk_cursor(&self) -> PageAfter<AttemptId> {
+        // Zoo: every pass reads the oldest page again.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooReconcilerRereadsOldestPage {
+            return None;
+        }
+        self.lock_rounds().cursor
+    }
+
     /// Whether `attempt` has been around for `wait_ms`: on this host's
     /// monotonic clock since this reconciler first saw it (`now` read after
     /// the store's answer that showed it).
@@ -224,7 +234,7 @@ impl Reconciler {
         let mut report = PassReport::default();
         let store = self.engine.store().clone();
         let limit = self.config.attempts_per_pass_max;
-        let cursor = self.lock_rounds().cursor;
+        let cursor = self.walk_cursor();
         let open = match store
             .attempts_in_states(
                 &[
@@ -371,7 +381,7 @@ impl Reconciler {
             // output is prose) kept the attempt unknown and the job
             // blocked for ever, unreported (found by `idem fuzz`,
             // invariant 10).
-            Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
+            Err(e) if overdue => return self.unreadable(attempt, &e).await,
             Err(_) => return Ok(AttemptAction::Unreachable),
         };
         self.resolve(attempt, resolution, Lateness::InTime).await
@@ -449,6 +459,11 @@ impl Reconciler {
         what: &'static str,
         call: impl Future<Output = Result<T, ProviderError>>,
     ) -> Result<T, ProviderError> {
+        // Zoo: the call is waited for however long it takes.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooUnboundedStatusLookup {
+            return call.await;
+        }
         let timeout_ms = self.config.provider_call_timeout_ms;
         crate::timer::timeout(Duration::from_millis(timeout_ms), call)
             .await
@@ -500,12 +515,31 @@ impl Reconciler {
         }
     }
 
+    /// An overdue attempt whose status cannot be read: still asked on every
+    /// pass, but left blocked so that an operator is told.
+    async fn unreadable(
+        &self,
+        attempt: &Attempt,
+        error: &ProviderError,
+    ) -> Result<AttemptAction, EngineError> {
+        // Zoo: unreachable for ever, never reported.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooUnreadableStatusNeverBlocked {
+            return Ok(AttemptAction::Unreachable);
+        }
+        self.blocked(attempt, unreadable_status(error)).await
+    }
+
     /// Leave the attempt blocked, and say so once in the decision trace.
     /// The note is the operator's only report that the attempt is blocked,
     /// so it is marked as made only once the store has it: a note the store
     /// failed is made again on the next pass (found by `idem fuzz`: one
     /// failed write hid a blocked job for good, invariant 10).
     async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<AttemptAction, EngineError> {
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooBlockedNoteMarkedBeforeWritten {
+            return self.blocked_marked_before_written(attempt, reason).await;
+        }
         let reported = self
             .reported
             .lock()
@@ -522,6 +556,27 @@ impl Reconciler {
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(attempt.id);
             }
+        }
+        Ok(AttemptAction::Blocked)
+    }
+
+    /// Zoo: the note is marked as made before the store has it, so one
+    /// failed write means it is never made.
+    #[cfg(feature = "bench")]
+    async fn blocked_marked_before_written(
+        &self,
+        attempt: &Attempt,
+        reason: &str,
+    ) -> Result<AttemptAction, EngineError> {
+        let first_time = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(attempt.id);
+        if first_time {
+            let _recorded = self
+                .note(attempt, json!({"blocked": true, "reason": reason}))
+                .await;
         }
         Ok(AttemptAction::Blocked)
     }

@@ -27,6 +27,8 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+#[cfg(feature = "bench")]
+use crate::design::Design;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{Answer, ProviderCall, ProviderError, ProviderSet};
@@ -112,8 +114,21 @@ struct Held {
     job: JobId,
 }
 
+impl Held {
+    /// The task is done with the job: released now (and again, harmlessly,
+    /// on drop).
+    fn finish(self) {
+        self.worker.release(self.job);
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
+        // Zoo: released only by `finish`, so a cancelled task leaks it.
+        #[cfg(feature = "bench")]
+        if self.worker.engine().design() == Design::ZooJobHoldLeakedOnCancel {
+            return;
+        }
         self.worker.release(self.job);
     }
 }
@@ -233,7 +248,7 @@ impl Worker {
                 if let Err(e) = held.worker.advance(job).await {
                     tracing::warn!(job = %id, error = %e, "worker step failed");
                 }
-                drop(held);
+                held.finish();
             });
         }
     }
@@ -331,6 +346,14 @@ impl Worker {
         let Some(last) = attempts.last() else {
             return Ok(job.provider.clone());
         };
+        // Zoo: only a failure moves on; anything else retries the same
+        // provider, qualified or not.
+        #[cfg(feature = "bench")]
+        if self.engine().design() == Design::ZooRetryCancelledOnLapsedFallback
+            && last.state != AttemptState::Failed
+        {
+            return Ok(last.provider.clone());
+        }
         if !crate::transition::is_terminal(last.state) {
             // An attempt is still open: starting one is refused anyway.
             return Ok(last.provider.clone());
