@@ -344,7 +344,7 @@ impl Reconciler {
         };
         let resolution = match self.bounded("status", provider.status(attempt.id)).await {
             Ok(RemoteStatus::Succeeded { output, model }) => {
-                self.succeeded(attempt, output, model.as_deref()).await?
+                self.vetted(attempt, output, model).await?
             }
             Ok(RemoteStatus::Failed { error }) => Resolution::Failed { error },
             Ok(RemoteStatus::Cancelled) => Resolution::Cancelled,
@@ -375,12 +375,6 @@ impl Reconciler {
                     .await;
             }
             Err(ProviderError::Unsupported(_)) => return Ok(AttemptAction::StillRunning),
-            // Past unknown_max_ms with no readable answer: still asked on
-            // every pass, but an operator is told now. Before, an answer
-            // that broke the output contract (a provider whose stored
-            // output is prose) kept the attempt unknown and the job
-            // blocked for ever, unreported (found by `idem fuzz`,
-            // invariant 10).
             Err(e) if overdue => return self.unreadable(attempt, &e).await,
             Err(_) => return Ok(AttemptAction::Unreachable),
         };
@@ -391,16 +385,16 @@ impl Reconciler {
     /// output, unless the engine refuses the answer at this moment of use
     /// (off the job's primary, a model its certificate does not vouch
     /// for), and then failed, with the refusal as its error.
-    async fn succeeded(
+    async fn vetted(
         &self,
         attempt: &Attempt,
         output: crate::document::Document,
-        model: Option<&str>,
+        model: Option<String>,
     ) -> Result<Resolution, EngineError> {
         let primary = self.engine.job(attempt.job_id).await?.provider;
         let refusal = self
             .engine
-            .answer_refusal(&primary, &attempt.provider, model)
+            .answer_refusal(&primary, &attempt.provider, model.as_deref())
             .await?;
         Ok(match refusal {
             Some(reason) => Resolution::Failed {
@@ -515,8 +509,11 @@ impl Reconciler {
         }
     }
 
-    /// An overdue attempt whose status cannot be read: still asked on every
-    /// pass, but left blocked so that an operator is told.
+    /// An attempt past `unknown_max_ms` whose status cannot be read: still
+    /// asked on every pass, but an operator is told now. Before, an answer
+    /// that broke the output contract (a provider whose stored output is
+    /// prose) kept the attempt unknown and the job blocked for ever,
+    /// unreported (found by `idem fuzz`, invariant 10).
     async fn unreadable(
         &self,
         attempt: &Attempt,

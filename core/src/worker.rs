@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 use crate::design::Design;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
-use crate::provider::{Answer, ProviderCall, ProviderError, ProviderSet};
+use crate::provider::{Answer, Dispatch, ProviderCall, ProviderError, ProviderSet};
 use crate::store::FailJobOutcome;
 
 /// The worker's configuration is vocabulary; it lives in idem-model.
@@ -346,15 +346,7 @@ impl Worker {
         let Some(last) = attempts.last() else {
             return Ok(job.provider.clone());
         };
-        // Zoo: only a failure moves on; anything else retries the same
-        // provider, qualified or not.
-        #[cfg(feature = "bench")]
-        if self.engine().design() == Design::ZooRetryCancelledOnLapsedFallback
-            && last.state != AttemptState::Failed
-        {
-            return Ok(last.provider.clone());
-        }
-        if !crate::transition::is_terminal(last.state) {
+        if !crate::transition::is_terminal(last.state) || self.retries_unasked(last) {
             // An attempt is still open: starting one is refused anyway.
             return Ok(last.provider.clone());
         }
@@ -388,6 +380,18 @@ impl Worker {
                 .await;
         }
         Ok(job.provider.clone())
+    }
+
+    /// Zoo (`zoo-retry-cancelled-on-lapsed-fallback`): only a failure
+    /// moves on; after anything else the same provider is retried without
+    /// asking whether it still qualifies. Never in idem's design.
+    fn retries_unasked(&self, last: &Attempt) -> bool {
+        #[cfg(feature = "bench")]
+        if self.engine().design() == Design::ZooRetryCancelledOnLapsedFallback {
+            return last.state != AttemptState::Failed;
+        }
+        let _ = last;
+        false
     }
 
     /// The provider call of `attempt`: its id is the provider-side
@@ -440,28 +444,10 @@ impl Worker {
     ) -> Pin<Box<dyn Future<Output = Result<AttemptEnd, EngineError>> + Send + '_>> {
         Box::pin(async move {
             let engine = self.engine();
-            let Some(provider) = self.inner.providers.get(&attempt.provider) else {
-                engine
-                    .fail_attempt(attempt.id, FailureReason::NoClientForProvider)
-                    .await?;
-                return Ok(AttemptEnd::Failed);
-            };
-            let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
-            let connected = crate::timer::timeout(connect_timeout, provider.connect())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(ProviderError::Unreachable("connect timed out".to_owned()))
-                });
-            let connection = match connected {
+            let connection = match self.connect(&job, &attempt).await? {
                 Ok(connection) => connection,
-                Err(e) => return self.unreachable(&attempt, &e).await,
+                Err(end) => return Ok(end),
             };
-            if let Some(status) = engine.refusal_at_dispatch(&job, &attempt).await? {
-                let reason = FailureReason::NotCertified {
-                    certificate: status.reason().to_owned(),
-                };
-                return self.fail_undispatched(&attempt, reason).await;
-            }
             let running = engine.record_dispatch(attempt.id).await?;
             let call = self.call_of(&job, &attempt);
             let dispatched_at = engine.clock().now();
@@ -503,6 +489,36 @@ impl Worker {
             while hedges.join_next().await.is_some() {}
             end
         })
+    }
+
+    /// Connects to the attempt's provider and makes the certificate check
+    /// of the step that dispatches: the connection to send on, or how the
+    /// attempt ended with nothing sent.
+    async fn connect(
+        &self,
+        job: &Job,
+        attempt: &Attempt,
+    ) -> Result<Result<Box<dyn Dispatch>, AttemptEnd>, EngineError> {
+        let engine = self.engine();
+        let Some(provider) = self.inner.providers.get(&attempt.provider) else {
+            let reason = FailureReason::NoClientForProvider;
+            return self.fail_undispatched(attempt, reason).await.map(Err);
+        };
+        let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
+        let connected = crate::timer::timeout(connect_timeout, provider.connect())
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::Unreachable("connect timed out".to_owned())));
+        let connection = match connected {
+            Ok(connection) => connection,
+            Err(e) => return self.unreachable(attempt, &e).await.map(Err),
+        };
+        if let Some(status) = engine.refusal_at_dispatch(job, attempt).await? {
+            let reason = FailureReason::NotCertified {
+                certificate: status.reason().to_owned(),
+            };
+            return self.fail_undispatched(attempt, reason).await.map(Err);
+        }
+        Ok(Ok(connection))
     }
 
     /// Start the hedge attempt on the first certified fallback, if any.

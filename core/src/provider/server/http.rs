@@ -116,11 +116,7 @@ async fn chat_completions(
         Ok(request) => request,
         Err(message) => return invalid_request(message),
     };
-    match server.admit(
-        &key,
-        request.job_id,
-        (&request.model, &request.user_content),
-    ) {
+    match server.admit(&key, request.job_id, &request.model, &request.user_content) {
         Admission::LedgerFull => ledger_full(),
         Admission::Replay(index, outcome) => {
             finished(outcome).await;

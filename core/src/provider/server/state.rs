@@ -378,7 +378,8 @@ impl ProviderServer {
         &self,
         key: &str,
         job_id: Option<String>,
-        (model, user_content): (&str, &str),
+        model: &str,
+        user_content: &str,
     ) -> Admission {
         let mut shared = self.lock();
         let behaviour = shared.behaviour.clone();
