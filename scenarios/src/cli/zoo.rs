@@ -27,7 +27,7 @@ pub struct ZooArgs {
     /// `blind`, `guided` or both, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "blind,guided")]
     pub modes: Vec<String>,
-    /// The guided search's levers, comma-separated (default: all of aim,
+    /// The guided search's levers, comma-separated (default: all of intervene,
     /// stretch, retime, tune, splice).
     #[arg(long, value_delimiter = ',')]
     pub levers: Vec<String>,
@@ -120,7 +120,7 @@ fn levers(names: &[String]) -> Result<Levers, CliError> {
                 .find(|l| l.name() == name && *l != Lever::Fresh)
                 .ok_or_else(|| {
                     CliError::Usage(format!(
-                        "unknown lever {name:?}; known: aim, stretch, retime, tune, splice"
+                        "unknown lever {name:?}; known: intervene, stretch, retime, tune, splice"
                     ))
                 })
         })

@@ -91,7 +91,9 @@ pub fn run(
     // Bounded: every batch makes at least one run or the campaign stops,
     // and runs are bounded by `runs_max`.
     while !over(&out, &stop, started.elapsed()) {
+        let making = thread_cpu();
         let batch = campaign.batch(BATCH, &fresh_world);
+        out.cpu += thread_cpu().saturating_sub(making);
         if batch.is_empty() {
             break;
         }
@@ -102,7 +104,9 @@ pub fn run(
             |_, ran, _| results.push(ran),
         );
         for (candidate, ran) in batch.into_iter().zip(results) {
+            let absorbing = thread_cpu();
             campaign.absorb(&candidate, ran.outcome.as_ref().ok());
+            out.cpu += thread_cpu().saturating_sub(absorbing);
             each(&candidate, &ran.outcome);
             out.runs += 1;
             out.cpu += ran.cpu;

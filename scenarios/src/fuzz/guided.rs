@@ -1,25 +1,30 @@
 //! The guided search: where the blind swarm draws every world from
-//! scratch, this spends its runs where earlier runs reached something rare.
+//! scratch, this spends its runs on worlds that reached something rare,
+//! and on the moments where a careful engine is most fragile: between a
+//! check and the act that relies on it.
 //!
 //! Every run's trace is read as coverage ([`super::coverage`]): each event
 //! that decides something, in the context of the fault kinds in effect. A
 //! run that reaches a point no run reached before joins the corpus. Most
 //! later runs are children of a corpus world, its parent chosen with
-//! energy toward the rarest points it reached, and made by one lever:
+//! energy toward the rarest points it reached. A child runs under its
+//! parent's seed, so up to its new fault it *is* the parent: it branches
+//! from the parent's state at that moment (as Antithesis and moonpool
+//! explore from interesting states), the fault being the branch's new
+//! decision. Each child is made by one lever:
 //!
-//! - **aim**: a fault (drawn from the swarm's own table, [`FAULT_KINDS`]),
-//!   half the time on the hosts that acted, fired just before (or just
-//!   after) an event that led to the parent's rare state. The child runs
-//!   under the parent's seed, so up to the fault it *is* the parent: this
-//!   branches from the parent's state at that moment, as Antithesis and
-//!   moonpool explore from interesting states, with the fault as the
-//!   branch's new decision;
-//! - **stretch**: the link between the acting host and the store held for
-//!   a while just before that event, and a second fault fired inside the
-//!   hold: a fault landing between the engine's check (done, its answer
-//!   read) and its act (held on the wire);
-//! - **retime**: one of the parent's timed faults moved to just before the
-//!   rare event;
+//! - **intervene**: pick one of the parent's *acts* (an engine host's store
+//!   call, or a provider taking a request) and fire a fault on what it
+//!   involved while the act is on its way: the acting host crashed or its
+//!   clock moved, its link cut or slowed, its attempt's provider switched
+//!   models, hung or failed, or the store call itself failed, slowed or
+//!   its acknowledgement lost. Kinds and intensities are the swarm's own
+//!   ([`FAULT_KINDS`]); only the aim is new;
+//! - **stretch**: the store call behind an act held up (a store latency on
+//!   exactly that call), and a fault on what it involved fired while it is
+//!   held: the engine checked, then waits, and the world moves under it;
+//! - **retime**: one of the parent's timed faults moved to just before an
+//!   event that led to its rarest state;
 //! - **tune**: one part of the parent's configuration (the worker's, the
 //!   reconciler's, the policy) taken from another generated world;
 //! - **splice**: one fault of another corpus world added, at its own time.
@@ -40,9 +45,12 @@ use std::collections::BTreeMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+#[cfg(test)]
+use idem_core::design::Design;
+
 use idem_sim::net::child_seed;
 use idem_sim::run::RunOutcome;
-use idem_sim::scenario::{Fault, FaultSpec, Scenario, When, host};
+use idem_sim::scenario::{Fault, FaultKind, FaultSpec, Scenario, When, host};
 
 use super::coverage::{Point, Reached, reached};
 use super::world::{FAULT_KINDS, Shape};
@@ -56,11 +64,12 @@ pub const FRESH_ONE_IN: u32 = 4;
 /// How far back from the rare event the aimed event may be, in events of
 /// the parent's coverage: the steps that led to the rare state.
 pub const AIM_BACK_EVENTS: usize = 8;
-/// How far from the aimed event (before or after) a fault is fired, in
+/// How long before the event it leads to a retimed fault fires, in
 /// simulated milliseconds at most.
 pub const AIM_SPREAD_MS: u64 = 40;
-/// A stretch holds the link for this long at most.
-pub const STRETCH_MS_MAX: u64 = 2_000;
+/// A stretch holds the store call up for this long, at least and at most.
+pub const STRETCH_MS_MIN: u64 = 100;
+pub const STRETCH_MS_MAX: u64 = 3_000;
 /// A child gets no new fault past this many.
 pub const CHILD_FAULTS_MAX: usize = 24;
 
@@ -68,7 +77,7 @@ pub const CHILD_FAULTS_MAX: usize = 24;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lever {
     Fresh,
-    Aim,
+    Intervene,
     Stretch,
     Retime,
     Tune,
@@ -78,7 +87,7 @@ pub enum Lever {
 impl Lever {
     pub const ALL: [Lever; 6] = [
         Lever::Fresh,
-        Lever::Aim,
+        Lever::Intervene,
         Lever::Stretch,
         Lever::Retime,
         Lever::Tune,
@@ -88,7 +97,7 @@ impl Lever {
     pub fn name(self) -> &'static str {
         match self {
             Lever::Fresh => "fresh",
-            Lever::Aim => "aim",
+            Lever::Intervene => "intervene",
             Lever::Stretch => "stretch",
             Lever::Retime => "retime",
             Lever::Tune => "tune",
@@ -247,20 +256,28 @@ impl Campaign {
         let parent = self.pick_parent()?;
         self.corpus[parent].picks += 1;
         let lever = self.levers.0[self.rng.random_range(0..self.levers.0.len())];
-        let target = self.pick_target(parent)?;
         let entry = &self.corpus[parent];
         let mut world = entry.world.clone();
         if world.faults.len() >= CHILD_FAULTS_MAX
-            && matches!(lever, Lever::Aim | Lever::Stretch | Lever::Splice)
+            && matches!(lever, Lever::Intervene | Lever::Stretch | Lever::Splice)
         {
             return None;
         }
-        let (seed, aimed) = (entry.seed, entry.reached[target].clone());
+        let seed = entry.seed;
         let made = match lever {
             Lever::Fresh => return None,
-            Lever::Aim => self.aim(&mut world, &aimed),
-            Lever::Stretch => self.stretch(&mut world, &aimed),
-            Lever::Retime => self.retime(&mut world, &aimed),
+            Lever::Intervene => {
+                let act = self.pick_act(parent)?;
+                self.intervene(&mut world, &act)
+            }
+            Lever::Stretch => {
+                let act = self.pick_act(parent)?;
+                self.stretch(&mut world, &act)
+            }
+            Lever::Retime => {
+                let rare = self.pick_rare(parent)?;
+                self.retime(&mut world, &rare)
+            }
             Lever::Tune => self.tune(&mut world, fresh),
             Lever::Splice => self.splice(&mut world, parent),
         };
@@ -277,9 +294,24 @@ impl Campaign {
         weighted(&mut self.rng, &scores)
     }
 
-    /// The event of `parent` to aim at: a rare one (weighted by rarity
-    /// squared), then one of the few events that led to it.
-    fn pick_target(&mut self, parent: usize) -> Option<usize> {
+    /// One of `parent`'s acts, uniformly: an engine host's store call, or a
+    /// provider taking a request. Every act is a place where the engine's
+    /// check (what it read before) and its act can be pulled apart.
+    fn pick_act(&mut self, parent: usize) -> Option<Reached> {
+        let acts: Vec<&Reached> = self.corpus[parent]
+            .reached
+            .iter()
+            .filter(|r| is_act(r))
+            .collect();
+        if acts.is_empty() {
+            return None;
+        }
+        Some(acts[self.rng.random_range(0..acts.len())].clone())
+    }
+
+    /// One of `parent`'s events that led to a rare state: a rare one
+    /// (weighted by rarity squared), then one of the few before it.
+    fn pick_rare(&mut self, parent: usize) -> Option<Reached> {
         let entry = &self.corpus[parent];
         let weights: Vec<f64> = entry
             .reached
@@ -288,77 +320,100 @@ impl Campaign {
             .collect();
         let rare = weighted(&mut self.rng, &weights)?;
         let back = self.rng.random_range(0..=AIM_BACK_EVENTS.min(rare));
-        Some(rare - back)
+        Some(self.corpus[parent].reached[rare - back].clone())
     }
 
-    /// When to fire a fault aimed at `event`: a little before or after it.
-    fn aim_time(&mut self, event: &Reached) -> u64 {
-        let spread = self.rng.random_range(0..=AIM_SPREAD_MS);
-        if self.rng.random_bool(0.75) {
-            event.t_ms.saturating_sub(spread)
-        } else {
-            event.t_ms.saturating_add(spread)
-        }
-    }
-
-    /// A fault from the swarm's table, half the time pinned on what the
-    /// event involved: the host that acted, the provider of its attempt,
-    /// the store call behind it.
-    fn drawn_fault(&mut self, world: &Scenario, event: &Reached) -> Fault {
+    /// A fault on what `act` involved, of a kind that can be aimed at it
+    /// (drawn as the swarm draws that kind, then pinned); store faults only
+    /// with `store_calls`.
+    fn intervention(
+        &mut self,
+        world: &Scenario,
+        act: &Reached,
+        store_calls: bool,
+    ) -> Option<Fault> {
         let shape = Shape::of(&world.topology, &world.clients, &world.timing);
-        let row = &FAULT_KINDS[self.rng.random_range(0..FAULT_KINDS.len())];
-        let mut fault = (row.draw)(&mut self.rng, &shape);
-        if self.rng.random_bool(0.5) {
-            pin(&mut fault, event, &shape, &mut self.rng);
+        let rows: Vec<_> = FAULT_KINDS
+            .iter()
+            .filter(|row| aimable(row.kind, act, store_calls))
+            .collect();
+        if rows.is_empty() {
+            return None;
         }
-        fault
+        let row = rows[self.rng.random_range(0..rows.len())];
+        let mut fault = (row.draw)(&mut self.rng, &shape);
+        pin(&mut fault, act, &shape, &mut self.rng);
+        Some(fault)
     }
 
-    fn aim(&mut self, world: &mut Scenario, event: &Reached) -> bool {
-        let at_ms = self.aim_time(event);
-        let fault = self.drawn_fault(world, event);
+    /// How long a message may take on its way, in this world: a fault
+    /// fired that long before an act lands between the engine sending it
+    /// (its check done) and the act itself.
+    fn transit_ms(world: &Scenario) -> u64 {
+        world.timing.latency_ms_max.max(1)
+    }
+
+    /// A fault on what `act` involved, fired while the act is on its way.
+    fn intervene(&mut self, world: &mut Scenario, act: &Reached) -> bool {
+        let Some(fault) = self.intervention(world, act, true) else {
+            return false;
+        };
+        let before = self.rng.random_range(1..=Self::transit_ms(world));
         world.faults.push(FaultSpec {
-            when: When::At { at_ms },
+            when: When::At {
+                at_ms: act.t_ms.saturating_sub(before),
+            },
             fault,
         });
         true
     }
 
-    fn stretch(&mut self, world: &mut Scenario, event: &Reached) -> bool {
-        if !is_engine(&event.actor) {
-            return self.aim(world, event);
-        }
-        let at_ms = event
-            .t_ms
-            .saturating_sub(self.rng.random_range(0..=AIM_SPREAD_MS));
-        let duration_ms = self.rng.random_range(50..=STRETCH_MS_MAX);
+    /// The store call behind `act` made slow, and a fault on what the act
+    /// involved fired while it is held up: between the engine's check and
+    /// the moment its act lands.
+    fn stretch(&mut self, world: &mut Scenario, act: &Reached) -> bool {
+        let Some((op, nth)) = act.call.filter(|_| is_engine(&act.actor)) else {
+            return self.intervene(world, act);
+        };
+        let Some(fault) = self.intervention(world, act, false) else {
+            return false;
+        };
+        let transit = Self::transit_ms(world);
+        let latency_ms = self.rng.random_range(STRETCH_MS_MIN..=STRETCH_MS_MAX);
         world.faults.push(FaultSpec {
-            when: When::At { at_ms },
-            fault: Fault::Hold {
-                a: event.actor.clone(),
-                b: host::STORE.to_owned(),
-                duration_ms,
+            when: When::At {
+                at_ms: act.t_ms.saturating_sub(transit + 1),
+            },
+            fault: Fault::StoreLatency {
+                op,
+                nth,
+                count: 1,
+                latency_ms,
             },
         });
-        let inside_ms = at_ms + self.rng.random_range(0..duration_ms);
-        let fault = self.drawn_fault(world, event);
+        let inside = self.rng.random_range(0..latency_ms + transit);
         world.faults.push(FaultSpec {
-            when: When::At { at_ms: inside_ms },
+            when: When::At {
+                at_ms: act.t_ms.saturating_sub(transit) + inside,
+            },
             fault,
         });
         true
     }
 
+    /// One of the parent's timed faults moved to just before `event`.
     fn retime(&mut self, world: &mut Scenario, event: &Reached) -> bool {
         let timed: Vec<usize> = (0..world.faults.len())
             .filter(|i| matches!(world.faults[*i].when, When::At { .. }))
             .collect();
         if timed.is_empty() {
-            return self.aim(world, event);
+            return false;
         }
         let which = timed[self.rng.random_range(0..timed.len())];
-        let at_ms = self.aim_time(event);
-        world.faults[which].when = When::At { at_ms };
+        let before = self.rng.random_range(1..=AIM_SPREAD_MS);
+        world.faults[which].when = When::At {
+            at_ms: event.t_ms.saturating_sub(before),
+        };
         true
     }
 
@@ -407,6 +462,31 @@ fn weighted(rng: &mut ChaCha8Rng, weights: &[f64]) -> Option<usize> {
         left -= w;
     }
     Some(weights.len() - 1)
+}
+
+/// Whether `event` is an act: an engine host's store call, or a provider
+/// taking a request.
+fn is_act(event: &Reached) -> bool {
+    (event.call.is_some() && is_engine(&event.actor)) || event.actor.starts_with("provider-")
+}
+
+/// Whether a fault of `kind` can be pinned on what `act` involved.
+fn aimable(kind: FaultKind, act: &Reached, store_calls: bool) -> bool {
+    let engine = is_engine(&act.actor);
+    let at_provider = act.actor.starts_with("provider-");
+    let provider = act.provider.is_some() || at_provider;
+    match kind {
+        FaultKind::LinkLatency | FaultKind::Hold | FaultKind::Partition => engine || provider,
+        FaultKind::Crash => engine || at_provider,
+        FaultKind::ProviderHang
+        | FaultKind::ProviderStall
+        | FaultKind::ProviderError
+        | FaultKind::ProviderModelChange => provider,
+        FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply | FaultKind::StoreLatency => {
+            store_calls && act.call.is_some()
+        }
+        FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => engine,
+    }
 }
 
 /// Whether `actor` runs the engine (an API replica, a worker, the
@@ -516,5 +596,87 @@ fn fits(fault: &Fault, shape: &Shape) -> bool {
         Fault::StoreLoseAck { .. }
         | Fault::StoreFailBeforeApply { .. }
         | Fault::StoreLatency { .. } => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::execute;
+
+    /// A campaign that has seen one run of `name` (a catalogue world) under
+    /// seed `seed`, its only corpus world.
+    fn seen(name: &str, seed: u64, levers: Vec<Lever>) -> (Campaign, Scenario, RunOutcome) {
+        let world = crate::load::load(name).expect("in the catalogue").scenario;
+        let outcome = execute(&world, seed, Design::Correct).expect("runs");
+        let mut campaign = Campaign::new(seed, Levers(levers));
+        campaign.runs = WARMUP_RUNS;
+        let candidate = Candidate {
+            world: world.clone(),
+            seed,
+            lever: Lever::Fresh,
+        };
+        campaign.absorb(&candidate, Some(&outcome));
+        (campaign, world, outcome)
+    }
+
+    /// A child runs under its parent's seed and is its parent up to its
+    /// new fault: the same events at the same times, so it branches from
+    /// the parent's state at that moment. Then it differs.
+    #[test]
+    fn a_child_is_its_parent_until_its_fault() {
+        let (mut campaign, parent, outcome) = seen("backup-button", 3, vec![Lever::Intervene]);
+        let no_fresh = |_: u64| None;
+        let children = campaign.batch(16, &no_fresh);
+        let mut branched = 0;
+        for child in children.iter().filter(|c| c.lever == Lever::Intervene) {
+            assert_eq!(child.seed, 3);
+            assert_eq!(child.world.faults.len(), parent.faults.len() + 1);
+            let Some(When::At { at_ms }) = child.world.faults.last().map(|f| f.when.clone()) else {
+                panic!("an intervention is timed");
+            };
+            let ran = execute(&child.world, child.seed, Design::Correct).expect("runs");
+            let before = |o: &RunOutcome| {
+                o.trace
+                    .events
+                    .iter()
+                    .filter(|e| {
+                        e.t_ms < at_ms
+                            && !matches!(e.body, idem_sim::trace::TraceBody::Fault { .. })
+                    })
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(before(&ran), before(&outcome), "up to {at_ms} ms");
+            branched += usize::from(ran.trace.hash() != outcome.trace.hash());
+        }
+        assert!(branched > 0, "some child went another way");
+    }
+
+    /// An intervention lands on what its act involved: on the acting host,
+    /// its attempt's provider, or the very store call behind it.
+    #[test]
+    fn an_intervention_is_pinned_on_its_act() {
+        let (mut campaign, parent, _) = seen("backup-button", 5, vec![Lever::Intervene]);
+        let acts: Vec<Reached> = campaign.corpus[0]
+            .reached
+            .iter()
+            .filter(|r| is_act(r))
+            .cloned()
+            .collect();
+        assert!(!acts.is_empty());
+        for act in acts.iter().take(12) {
+            let mut world = parent.clone();
+            assert!(campaign.intervene(&mut world, act));
+            let fault = &world.faults.last().expect("added").fault;
+            let text = format!("{fault:?}");
+            let on_act = text.contains(&act.actor)
+                || act.provider.as_deref().is_some_and(|p| text.contains(p))
+                || act.call.is_some_and(|(op, nth)| {
+                    text.contains(&format!("{op:?}")) && text.contains(&format!("nth: {nth}"))
+                        || text.contains(&format!("nth: {}", nth + 1))
+                });
+            assert!(on_act, "{fault:?} for {act:?}");
+        }
     }
 }
