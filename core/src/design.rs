@@ -32,6 +32,11 @@ pub enum Design {
     BlindFailover,
     /// The key is scoped to a session (each API replica), not to the owner.
     SessionScopedKey,
+    /// The key is scoped globally (`unique (idempotency_key)`), not to the
+    /// owner: another owner's equal key is taken for this one's, so a
+    /// fresh intent is refused as a reused key, or answered with another
+    /// owner's job.
+    GlobalKey,
     /// A completion whose acknowledgement is lost is called lost, unchecked.
     LostAckMeansLost,
     /// The reconciler's waits (stale, overdue) subtract the `started_at`
@@ -55,6 +60,7 @@ impl Design {
         Design::UnguardedAttempts,
         Design::BlindFailover,
         Design::SessionScopedKey,
+        Design::GlobalKey,
         Design::LostAckMeansLost,
         Design::WallClockDeadlines,
     ];
@@ -74,6 +80,7 @@ impl Design {
             Design::UnguardedAttempts => "unguarded-attempts",
             Design::BlindFailover => "blind-failover",
             Design::SessionScopedKey => "session-scoped-key",
+            Design::GlobalKey => "global-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
             Design::WallClockDeadlines => "wall-clock-deadlines",
             Design::PlantedSwappedCas => "planted-swapped-cas",
@@ -90,7 +97,7 @@ impl fmt::Display for Design {
 /// An unknown design name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown design {0:?}; known: correct, check-then-insert, no-fingerprint, timeout-is-failure, last-writer-wins, unguarded-attempts, blind-failover, session-scoped-key, lost-ack-means-lost, wall-clock-deadlines"
+    "unknown design {0:?}; known: correct, check-then-insert, no-fingerprint, timeout-is-failure, last-writer-wins, unguarded-attempts, blind-failover, session-scoped-key, global-key, lost-ack-means-lost, wall-clock-deadlines"
 )]
 pub struct UnknownDesign(pub String);
 
@@ -122,6 +129,6 @@ mod tests {
         assert!("nope".parse::<Design>().is_err());
         assert_eq!("planted-swapped-cas".parse(), Ok(Design::PlantedSwappedCas));
         assert!(!Design::ALL.contains(&Design::PlantedSwappedCas));
-        assert_eq!(Design::mutants().count(), 9);
+        assert_eq!(Design::mutants().count(), 10);
     }
 }
