@@ -244,7 +244,10 @@ async fn memory_keys(service: &Shared, owner: &str, key: &str, body: Value) -> R
     let Ok(row) = insert(service, owner, key, &body).await else {
         return unavailable();
     };
-    keys.insert((owner.to_owned(), key.to_owned()), (row.get("id"), body.clone()));
+    keys.insert(
+        (owner.to_owned(), key.to_owned()),
+        (row.get("id"), body.clone()),
+    );
     created(service, &row, body)
 }
 
@@ -392,10 +395,12 @@ async fn hedge(
         tokio::join!(async { write(first.await).await }, async {
             write(second.await).await;
         });
-        let _ = sqlx::query("update naive_jobs set state = 'failed' where id = $1 and state = 'running'")
-            .bind(id)
-            .execute(&service.pool)
-            .await;
+        let _ = sqlx::query(
+            "update naive_jobs set state = 'failed' where id = $1 and state = 'running'",
+        )
+        .bind(id)
+        .execute(&service.pool)
+        .await;
         return;
     }
     let merged = match tokio::join!(first, second) {
@@ -409,7 +414,11 @@ async fn hedge(
 /// Writes the job's outcome: succeeded with `answer`'s content, or failed.
 /// `once`: only while the job is still running (the first answer stays).
 async fn write_result(service: &Service, id: uuid::Uuid, answer: Option<Value>, once: bool) {
-    let state = if answer.is_some() { "succeeded" } else { "failed" };
+    let state = if answer.is_some() {
+        "succeeded"
+    } else {
+        "failed"
+    };
     let _ = sqlx::query(
         "update naive_jobs set state = $2, result = $3 where id = $1 and (state = 'running' or not $4)",
     )
@@ -490,7 +499,8 @@ fn parse_args(args: &[String]) -> Result<(String, Mode), String> {
     match args {
         [_, flag, path] if flag == "--config" => Ok((path.clone(), Mode::CheckThenInsert)),
         [_, flag, path, mode_flag, mode] if flag == "--config" && mode_flag == "--mode" => {
-            let mode = Mode::parse(mode).ok_or_else(|| format!("unknown mode {mode:?}; {usage}"))?;
+            let mode =
+                Mode::parse(mode).ok_or_else(|| format!("unknown mode {mode:?}; {usage}"))?;
             Ok((path.clone(), mode))
         }
         _ => Err(usage),

@@ -214,8 +214,7 @@ impl Store for MemStore {
         // (owner, key) constraint; either way the job of the key is read
         // back. Without the constraint only the primary key stops it.
         let holder = self.key_holder(&t, &new).cloned();
-        let refused =
-            t.jobs.contains_key(&new.id) || (self.owner_key_unique() && holder.is_some());
+        let refused = t.jobs.contains_key(&new.id) || (self.owner_key_unique() && holder.is_some());
         if refused {
             return refused_create(&mut t, &new, holder, at);
         }

@@ -15,7 +15,10 @@ use crate::store::mem::Constraints;
 /// holding the key.
 macro_rules! create_job_sql {
     ($arbiter:literal) => {
-        create_job_sql!($arbiter, "found.owner_id = $2 and found.idempotency_key = $3")
+        create_job_sql!(
+            $arbiter,
+            "found.owner_id = $2 and found.idempotency_key = $3"
+        )
     };
     ($arbiter:literal, $holder:literal) => {
         concat!(
@@ -126,7 +129,10 @@ impl PgStore {
     }
 
     pub(super) fn create_job_sql(&self) -> &'static str {
-        match (self.constraints.owner_key_unique, self.constraints.key_global) {
+        match (
+            self.constraints.owner_key_unique,
+            self.constraints.key_global,
+        ) {
             (true, false) => CREATE_JOB_SQL,
             // The key is anyone's: its row is found whoever's it is.
             (true, true) => create_job_sql!("(idempotency_key)", "found.idempotency_key = $3"),
