@@ -209,16 +209,7 @@ impl<'a> RunIndex<'a> {
         }
         let (executions, executions_by_key) = index_executions(input);
         let exchanges = pair_exchanges(input);
-        let mut answered_new = BTreeMap::new();
-        for (i, exchange) in exchanges.iter().enumerate() {
-            if let (Some(job), true, false) = (
-                exchange.job_id,
-                exchange.is_success() && exchange.is_create(),
-                exchange.replayed,
-            ) {
-                answered_new.entry(job).or_insert(i);
-            }
-        }
+        let answered_new = first_new_job_answers(&exchanges);
         Self {
             exchanges,
             answered_new,
@@ -339,6 +330,22 @@ impl<'a> RunIndex<'a> {
                 (Some(done), Some(failed)) if done < failed
             )
     }
+}
+
+/// For each job a 2xx create answered as new (not replayed), the index of
+/// the first such exchange.
+fn first_new_job_answers(exchanges: &[Exchange<'_>]) -> BTreeMap<JobId, usize> {
+    let mut first = BTreeMap::new();
+    for (i, exchange) in exchanges.iter().enumerate() {
+        if let (Some(job), true, false) = (
+            exchange.job_id,
+            exchange.is_success() && exchange.is_create(),
+            exchange.replayed,
+        ) {
+            first.entry(job).or_insert(i);
+        }
+    }
+    first
 }
 
 /// Pairs every response with its request by (client, request id).
