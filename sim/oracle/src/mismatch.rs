@@ -126,23 +126,24 @@ fn accepted_for_another_body(
             run.fingerprint_of_job(job)
                 .map(|fp| stored(job, fp, run.created_seqs(job).first().copied()))
         });
+        let named_by_answers = exchange
+            .job_id
+            .and_then(|j| answers.by_job.get(&j).cloned());
         let candidates = [
-            store.get(&intent).cloned(),
-            named_in_store,
-            answers.by_intent.get(&intent).cloned(),
-            exchange
-                .job_id
-                .and_then(|j| answers.by_job.get(&j).cloned()),
+            ("the key", store.get(&intent).cloned()),
+            ("the job it names", named_in_store),
+            ("the key", answers.by_intent.get(&intent).cloned()),
+            ("the job it names", named_by_answers),
         ];
-        if let Some(binding) = candidates
+        if let Some((bound, binding)) = candidates
             .into_iter()
-            .flatten()
-            .find(|b| b.fingerprint != offered)
+            .filter_map(|(bound, binding)| binding.map(|b| (bound, b)))
+            .find(|(_, b)| b.fingerprint != offered)
         {
             findings.report(
                 Invariant::MismatchRejected,
                 format!(
-                    "{} to a create with key {key:?} and body {}, but the key is bound to {}: it must be refused (409)",
+                    "{} to a create with key {key:?} and body {}, but {bound} is bound to {}: it must be refused (409)",
                     exchange.describe(),
                     short(offered),
                     binding.said
