@@ -32,6 +32,11 @@ pub enum Design {
     BlindFailover,
     /// The key is scoped to a session (each API replica), not to the owner.
     SessionScopedKey,
+    /// The key is scoped globally (`unique (idempotency_key)`), not to the
+    /// owner: another owner's equal key is taken for this one's, so a
+    /// fresh intent is refused as a reused key, or answered with another
+    /// owner's job.
+    GlobalKey,
     /// A completion whose acknowledgement is lost is called lost, unchecked.
     LostAckMeansLost,
     /// The reconciler's waits (stale, overdue) subtract the `started_at`
@@ -95,6 +100,7 @@ impl Design {
         Design::UnguardedAttempts,
         Design::BlindFailover,
         Design::SessionScopedKey,
+        Design::GlobalKey,
         Design::LostAckMeansLost,
         Design::WallClockDeadlines,
     ];
@@ -138,6 +144,7 @@ impl Design {
             Design::UnguardedAttempts => "unguarded-attempts",
             Design::BlindFailover => "blind-failover",
             Design::SessionScopedKey => "session-scoped-key",
+            Design::GlobalKey => "global-key",
             Design::LostAckMeansLost => "lost-ack-means-lost",
             Design::WallClockDeadlines => "wall-clock-deadlines",
             Design::ZooJobHoldLeakedOnCancel => "zoo-job-hold-leaked-on-cancel",
@@ -197,7 +204,7 @@ mod tests {
         assert!("nope".parse::<Design>().is_err());
         assert_eq!("planted-swapped-cas".parse(), Ok(Design::PlantedSwappedCas));
         assert!(!Design::ALL.contains(&Design::PlantedSwappedCas));
-        assert_eq!(Design::mutants().count(), 9);
+        assert_eq!(Design::mutants().count(), 10);
         for zoo in Design::ZOO {
             assert!(zoo.name().starts_with("zoo-"), "{zoo}");
             assert_eq!(zoo.name().parse::<Design>(), Ok(*zoo));

@@ -391,6 +391,8 @@ impl Client {
             problem: str_field(&answer.body, "type"),
             blocking_attempt: str_field(&answer.body, "blocking_attempt")
                 .and_then(|s| s.parse().ok()),
+            // The store's history judges results here (see the field).
+            result_sha256: None,
         };
         self.ctx.recorder.record(&self.host, response);
         Some(answer)

@@ -2238,3 +2238,52 @@ fn check_code(got: &str, expected: &str) -> TestResult {
     assert_eq!(got, expected);
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// The naive designs' schemas (bench only), held equal in both stores.
+
+/// The global-key design's schema, `unique (idempotency_key)`: a key is
+/// found whoever's it is, in the in-process store as in PostgreSQL. Another
+/// owner's equal key with the same body is answered with the first owner's
+/// job, and with another body refused as a reused key.
+#[cfg(feature = "bench")]
+#[tokio::test]
+async fn global_key_schemas_find_a_key_whoever_s_it_is() -> TestResult {
+    use idem_core::design::Design;
+    use idem_core::store::mem::Constraints;
+
+    let constraints = Constraints::for_design(Design::GlobalKey);
+    let pg = fresh_store().await.with_constraints(constraints);
+    pg.drop_missing_constraints().await?;
+    // Run again, as each `idem serve` process does.
+    pg.drop_missing_constraints().await?;
+    let mem = MemStore::with_constraints(constraints);
+    for store in [&mem as &dyn Store, &pg] {
+        let bob = new_job_with(1, "bob", "shared", body("hello"), at(1));
+        assert_eq!(
+            store.create_job(bob.clone()).await?,
+            CreateOutcome::Created(job_row(&bob))
+        );
+        let alice_same = new_job_with(2, "alice", "shared", body("hello"), at(2));
+        assert_eq!(
+            store.create_job(alice_same).await?,
+            CreateOutcome::Existing(job_row(&bob)),
+            "alice is answered with bob's job"
+        );
+        let alice_other = new_job_with(3, "alice", "shared", body("bye"), at(3));
+        assert!(
+            matches!(
+                store.create_job(alice_other).await?,
+                CreateOutcome::KeyReused { existing, .. } if existing == bob.id
+            ),
+            "alice's own intent is refused as bob's key reused"
+        );
+        let carol = new_job_with(4, "carol", "own", body("hello"), at(4));
+        assert_eq!(
+            store.create_job(carol.clone()).await?,
+            CreateOutcome::Created(job_row(&carol))
+        );
+        assert_eq!(store.dump().await?.jobs.len(), 2);
+    }
+    Ok(())
+}

@@ -316,7 +316,14 @@ fn response_event(
             .get("blocking_attempt")
             .and_then(Value::as_str)
             .and_then(|s| s.parse().ok()),
+        result_sha256: job_result_of(&answer.body).map(fingerprint),
     }
+}
+
+/// The `result` a job answer shows, if any (null is none).
+fn job_result_of(body: &Value) -> Option<&Value> {
+    body.get("state")?;
+    body.get("result").filter(|r| !r.is_null())
 }
 
 /// The job id a job response names: its `id`, when it has a `state`.

@@ -43,6 +43,12 @@ pub(super) struct Exchange<'a> {
     pub(super) response_seq: u64,
     pub(super) status: u16,
     pub(super) job_id: Option<JobId>,
+    /// `Idempotent-Replayed: true`.
+    pub(super) replayed: bool,
+    /// The problem `type` of an error answer.
+    pub(super) problem: Option<&'a str>,
+    /// The fingerprint of the job result the answer showed.
+    pub(super) result: Option<&'a str>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +63,21 @@ pub(super) struct Request<'a> {
 impl<'a> Exchange<'a> {
     pub(super) fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
+    }
+
+    /// A 4xx: the service refused the request for what it is, not for
+    /// its own trouble (a 5xx, which a user may retry).
+    pub(super) fn is_refusal(&self) -> bool {
+        (400..500).contains(&self.status)
+    }
+
+    /// The body fingerprint of a create.
+    pub(super) fn create_fingerprint(&self) -> Option<&'a str> {
+        if self.is_create() {
+            self.request.and_then(|r| r.body_fingerprint)
+        } else {
+            None
+        }
     }
 
     /// `POST /v1/jobs`, ignoring a query string or a trailing slash.
@@ -149,6 +170,10 @@ pub(super) struct RunIndex<'a> {
     pub(super) attempts_by_job: BTreeMap<JobId, Vec<&'a Attempt>>,
     /// `job_created` events by job (one each, unless something is wrong).
     pub(super) created: BTreeMap<JobId, Vec<JobCreation<'a>>>,
+    /// For each job a 2xx create answered as new (not replayed), the
+    /// first such exchange (an index into `exchanges`): whose job it is,
+    /// as its users were told.
+    answered_new: BTreeMap<JobId, usize>,
     /// Ordered by (provider, ledger seq).
     pub(super) executions: Vec<ExecutionRecord<'a>>,
     executions_by_key: BTreeMap<&'a str, Vec<usize>>,
@@ -189,8 +214,11 @@ impl<'a> RunIndex<'a> {
             }
         }
         let (executions, executions_by_key) = index_executions(input);
+        let exchanges = pair_exchanges(input);
+        let answered_new = first_new_job_answers(&exchanges);
         Self {
-            exchanges: pair_exchanges(input),
+            exchanges,
+            answered_new,
             jobs,
             attempts,
             attempts_by_job,
@@ -217,6 +245,13 @@ impl<'a> RunIndex<'a> {
                 .and_then(|c| c.first())
                 .map(|c| c.owner),
         }
+    }
+
+    /// The first exchange that answered a create with `job` as a new job
+    /// (a 2xx without `Idempotent-Replayed`): whose job it is, from what
+    /// its users were told, when the store's rows are not seen.
+    pub(super) fn answered_new(&self, job: JobId) -> Option<&Exchange<'a>> {
+        self.answered_new.get(&job).map(|&i| &self.exchanges[i])
     }
 
     /// The fingerprint the job was created with: its row, or the trace.
@@ -305,6 +340,22 @@ impl<'a> RunIndex<'a> {
     }
 }
 
+/// For each job a 2xx create answered as new (not replayed), the index of
+/// the first such exchange.
+fn first_new_job_answers(exchanges: &[Exchange<'_>]) -> BTreeMap<JobId, usize> {
+    let mut first = BTreeMap::new();
+    for (i, exchange) in exchanges.iter().enumerate() {
+        if let (Some(job), true, false) = (
+            exchange.job_id,
+            exchange.is_success() && exchange.is_create(),
+            exchange.replayed,
+        ) {
+            first.entry(job).or_insert(i);
+        }
+    }
+    first
+}
+
 /// Pairs every response with its request by (client, request id).
 fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
     let mut requests: BTreeMap<(&str, u64), Request<'_>> = BTreeMap::new();
@@ -317,6 +368,9 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
             request_id,
             status,
             job_id,
+            replayed,
+            problem,
+            result_sha256,
             ..
         } = &event.body
         {
@@ -333,6 +387,9 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
                 response_seq: event.seq,
                 status: *status,
                 job_id: *job_id,
+                replayed: *replayed,
+                problem: problem.as_deref(),
+                result: result_sha256.as_deref(),
             });
         }
     }

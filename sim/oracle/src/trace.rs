@@ -59,6 +59,15 @@ pub enum TraceBody {
         /// The problem `type`, for error responses.
         problem: Option<String>,
         blocking_attempt: Option<AttemptId>,
+        /// The fingerprint of the job `result` the answer showed, if it
+        /// showed one: what a user saw of a job's outcome, so that a
+        /// result that changes after a user read it is seen from outside
+        /// (invariant 3, [`crate::judge_read_backs`]). Real mode's clients
+        /// record it; the simulator's judge results by the store's
+        /// history, and leave it out of their traces, which stay byte for
+        /// byte as they were.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result_sha256: Option<String>,
     },
     /// No response: timed out, or the connection failed.
     HttpFailed {

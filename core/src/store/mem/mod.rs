@@ -59,6 +59,10 @@ use crate::transition;
 pub struct Constraints {
     /// `unique (owner_id, idempotency_key)` on jobs.
     pub owner_key_unique: bool,
+    /// That constraint made global, `unique (idempotency_key)`: a key is
+    /// looked up whoever's it is (the global-key design).
+    #[serde(default)]
+    pub key_global: bool,
     /// The partial unique index `attempts_one_open`.
     pub one_open_attempt: bool,
     /// The completion's `WHERE version = $2 AND completed_by IS NULL`.
@@ -73,6 +77,7 @@ impl Default for Constraints {
     fn default() -> Self {
         Self {
             owner_key_unique: true,
+            key_global: false,
             one_open_attempt: true,
             completion_cas: true,
             completion_cas_swapped: false,
@@ -87,6 +92,7 @@ impl Constraints {
     pub fn for_design(design: Design) -> Self {
         Self {
             owner_key_unique: design != Design::CheckThenInsert,
+            key_global: design == Design::GlobalKey,
             one_open_attempt: design != Design::UnguardedAttempts,
             completion_cas: design != Design::LastWriterWins,
             completion_cas_swapped: design == Design::PlantedSwappedCas,
@@ -116,6 +122,10 @@ impl MemStore {
         self.constraints.owner_key_unique
     }
 
+    fn key_global(&self) -> bool {
+        self.constraints.key_global
+    }
+
     fn one_open_attempt(&self) -> bool {
         self.constraints.one_open_attempt
     }
@@ -134,6 +144,10 @@ impl MemStore {
 impl MemStore {
     fn owner_key_unique(&self) -> bool {
         true
+    }
+
+    fn key_global(&self) -> bool {
+        false
     }
 
     fn one_open_attempt(&self) -> bool {
@@ -169,6 +183,16 @@ impl MemStore {
     fn lock(&self) -> MutexGuard<'_, MemTables> {
         self.tables.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The job that holds `new`'s key: the owner's (or, for a schema
+    /// whose key is global, anyone's).
+    fn key_holder<'t>(&self, t: &'t MemTables, new: &NewJob) -> Option<&'t Job> {
+        if self.key_global() {
+            t.first_by_key_alone(&new.idempotency_key)
+        } else {
+            t.first_by_key(&new.owner_id, &new.idempotency_key)
+        }
+    }
 }
 
 #[async_trait]
@@ -189,12 +213,10 @@ impl Store for MemStore {
         // The insert fails on the primary key (checked first) or on the
         // (owner, key) constraint; either way the job of the key is read
         // back. Without the constraint only the primary key stops it.
-        let refused = t.jobs.contains_key(&new.id)
-            || (self.owner_key_unique()
-                && t.first_by_key(&new.owner_id, &new.idempotency_key)
-                    .is_some());
+        let holder = self.key_holder(&t, &new).cloned();
+        let refused = t.jobs.contains_key(&new.id) || (self.owner_key_unique() && holder.is_some());
         if refused {
-            return refused_create(&mut t, &new, at);
+            return refused_create(&mut t, &new, holder, at);
         }
         let job = Job {
             id: new.id,
@@ -639,16 +661,17 @@ fn certificate_key(key: &CertificateKey) -> Result<(), StoreError> {
     text(&key.schema_version)
 }
 
-/// A create whose insert was refused: the job that holds the key is
-/// replayed, or its other body refused with an event, as the PostgreSQL
-/// store reads it back. When the id is another key's job there is nothing
-/// to replay: the primary key's error.
+/// A create whose insert was refused: the job that holds the key
+/// (`holder`) is replayed, or its other body refused with an event, as
+/// the PostgreSQL store reads it back. When the id is another key's job
+/// there is nothing to replay: the primary key's error.
 fn refused_create(
     t: &mut MemTables,
     new: &NewJob,
+    holder: Option<Job>,
     at: Timestamp,
 ) -> Result<CreateOutcome, StoreError> {
-    let Some(existing) = t.first_by_key(&new.owner_id, &new.idempotency_key).cloned() else {
+    let Some(existing) = holder else {
         // The id is another key's job: nothing to replay.
         return Err(StoreError::Constraint {
             constraint: constraint::JOBS_PKEY.to_owned(),
