@@ -15,7 +15,7 @@ pub mod mem;
 pub mod pg;
 mod shared;
 
-pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX};
+pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX, next_provider};
 
 use std::collections::BTreeMap;
 
@@ -157,6 +157,39 @@ pub enum FailJobOutcome {
     },
 }
 
+/// What a worker's poll can start, by the provider each job's next attempt
+/// goes to (see [`next_provider`]): a job counts against that provider's
+/// free slots, so that one provider's backlog never fills the poll of
+/// another provider with free slots (issue 36).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeSlots {
+    /// At most this many jobs whose next attempt goes to the provider.
+    pub per_provider: BTreeMap<String, u32>,
+    /// At most this many jobs whose next attempt goes to a provider not
+    /// named in `per_provider`.
+    pub others: u32,
+}
+
+impl FreeSlots {
+    /// Up to `limit` jobs, whatever their provider: every job counts
+    /// against `others`.
+    pub fn any_provider(limit: u32) -> Self {
+        Self {
+            per_provider: BTreeMap::new(),
+            others: limit,
+        }
+    }
+
+    /// How many of the jobs whose next attempt goes to `provider` may be
+    /// taken.
+    pub fn for_provider(&self, provider: &str) -> u32 {
+        self.per_provider
+            .get(provider)
+            .copied()
+            .unwrap_or(self.others)
+    }
+}
+
 /// Where a page of jobs or attempts resumes: the sort time and id of the
 /// last row of the previous page.
 pub type PageAfter<Id> = Option<(Timestamp, Id)>;
@@ -286,8 +319,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &IdempotencyKey,
     ) -> Result<Option<Job>, StoreError>;
     /// Pending jobs with no attempt starting, running or unknown: the work
-    /// a worker may pick up. Oldest first; at most `limit`.
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// a worker may pick up. Each counts against the provider its next
+    /// attempt goes to ([`next_provider`]): for each provider, its oldest
+    /// jobs, at most [`FreeSlots::for_provider`] of them. All of them
+    /// oldest first (by `created_at`, then id).
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError>;
     /// Attempts in one of `states` after the attempt `after` names (by
     /// `started_at`, then id): what the reconciler looks at, all of it in
     /// one read per pass. Oldest first; at most `limit` of each state, so

@@ -68,6 +68,31 @@ pub(crate) fn found_key(
     (outcome, Some(event))
 }
 
+/// The provider a pending job's next attempt goes to, given its last
+/// attempt (by seq) and that attempt's state, as the worker chooses it when
+/// every fallback holds a valid certificate: the primary first; after an
+/// attempt failed or was cancelled, the provider after that attempt's in
+/// the job's order (primary, then fallbacks; wrapping round); after any
+/// other end, the same provider again. An attempt on a provider outside
+/// the job's order counts as one on the primary.
+///
+/// The store cannot see certificates, so this is the worker's choice only
+/// as far as certificates allow: a job it names a fallback for may be
+/// started on another provider, in that provider's slot, or skipped until
+/// one is free. It decides which poll sees a job, never whether an attempt
+/// may start.
+pub fn next_provider<'a>(job: &'a Job, last: Option<(&str, AttemptState)>) -> &'a str {
+    let Some((provider, state)) = last else {
+        return &job.provider;
+    };
+    let order: Vec<&'a str> = std::iter::once(job.provider.as_str())
+        .chain(job.fallbacks.iter().map(String::as_str))
+        .collect();
+    let at = order.iter().position(|p| *p == provider).unwrap_or(0);
+    let moves_on = matches!(state, AttemptState::Failed | AttemptState::Cancelled);
+    order[(at + usize::from(moves_on)) % order.len()]
+}
+
 /// The first event of a job's decision trace, `created`, which no store
 /// writes: everything it says is in the job's row (when, and the request's
 /// fingerprint). Its `seq` is 0, below every stored event's.

@@ -39,8 +39,8 @@ use idem_core::store::call::{self, StoreCall, StoreReply};
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
 use idem_core::store::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots, NewAttempt, NewJob,
+    StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_core::testing::pg::fresh_store;
 use proptest::prelude::*;
@@ -130,8 +130,12 @@ enum Read {
         owner: u8,
         key: u8,
     },
+    /// Free slots of the primary and the fallback (`None`: not named,
+    /// so their jobs count against `others`).
     JobsNeedingAttempt {
-        limit: u32,
+        primary: Option<u32>,
+        fallback: Option<u32>,
+        others: u32,
     },
     /// States as a bit mask over `AttemptState::ALL`, after a cursor
     /// `back_ms` before now and an attempt's id.
@@ -256,7 +260,16 @@ fn read() -> impl Strategy<Value = Read> {
     prop_oneof![
         reference().prop_map(Read::Job),
         (0..2_u8, 0..3_u8).prop_map(|(owner, key)| Read::JobByKey { owner, key }),
-        (0..4_u32).prop_map(|limit| Read::JobsNeedingAttempt { limit }),
+        (
+            prop::option::of(0..4_u32),
+            prop::option::of(0..4_u32),
+            0..4_u32
+        )
+            .prop_map(|(primary, fallback, others)| Read::JobsNeedingAttempt {
+                primary,
+                fallback,
+                others,
+            }),
         (
             any::<u8>(),
             prop::option::of((0..6_u8, reference())),
@@ -706,7 +719,19 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 owner: owner(o),
                 key: key(k),
             },
-            Read::JobsNeedingAttempt { limit } => StoreCall::JobsNeedingAttempt { limit },
+            Read::JobsNeedingAttempt {
+                primary,
+                fallback,
+                others,
+            } => StoreCall::JobsNeedingAttempt {
+                free: FreeSlots {
+                    per_provider: [(PROVIDERS[0], primary), (PROVIDERS[1], fallback)]
+                        .into_iter()
+                        .filter_map(|(provider, n)| Some((provider.to_owned(), n?)))
+                        .collect(),
+                    others,
+                },
+            },
             Read::AttemptsInStates {
                 states,
                 after,

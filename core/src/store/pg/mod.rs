@@ -20,8 +20,8 @@ use sqlx::{Postgres, Row, Transaction};
 
 use super::shared::{assert_transition_target, completion_allowed, transition_event};
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use crate::contract::{Certificate, CertificateKey};
 use crate::model::{
@@ -443,18 +443,47 @@ impl Store for PgStore {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError> {
+        let (providers, limits): (Vec<&str>, Vec<i64>) = free
+            .per_provider
+            .iter()
+            .map(|(provider, n)| (provider.as_str(), i64::from(*n)))
+            .unzip();
         fetch_decoded(
+            // One bucket per named provider, and one (provider null) for
+            // the rest; in each, the oldest pending jobs without an open
+            // attempt whose next attempt goes there (the next provider as
+            // `store::next_provider` says), through the index of pending
+            // jobs by age.
             sqlx::query(
-                "select * from jobs j
-              where j.state = 'pending'
-                and not exists (select 1 from attempts a
-                                 where a.job_id = j.id
-                                   and a.state in ('starting', 'running', 'unknown'))
-              order by j.created_at, j.id
-              limit $1",
+                "with free (provider, n) as (
+                   select * from unnest($1::text[], $2::int8[])
+                   union all select null, $3::int8)
+                 select j.* from free f
+                 cross join lateral (
+                   select j.* from jobs j
+                   left join lateral (select a.provider, a.state from attempts a
+                                       where a.job_id = j.id order by a.seq desc limit 1) last on true
+                   cross join lateral (select array_prepend(j.provider, j.fallbacks) as candidates) o
+                   cross join lateral (
+                     select case when last.provider is null then j.provider
+                            else o.candidates[(coalesce(array_position(o.candidates, last.provider), 1) - 1
+                                               + case when last.state in ('failed', 'cancelled') then 1 else 0 end)
+                                              % cardinality(o.candidates) + 1]
+                            end as provider) next
+                   where j.state = 'pending'
+                     and not exists (select 1 from attempts a
+                                      where a.job_id = j.id
+                                        and a.state in ('starting', 'running', 'unknown'))
+                     and (case when next.provider = any($1) then next.provider end)
+                         is not distinct from f.provider
+                   order by j.created_at, j.id
+                   limit f.n) j
+                 order by j.created_at, j.id",
             )
-            .bind(i64::from(limit)),
+            .bind(providers)
+            .bind(limits)
+            .bind(i64::from(free.others)),
             &self.pool,
             job_from_row,
         )
