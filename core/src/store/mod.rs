@@ -73,6 +73,10 @@ pub enum CreateOutcome {
     /// The key was known and bound to another body; nothing was written to the job.
     KeyReused {
         existing: JobId,
+        /// Every pointer that differs, sorted (bounded by the body limit).
+        /// The recorded `key_reused` event keeps the first
+        /// [`DIFFERING_POINTERS_MAX`] and the total; the API answers the
+        /// same (issue 36: it cut the list without saying so).
         differing_pointers: Vec<String>,
     },
 }

@@ -10,9 +10,9 @@ use crate::json::Json;
 use crate::model::{Attempt, AttemptId, AttemptState, Event, EventKind, Job, NewEvent, Timestamp};
 use crate::transition;
 
-/// The most differing pointers a refused create reports and records: a
-/// body that differs everywhere is named by its first ones, not copied
-/// into the answer and the row.
+/// The most differing pointers a refused create records and the API
+/// answers, beside their total: a body that differs everywhere is named by
+/// its first ones, not copied into the answer and the row.
 pub const DIFFERING_POINTERS_MAX: usize = 16;
 
 /// The most refusal events (`key_reused`, `attempt_refused`,
@@ -46,10 +46,13 @@ pub(crate) fn found_key(
     if existing.request_fingerprint == new.request_fingerprint {
         return (CreateOutcome::Existing(existing.clone()), None);
     }
-    let mut differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
+    let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
     let differing_total = differing_pointers.len();
-    differing_pointers.truncate(DIFFERING_POINTERS_MAX);
-    let mut detail = json!({"differing_pointers": differing_pointers,
+    let recorded: Vec<&String> = differing_pointers
+        .iter()
+        .take(DIFFERING_POINTERS_MAX)
+        .collect();
+    let mut detail = json!({"differing_pointers": recorded,
                             "offered_fingerprint": new.request_fingerprint});
     if differing_total > DIFFERING_POINTERS_MAX {
         detail["differing_total"] = json!(differing_total);
