@@ -102,6 +102,79 @@ fn an_operator_manages_certificates_from_the_command_line() -> TestResult {
     Ok(())
 }
 
+/// What a command wrote to stderr.
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Issue 36, item 4: `certificates` reads a schema that exists; a
+/// mistyped --database-schema is refused, and neither created nor
+/// migrated (read commands never write); a revocation must say why.
+#[test]
+fn certificates_commands_never_create_a_schema_and_revocations_say_why() -> TestResult {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let url = runtime.block_on(idem_core::testing::pg::cluster().fresh_database_url());
+    let migrated = run(&["migrate", "--database-url", &url])?;
+    assert_eq!(migrated.status.code(), Some(0), "{}", stderr(&migrated));
+    let schemas = || -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        Ok(runtime.block_on(async {
+            let pool = sqlx::PgPool::connect(&url).await?;
+            sqlx::query_scalar(
+                "select nspname::text from pg_namespace where nspname like 'id%' order by 1",
+            )
+            .fetch_all(&pool)
+            .await
+        })?)
+    };
+    assert_eq!(schemas()?, vec!["idem".to_owned()]);
+    for command in [
+        &["list"][..],
+        &["show", "--provider", "p"],
+        &["revoke", "--provider", "p", "--reason", "a test"],
+    ] {
+        let args = [
+            &[
+                "certificates",
+                "--database-url",
+                &url,
+                "--database-schema",
+                "idme",
+            ][..],
+            command,
+        ]
+        .concat();
+        let refused = run(&args)?;
+        let said = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(2), "{command:?}: {said}");
+        assert!(
+            said.contains("\"idme\" holds no idem tables"),
+            "{command:?}: {said}"
+        );
+    }
+    assert_eq!(schemas()?, vec!["idem".to_owned()], "no schema was created");
+    let listed = run(&["certificates", "--database-url", &url, "list"])?;
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    for blank in ["", "  "] {
+        let args = [
+            "certificates",
+            "--database-url",
+            &url,
+            "revoke",
+            "--provider",
+            "p",
+            "--reason",
+            blank,
+        ];
+        let refused = run(&args)?;
+        let said = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(2), "{blank:?}: {said}");
+        assert!(said.contains("say why"), "{blank:?}: {said}");
+    }
+    Ok(())
+}
+
 /// A port nothing listens on now.
 fn free_port() -> Result<u16, std::io::Error> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

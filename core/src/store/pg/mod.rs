@@ -119,6 +119,18 @@ const CONTENTION_TRIES_MAX: u32 = 4;
 /// The advisory lock that serializes prunes: "idem" and "prune" in ASCII.
 const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
 
+/// Where a schema stands against this build's migrations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaState {
+    /// Every migration of this build is applied.
+    Current,
+    /// No idem tables: the schema, or its migrations' bookkeeping, is not
+    /// there.
+    Missing,
+    /// Some of this build's migrations are not applied yet.
+    Behind { pending: usize },
+}
+
 /// The store on a PostgreSQL pool.
 #[derive(Clone, Debug)]
 pub struct PgStore {
@@ -166,6 +178,35 @@ impl PgStore {
     /// Applies the embedded migrations in the store's schema.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
         migrator(&self.schema).run(&self.pool).await
+    }
+
+    /// Where the store's schema stands against this build's migrations,
+    /// read without writing anything (a command that only reads must not
+    /// create a mistyped schema: issue 36).
+    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+        // The pool's search_path is the schema alone (see
+        // `connect_options`): unqualified names resolve there, or nowhere.
+        let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        if !exists {
+            return Ok(SchemaState::Missing);
+        }
+        let applied: Vec<i64> =
+            sqlx::query_scalar("select version from _sqlx_migrations where success")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+        let pending = MIGRATOR
+            .iter()
+            .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
+            .count();
+        Ok(if pending == 0 {
+            SchemaState::Current
+        } else {
+            SchemaState::Behind { pending }
+        })
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
