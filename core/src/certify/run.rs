@@ -15,17 +15,16 @@
 //! [`CertifyError::Inconclusive`]: nothing was learnt, and no certificate
 //! should change because of it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::task::JoinSet;
 
+use super::calls::{Answers, Call, Deadline, Progress, SampleAnswer, run_calls, what_came_back};
 use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
 use super::spec::{Contract, CorpusInput, RenderedPrompt};
 use super::tokenizer;
@@ -144,6 +143,11 @@ pub enum CertifyError {
         "provider {provider:?} serves no chat completions at this URL (every call got status {status}): check the URL"
     )]
     NotServed { provider: String, status: u16 },
+    /// Every call was refused outright (a 4xx): the provider judged every
+    /// request and took none, so no answer could be checked. `answers`
+    /// names the statuses and the start of what came back.
+    #[error("provider {provider:?} refused every call ({answers}): no answer could be checked")]
+    Refused { provider: String, answers: String },
     /// Some calls got no answer and the others showed nothing wrong.
     #[error("provider {provider:?}: inconclusive, {why}")]
     Inconclusive {
@@ -169,9 +173,15 @@ pub fn describe(error: &ProviderError) -> String {
     }
 }
 
-/// A TLS failure that a CA file would fix says so.
+/// A TLS failure that the URL or a CA file would fix says so. (rustls
+/// gives its errors as text by then; these are its names for them.)
 fn with_tls_hint(detail: String) -> String {
-    if detail.contains("UnknownIssuer") {
+    if detail.contains("InvalidContentType") {
+        format!(
+            "{detail} (the server did not answer in TLS: it may serve plain HTTP, \
+             so its URL would start with http://, not https://)"
+        )
+    } else if detail.contains("UnknownIssuer") {
         format!(
             "{detail} (the server's certificate is not signed by a trusted authority: \
              give its CA with ca_file in the provider's configuration, or --ca-file)"
@@ -192,25 +202,6 @@ fn refuses_the_caller(status: u16) -> bool {
 fn serves_nothing_here(status: u16) -> bool {
     matches!(status, 404 | 405 | 501)
 }
-
-/// The outcome of one sample's call.
-#[derive(Clone, Debug)]
-struct SampleAnswer {
-    answer: Result<ChatAnswer, String>,
-    tries: u32,
-    /// The status of a definitive refusal.
-    refused: Option<u16>,
-}
-
-impl SampleAnswer {
-    /// No answer at all: not reached, timed out, broke, or not sent.
-    fn silent(&self) -> bool {
-        self.answer.is_err() && self.refused.is_none()
-    }
-}
-
-/// One call to make: input, sample, idempotency key and request.
-type Call = (usize, u32, String, ChatRequest);
 
 /// Certifies `target` against `contract` through `endpoint`, bounded per
 /// call only ([`RunBounds::PER_CALL`]).
@@ -233,17 +224,33 @@ pub async fn certify_bounded(
     limits: RunLimits,
     bounds: RunBounds,
 ) -> Result<Certification, CertifyError> {
+    let quiet = |_: Progress| {};
+    certify_with_progress(endpoint, contract, target, ids, (limits, bounds), &quiet).await
+}
+
+/// [`certify_bounded`], telling `progress` how the calls go.
+pub async fn certify_with_progress(
+    endpoint: Arc<dyn ChatEndpoint>,
+    contract: Arc<Contract>,
+    target: &Target,
+    ids: &dyn IdSource,
+    (limits, bounds): (RunLimits, RunBounds),
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Certification, CertifyError> {
     check_limits(limits)?;
     let mut deadline = Deadline::start(bounds.deadline_ms);
     let model_identity = probe(endpoint.as_ref(), target, limits).await?;
     let (mut rows, mut failures, prompts) = render_inputs(&contract, target);
+    failures.extend(identity_failure(target, model_identity.as_deref()));
     let calls = plan_calls(&contract, target, &prompts, ids);
-    let (answers, stopped) = run_calls(&endpoint, calls, limits, bounds, &mut deadline).await;
+    let (answers, stopped) =
+        run_calls(&endpoint, calls, limits, bounds, &mut deadline, progress).await;
     check_refusals(target, &answers)?;
     let mut judged = Judged {
         rows: &mut rows,
         failures: &mut failures,
         served_models: BTreeSet::new(),
+        asked: &target.model,
     };
     for (index, input) in contract.inputs.iter().enumerate() {
         let sent = prompts[index].is_some();
@@ -390,54 +397,60 @@ fn plan_calls(
     calls
 }
 
-/// Every call answered with a refusal of the caller, or of the URL, is an
-/// error: nothing was learnt about the contract (a provider without the
-/// model lookup shows it only here).
-fn check_refusals(
-    target: &Target,
-    answers: &BTreeMap<(usize, u32), SampleAnswer>,
-) -> Result<(), CertifyError> {
-    let first = answers.values().next().and_then(|a| a.refused);
+/// Every call refused outright is an error: nothing was learnt about the
+/// contract. A refusal of the caller (401, 403) or of the URL (404, 405,
+/// 501) says what to fix; any other names what came back (a provider
+/// without the model lookup shows its refusal only here).
+fn check_refusals(target: &Target, answers: &Answers) -> Result<(), CertifyError> {
+    let first = answers.values().next().and_then(SampleAnswer::refused);
     let Some(status) = first else {
         return Ok(());
     };
-    if !answers.values().all(|a| a.refused == Some(status)) {
+    if !answers.values().all(|a| a.refused().is_some()) {
         return Ok(());
     }
     let provider = target.provider.clone();
-    if refuses_the_caller(status) {
+    let same = answers.values().all(|a| a.refused() == Some(status));
+    if same && refuses_the_caller(status) {
         let detail = answers
             .values()
             .next()
             .and_then(|a| a.answer.clone().err())
+            .map(|(_, detail)| detail)
             .unwrap_or_default();
         return Err(CertifyError::Unauthorized { provider, detail });
     }
-    if serves_nothing_here(status) {
+    if same && serves_nothing_here(status) {
         return Err(CertifyError::NotServed { provider, status });
     }
-    Ok(())
+    let answers = what_came_back(answers.values());
+    Err(CertifyError::Refused { provider, answers })
 }
 
-/// The run as a verdict, or [`CertifyError::Inconclusive`] when calls got
-/// no answer and nothing else failed.
+/// The run as a verdict, or [`CertifyError::Inconclusive`] when its only
+/// failures are calls that got no usable answer: a provider that answered
+/// some calls and refused others was judged (not certified), one that
+/// answered none was not.
 fn conclusive(
     certification: Certification,
-    answers: &BTreeMap<(usize, u32), SampleAnswer>,
+    answers: &Answers,
     stopped: Option<String>,
 ) -> Result<Certification, CertifyError> {
-    let silent = answers.values().filter(|a| a.silent()).count();
     let transport_only = certification
         .failed_checks()
         .iter()
         .all(|c| *c == Check::Transport);
-    if certification.passed() || !transport_only {
+    let refused_some = answers.values().any(|a| a.refused().is_some());
+    if certification.passed() || !transport_only || refused_some {
         return Ok(certification);
     }
+    let unusable: Vec<&SampleAnswer> = answers.values().filter(|a| a.unusable()).collect();
     let why = stopped.unwrap_or_else(|| {
         format!(
-            "{silent} of {} calls got no answer and the rest showed no fault",
-            answers.len()
+            "{} of {} calls got no usable answer ({}) and the rest showed no fault",
+            unusable.len(),
+            answers.len(),
+            what_came_back(unusable.iter().copied())
         )
     });
     Err(CertifyError::Inconclusive {
@@ -447,11 +460,46 @@ fn conclusive(
     })
 }
 
+/// The failure when the provider says it serves another model under the
+/// name asked (its model lookup's `root` or `id`): a certificate names the
+/// model it was earned on (issue 36: such a provider certified, exit 0).
+fn identity_failure(target: &Target, identity: Option<&str>) -> Option<Failure> {
+    let identity = identity?;
+    if names_the_model(&target.model, identity) {
+        return None;
+    }
+    let detail = format!(
+        "GET /v1/models/{} says it serves {identity:?}, not {:?}",
+        target.model, target.model
+    );
+    Some(Failure::new(Check::Model, MODEL_LOOKUP, None, detail))
+}
+
+/// The row name of the model lookup's failure.
+const MODEL_LOOKUP: &str = "model_lookup";
+
+/// Whether a provider naming `served` serves the model asked for by name:
+/// the same name, or a dated snapshot of it (`gpt-4o` answered by
+/// `gpt-4o-2024-08-06`, as OpenAI names its snapshots): the name, a dash,
+/// then digits and dashes only. `gpt-4o-mini` is another model.
+pub fn names_the_model(asked: &str, served: &str) -> bool {
+    served == asked
+        || served
+            .strip_prefix(asked)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|rest| {
+                rest.starts_with(|c: char| c.is_ascii_digit())
+                    && rest.chars().all(|c| c.is_ascii_digit() || c == '-')
+            })
+}
+
 /// The rows and failures being filled in from the answers.
 struct Judged<'a> {
     rows: &'a mut [InputRow],
     failures: &'a mut Vec<Failure>,
     served_models: BTreeSet<String>,
+    /// The model asked for: every answer must come from it.
+    asked: &'a str,
 }
 
 impl Judged<'_> {
@@ -462,7 +510,7 @@ impl Judged<'_> {
         index: usize,
         input: &CorpusInput,
         sent: bool,
-        answers: &BTreeMap<(usize, u32), SampleAnswer>,
+        answers: &Answers,
         stopped: Option<&str>,
     ) {
         let mut results: Vec<(u32, Value)> = Vec::new();
@@ -508,9 +556,18 @@ impl Judged<'_> {
         let content = match &answer.answer {
             Ok(ChatAnswer { content, model }) => {
                 self.served_models.extend(model.iter().cloned());
+                if let Some(served) = model {
+                    if !names_the_model(self.asked, served) {
+                        row.record(Check::Transport, true);
+                        let asked = self.asked;
+                        let detail = format!("answered by model {served:?}, not {asked:?}");
+                        return Err((Check::Model, detail));
+                    }
+                    row.record(Check::Model, true);
+                }
                 content
             }
-            Err(detail) => {
+            Err((_, detail)) => {
                 let tries = answer.tries;
                 let times = if tries == 1 { "try" } else { "tries" };
                 return Err((
@@ -595,127 +652,6 @@ fn inconsistency(contract: &Contract, results: &[(u32, Value)]) -> Option<String
         })
         .collect();
     (!deviating.is_empty()).then(|| deviating.join("; "))
-}
-
-/// The run's deadline, armed when there is one.
-struct Deadline {
-    sleep: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-    ms: u64,
-}
-
-impl Deadline {
-    fn start(deadline_ms: Option<u64>) -> Self {
-        Self {
-            sleep: deadline_ms.map(|ms| {
-                let sleep = crate::timer::sleep(Duration::from_millis(ms));
-                Box::pin(sleep) as Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-            }),
-            ms: deadline_ms.unwrap_or(0),
-        }
-    }
-
-    /// Resolves when the deadline passes; never without one.
-    async fn passed(&mut self) {
-        match &mut self.sleep {
-            Some(sleep) => sleep.as_mut().await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-/// Runs every call, at most `limits.concurrency` at a time, until they are
-/// all answered, the deadline passes, or (with `stop_when_silent`) the
-/// first wave got no answer at all. Says why it stopped early, if it did.
-async fn run_calls(
-    endpoint: &Arc<dyn ChatEndpoint>,
-    calls: Vec<Call>,
-    limits: RunLimits,
-    bounds: RunBounds,
-    deadline: &mut Deadline,
-) -> (BTreeMap<(usize, u32), SampleAnswer>, Option<String>) {
-    let mut answers: BTreeMap<(usize, u32), SampleAnswer> = BTreeMap::new();
-    let mut running = JoinSet::new();
-    let mut pending = calls.into_iter();
-    loop {
-        while running.len() < limits.concurrency {
-            let Some((index, sample, key, request)) = pending.next() else {
-                break;
-            };
-            let endpoint = Arc::clone(endpoint);
-            running.spawn(async move {
-                let answer = call_with_retries(endpoint.as_ref(), &request, &key, limits).await;
-                ((index, sample), answer)
-            });
-        }
-        let joined = tokio::select! {
-            joined = running.join_next() => joined,
-            () = deadline.passed() => {
-                let why = format!("the certification's deadline of {} ms passed", deadline.ms);
-                return (answers, Some(why));
-            }
-        };
-        match joined {
-            Some(Ok((at, answer))) => {
-                answers.insert(at, answer);
-            }
-            // A call task that panicked: its sample is reported missing as
-            // a transport failure, never silently passed.
-            Some(Err(e)) => tracing::error!(error = %e, "a certification call failed to run"),
-            None => return (answers, None),
-        }
-        if bounds.stop_when_silent
-            && answers.len() >= limits.concurrency
-            && answers.values().all(SampleAnswer::silent)
-        {
-            let why = format!(
-                "the first {} calls got no answer; the rest were not sent",
-                answers.len()
-            );
-            return (answers, Some(why));
-        }
-    }
-}
-
-async fn call_with_retries(
-    endpoint: &dyn ChatEndpoint,
-    request: &ChatRequest,
-    key: &str,
-    limits: RunLimits,
-) -> SampleAnswer {
-    let timeout = Duration::from_millis(limits.call_timeout_ms);
-    let mut last = String::new();
-    for tries in 1..=limits.call_tries_max {
-        // The same key on every try: a provider that honours keys replays a
-        // request it already executed instead of billing it again.
-        match crate::timer::timeout(timeout, endpoint.chat(request, key)).await {
-            Ok(Ok(answer)) => {
-                return SampleAnswer {
-                    answer: Ok(answer),
-                    tries,
-                    refused: None,
-                };
-            }
-            // The content was judged by the provider and refused: a finding,
-            // not a transport hiccup. Only a refusal that may pass on a
-            // second try (429, 5xx) is retried.
-            Ok(Err(e @ ProviderError::Rejected { status, .. }))
-                if status != 429 && status < 500 =>
-            {
-                return SampleAnswer {
-                    answer: Err(describe(&e)),
-                    tries,
-                    refused: Some(status),
-                };
-            }
-            Ok(Err(e)) => last = describe(&e),
-            Err(_) => last = format!("no answer within {} ms", limits.call_timeout_ms),
-        }
-    }
-    SampleAnswer {
-        answer: Err(last),
-        tries: limits.call_tries_max,
-        refused: None,
-    }
 }
 
 /// The start of a provider's answer, for a failure's detail.

@@ -499,8 +499,8 @@ impl Certifying {
             &self.clients.contract,
             provider,
             &self.clients.endpoints[name],
-            RunLimits::default(),
-            bounds,
+            (RunLimits::default(), bounds),
+            &|_| {},
         )
         .await;
         let certification = match outcome {

@@ -102,6 +102,37 @@ fn an_operator_manages_certificates_from_the_command_line() -> TestResult {
     Ok(())
 }
 
+/// Issue 36, item 3: a certification shows its progress on stderr while
+/// stdout stays the verdict's, and with `--format json` a run that could
+/// not be made prints a JSON error (it printed nothing, exit 2).
+#[test]
+fn certify_shows_progress_and_answers_json_on_every_exit() -> TestResult {
+    let (_provider_runtime, addr) = compliant_provider(0)?;
+    let provider = format!("p=http://{addr}");
+    let certified = run(&["certify", "--provider", &provider, "--format", "json"])?;
+    assert_eq!(certified.status.code(), Some(0), "{}", stderr(&certified));
+    let verdict: Value = serde_json::from_slice(&certified.stdout)?;
+    assert_eq!(verdict["evidence"]["passed"], true, "{verdict}");
+    let progress = stderr(&certified);
+    assert!(
+        progress.contains(&format!("certifying p at http://{addr}: 69 calls")),
+        "{progress}"
+    );
+    assert!(
+        progress.contains("69/69 calls done, 0 without a usable answer"),
+        "{progress}"
+    );
+
+    let closed = format!("p=http://127.0.0.1:{}", free_port()?);
+    let failed = run(&["certify", "--provider", &closed, "--format", "json"])?;
+    assert_eq!(failed.status.code(), Some(2), "{}", stderr(&failed));
+    let error: Value = serde_json::from_slice(&failed.stdout)?;
+    assert_eq!(error["exit_code"], 2, "{error}");
+    let said = error["error"].as_str().unwrap_or_default();
+    assert!(said.contains("cannot be reached"), "{error}");
+    Ok(())
+}
+
 /// What a command wrote to stderr.
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
