@@ -161,22 +161,22 @@ pub enum FailJobOutcome {
     },
 }
 
-/// What a worker's poll can start, by the provider each job's next attempt
-/// goes to (see [`next_provider`]): a job counts against that provider's
-/// free slots, so that one provider's backlog never fills the poll of
-/// another provider with free slots (issue 36).
+/// What a worker's poll can start, by provider: a job counts against its
+/// primary's free slots, so that one provider's backlog never fills the
+/// poll of another provider with free slots (issue 36). A job whose next
+/// attempt goes to a provider with no free slot (after a failed or
+/// cancelled attempt, see [`next_provider`]) is passed over: it could not
+/// start now, and would take a place another job can use.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FreeSlots {
-    /// At most this many jobs whose next attempt goes to the provider.
+    /// At most this many jobs of each provider named (as their primary).
     pub per_provider: BTreeMap<String, u32>,
-    /// At most this many jobs whose next attempt goes to a provider not
-    /// named in `per_provider`.
+    /// At most this many jobs of each provider not named in `per_provider`.
     pub others: u32,
 }
 
 impl FreeSlots {
-    /// Up to `limit` jobs, whatever their provider: every job counts
-    /// against `others`.
+    /// Up to `limit` jobs of each provider: no provider is named.
     pub fn any_provider(limit: u32) -> Self {
         Self {
             per_provider: BTreeMap::new(),
@@ -184,13 +184,20 @@ impl FreeSlots {
         }
     }
 
-    /// How many of the jobs whose next attempt goes to `provider` may be
-    /// taken.
+    /// How many of `provider`'s jobs may be taken.
     pub fn for_provider(&self, provider: &str) -> u32 {
         self.per_provider
             .get(provider)
             .copied()
             .unwrap_or(self.others)
+    }
+
+    /// The providers named with no free slot.
+    pub fn saturated(&self) -> impl Iterator<Item = &str> {
+        self.per_provider
+            .iter()
+            .filter(|(_, n)| **n == 0)
+            .map(|(provider, _)| provider.as_str())
     }
 }
 
@@ -323,10 +330,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &IdempotencyKey,
     ) -> Result<Option<Job>, StoreError>;
     /// Pending jobs with no attempt starting, running or unknown: the work
-    /// a worker may pick up. Each counts against the provider its next
-    /// attempt goes to ([`next_provider`]): for each provider, its oldest
-    /// jobs, at most [`FreeSlots::for_provider`] of them. All of them
-    /// oldest first (by `created_at`, then id).
+    /// a worker may pick up. For each primary provider, its oldest such
+    /// jobs, at most [`FreeSlots::for_provider`] of them, passing over
+    /// those whose next attempt ([`next_provider`]) goes to a provider
+    /// named with no free slot. All of them oldest first (by `created_at`,
+    /// then id).
     async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError>;
     /// Attempts in one of `states` after the attempt `after` names (by
     /// `started_at`, then id): what the reconciler looks at, all of it in

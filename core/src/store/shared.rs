@@ -80,9 +80,8 @@ pub(crate) fn found_key(
 /// the job's order counts as one on the primary.
 ///
 /// The store cannot see certificates, so this is the worker's choice only
-/// as far as certificates allow: a job it names a fallback for may be
-/// started on another provider, in that provider's slot, or skipped until
-/// one is free. It decides which poll sees a job, never whether an attempt
+/// as far as certificates allow. It decides only whether a poll passes a
+/// job over (its next provider has no free slot), never whether an attempt
 /// may start.
 pub fn next_provider<'a>(job: &'a Job, last: Option<(&str, AttemptState)>) -> &'a str {
     let Some((provider, state)) = last else {

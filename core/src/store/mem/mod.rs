@@ -448,15 +448,14 @@ impl Store for MemStore {
             })
             .collect();
         jobs.sort_by_key(|j| (j.created_at, j.id));
-        // Taken per provider (`None`: the providers `free` does not name).
-        let mut taken: BTreeMap<Option<&str>, u32> = BTreeMap::new();
+        let saturated: Vec<&str> = free.saturated().collect();
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
         let mut chosen = Vec::new();
         for job in jobs {
             let last = t.job_attempts(job.id).last();
             let next = next_provider(job, last.map(|a| (a.provider.as_str(), a.state)));
-            let bucket = free.per_provider.contains_key(next).then_some(next);
-            let count = taken.entry(bucket).or_default();
-            if *count < free.for_provider(next) {
+            let count = taken.entry(job.provider.as_str()).or_default();
+            if *count < free.for_provider(&job.provider) && !saturated.contains(&next) {
                 *count += 1;
                 chosen.push(job.clone());
             }
