@@ -140,21 +140,24 @@ pub fn parse_url(url: &str) -> Result<Endpoint, String> {
     if !path_ok || parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(shape());
     }
-    let host = match parsed.host() {
-        Some(url::Host::Domain(domain)) => domain.to_owned(),
-        Some(url::Host::Ipv4(address)) => address.to_string(),
-        Some(url::Host::Ipv6(address)) => format!("[{address}]"),
-        None => return Err(shape()),
-    };
-    match parsed.port_or_known_default() {
-        Some(port) if port > 0 => Ok(Endpoint {
-            https,
-            authority: format!("{host}:{port}"),
-        }),
-        _ => Err(format!(
+    let authority = authority_of(&parsed).ok_or_else(shape)?;
+    if parsed.port() == Some(0) {
+        return Err(format!(
             "provider URL {shown:?}: the port is not 1 to 65535"
-        )),
+        ));
     }
+    Ok(Endpoint { https, authority })
+}
+
+/// `host:port` of a parsed http(s) URL (its scheme's port when it names
+/// none; an IPv6 address in brackets), if it has a host.
+fn authority_of(parsed: &url::Url) -> Option<String> {
+    let host = match parsed.host()? {
+        url::Host::Domain(domain) => domain.to_owned(),
+        url::Host::Ipv4(address) => address.to_string(),
+        url::Host::Ipv6(address) => format!("[{address}]"),
+    };
+    Some(format!("{host}:{}", parsed.port_or_known_default()?))
 }
 
 /// A configuration file, read and checked, its paths made absolute.

@@ -249,10 +249,7 @@ fn engine_problem(error: &EngineError) -> Mapped {
         } => (
             S::CONFLICT,
             P::IdempotencyKeyReused,
-            json!({
-                "differing_pointers": first_pointers(differing_pointers),
-                "differing_total": differing_pointers.len(),
-            }),
+            differing(differing_pointers),
         ),
         E::UnknownProvider { provider } => (
             S::UNPROCESSABLE_ENTITY,
@@ -298,6 +295,11 @@ fn engine_problem(error: &EngineError) -> Mapped {
 /// answer also gives their total).
 fn first_pointers(pointers: &[String]) -> &[String] {
     &pointers[..pointers.len().min(DIFFERING_POINTERS_MAX)]
+}
+
+/// A 409's extension members: the first pointers and how many in all.
+fn differing(pointers: &[String]) -> Value {
+    json!({"differing_pointers": first_pointers(pointers), "differing_total": pointers.len()})
 }
 
 /// Marks a 5xx response whose cause the handler logged itself (a probe's

@@ -160,24 +160,15 @@ pub(super) async fn run_calls(
     let mut running = JoinSet::new();
     let mut pending = calls.into_iter();
     loop {
-        while running.len() < limits.concurrency {
-            let Some((index, sample, key, request)) = pending.next() else {
-                break;
-            };
-            let endpoint = Arc::clone(endpoint);
-            running.spawn(async move {
-                let answer = call_with_retries(endpoint.as_ref(), &request, &key, limits).await;
-                ((index, sample), answer)
-            });
+        while running.len() < limits.concurrency
+            && let Some(call) = pending.next()
+        {
+            running.spawn(sample(Arc::clone(endpoint), call, limits));
         }
         let joined = tokio::select! {
             joined = running.join_next() => joined,
             () = deadline.passed() => {
-                let mut why = format!("the certification's deadline of {} ms passed", deadline.ms);
-                if answers.values().any(SampleAnswer::unusable) {
-                    let seen = what_came_back(answers.values().filter(|a| a.unusable()));
-                    why.push_str(&format!("; calls without a usable answer: {seen}"));
-                }
+                let why = deadline_passed(deadline.ms, &answers);
                 return (answers, Some(why));
             }
         };
@@ -196,17 +187,45 @@ pub(super) async fn run_calls(
             None => return (answers, None),
         }
         if bounds.stop_when_silent
-            && answers.len() >= limits.concurrency
-            && answers.values().all(SampleAnswer::unusable)
+            && let Some(why) = silent_so_far(&answers, limits)
         {
-            let why = format!(
-                "the first {} calls got no usable answer ({}); the rest were not sent",
-                answers.len(),
-                what_came_back(answers.values())
-            );
             return (answers, Some(why));
         }
     }
+}
+
+/// Why a run stopped at its deadline, with what came back so far.
+fn deadline_passed(deadline_ms: u64, answers: &Answers) -> String {
+    let mut why = format!("the certification's deadline of {deadline_ms} ms passed");
+    if answers.values().any(SampleAnswer::unusable) {
+        let seen = what_came_back(answers.values().filter(|a| a.unusable()));
+        why.push_str(&format!("; calls without a usable answer: {seen}"));
+    }
+    why
+}
+
+/// Why the run stops early, once the first wave of calls (one per
+/// concurrent slot) got no usable answer at all.
+fn silent_so_far(answers: &Answers, limits: RunLimits) -> Option<String> {
+    (answers.len() >= limits.concurrency && answers.values().all(SampleAnswer::unusable)).then(
+        || {
+            format!(
+                "the first {} calls got no usable answer ({}); the rest were not sent",
+                answers.len(),
+                what_came_back(answers.values())
+            )
+        },
+    )
+}
+
+/// One call, every try of it, keyed by its (input, sample).
+async fn sample(
+    endpoint: Arc<dyn ChatEndpoint>,
+    (index, sample, key, request): Call,
+    limits: RunLimits,
+) -> ((usize, u32), SampleAnswer) {
+    let answer = call_with_retries(endpoint.as_ref(), &request, &key, limits).await;
+    ((index, sample), answer)
 }
 
 async fn call_with_retries(
@@ -220,44 +239,36 @@ async fn call_with_retries(
     for tries in 1..=limits.call_tries_max {
         // The same key on every try: a provider that honours keys replays a
         // request it already executed instead of billing it again.
-        let unusable = match crate::timer::timeout(timeout, endpoint.chat(request, key)).await {
-            Ok(Ok(answer)) => {
-                return SampleAnswer {
-                    answer: Ok(answer),
-                    tries,
-                };
-            }
-            // The request was judged by the provider and refused: a
-            // finding, not a transport hiccup. Only a refusal that may pass
-            // on a second try (429, 5xx) is retried.
-            Ok(Err(e @ ProviderError::Rejected { status, .. }))
-                if status != 429 && status < 500 =>
-            {
-                Some((Unusable::Refused(status), describe(&e)))
-            }
-            // An answer, not a chat completion: another try gets the same.
-            Ok(Err(e @ ProviderError::Invalid(_))) => {
-                Some((Unusable::NotAChatCompletion, describe(&e)))
-            }
-            Ok(Err(e)) => {
-                last = describe(&e);
-                None
-            }
-            Err(_) => {
-                last = format!("no answer within {} ms", limits.call_timeout_ms);
-                None
-            }
+        let outcome = match crate::timer::timeout(timeout, endpoint.chat(request, key)).await {
+            Ok(answer) => settled(answer),
+            Err(_) => Err(format!("no answer within {} ms", limits.call_timeout_ms)),
         };
-        if let Some(unusable) = unusable {
-            return SampleAnswer {
-                answer: Err(unusable),
-                tries,
-            };
+        match outcome {
+            Ok(answer) => return SampleAnswer { answer, tries },
+            Err(retry) => last = retry,
         }
     }
     SampleAnswer {
         answer: Err((Unusable::NoAnswer, last)),
         tries: limits.call_tries_max,
+    }
+}
+
+/// One try's answer as the call's outcome, or what it saw when another try
+/// may do better. A refusal (a 4xx other than 429) was judged by the
+/// provider: a finding, not a hiccup; an answer that is not a chat
+/// completion would be the same again. Only no answer, a 429 or a 5xx is
+/// tried again.
+fn settled(
+    answer: Result<ChatAnswer, ProviderError>,
+) -> Result<Result<ChatAnswer, (Unusable, String)>, String> {
+    match answer {
+        Ok(answer) => Ok(Ok(answer)),
+        Err(e @ ProviderError::Rejected { status, .. }) if status != 429 && status < 500 => {
+            Ok(Err((Unusable::Refused(status), describe(&e))))
+        }
+        Err(e @ ProviderError::Invalid(_)) => Ok(Err((Unusable::NotAChatCompletion, describe(&e)))),
+        Err(e) => Err(describe(&e)),
     }
 }
 

@@ -136,6 +136,43 @@ pub enum SchemaState {
     Behind { pending: usize },
 }
 
+/// A worker's poll ([`Store::jobs_needing_attempt`]): every provider with
+/// pending jobs (a skip scan of `jobs_pending_by_provider`, one index
+/// descent per provider), then each one's oldest pending jobs without an
+/// open attempt, up to its free slots (`$1`, `$2`; `$3` for providers not
+/// named), through the same index; a job whose next attempt goes to a
+/// provider in `$4` (no free slot; after a failed or cancelled attempt:
+/// `store::next_provider`) is passed over. A poll reads about the rows it
+/// returns, whatever the backlog.
+const JOBS_NEEDING_ATTEMPT_SQL: &str = "with recursive primaries (provider) as (
+               (select provider from jobs where state = 'pending' order by provider limit 1)
+               union all
+               select (select j.provider from jobs j
+                        where j.state = 'pending' and j.provider > p.provider
+                        order by j.provider limit 1)
+                 from primaries p where p.provider is not null)
+             select j.* from primaries p
+             left join unnest($1::text[], $2::int8[]) as free (provider, n)
+               on free.provider = p.provider
+             cross join lateral (
+               select j.* from jobs j
+               where j.state = 'pending' and j.provider = p.provider
+                 and not exists (select 1 from attempts a
+                                  where a.job_id = j.id
+                                    and a.state in ('starting', 'running', 'unknown'))
+                 and not exists (
+                   select 1 from (select a.provider, a.state from attempts a
+                                   where a.job_id = j.id order by a.seq desc limit 1) last
+                   cross join lateral (select array_prepend(j.provider, j.fallbacks) as candidates) o
+                   where o.candidates[(coalesce(array_position(o.candidates, last.provider), 1) - 1
+                                       + case when last.state in ('failed', 'cancelled')
+                                              then 1 else 0 end)
+                                      % cardinality(o.candidates) + 1] = any($4::text[]))
+               order by j.created_at, j.id
+               limit coalesce(free.n, $3)) j
+             where p.provider is not null
+             order by j.created_at, j.id";
+
 /// The store on a PostgreSQL pool.
 #[derive(Clone, Debug)]
 pub struct PgStore {
@@ -497,48 +534,11 @@ impl Store for PgStore {
             .unzip();
         let saturated: Vec<&str> = free.saturated().collect();
         fetch_decoded(
-            // Every provider with pending jobs (a skip scan of
-            // jobs_pending_by_provider: one index descent per provider),
-            // then each one's oldest pending jobs without an open attempt,
-            // up to its free slots, through the same index; a job whose
-            // next attempt goes to a provider with no free slot (after a
-            // failed or cancelled attempt: `store::next_provider`) is
-            // passed over. A poll reads about the rows it returns, whatever
-            // the backlog.
-            sqlx::query(
-                "with recursive primaries (provider) as (
-                   (select provider from jobs where state = 'pending' order by provider limit 1)
-                   union all
-                   select (select j.provider from jobs j
-                            where j.state = 'pending' and j.provider > p.provider
-                            order by j.provider limit 1)
-                     from primaries p where p.provider is not null)
-                 select j.* from primaries p
-                 left join unnest($1::text[], $2::int8[]) as free (provider, n)
-                   on free.provider = p.provider
-                 cross join lateral (
-                   select j.* from jobs j
-                   where j.state = 'pending' and j.provider = p.provider
-                     and not exists (select 1 from attempts a
-                                      where a.job_id = j.id
-                                        and a.state in ('starting', 'running', 'unknown'))
-                     and not exists (
-                       select 1 from (select a.provider, a.state from attempts a
-                                       where a.job_id = j.id order by a.seq desc limit 1) last
-                       cross join lateral (select array_prepend(j.provider, j.fallbacks) as candidates) o
-                       where o.candidates[(coalesce(array_position(o.candidates, last.provider), 1) - 1
-                                           + case when last.state in ('failed', 'cancelled')
-                                                  then 1 else 0 end)
-                                          % cardinality(o.candidates) + 1] = any($4::text[]))
-                   order by j.created_at, j.id
-                   limit coalesce(free.n, $3)) j
-                 where p.provider is not null
-                 order by j.created_at, j.id",
-            )
-            .bind(providers)
-            .bind(limits)
-            .bind(i64::from(free.others))
-            .bind(saturated),
+            sqlx::query(JOBS_NEEDING_ATTEMPT_SQL)
+                .bind(providers)
+                .bind(limits)
+                .bind(i64::from(free.others))
+                .bind(saturated),
             &self.pool,
             job_from_row,
         )
