@@ -262,8 +262,9 @@ impl Worker {
     }
 
     /// One poll that waits for what it started: every job that needs an
-    /// attempt (up to `jobs_per_tick_max`) is advanced, concurrently. For
-    /// tests and tools that step the worker; [`Worker::run`] does not wait.
+    /// attempt (up to `jobs_per_tick_max` of each provider) is advanced,
+    /// concurrently. For tests and tools that step the worker;
+    /// [`Worker::run`] does not wait.
     pub async fn tick(&self) -> TickReport {
         let mut report = TickReport::default();
         let every = FreeSlots::any_provider(self.config().jobs_per_tick_max);
