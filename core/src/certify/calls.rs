@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use super::run::{ChatAnswer, ChatEndpoint, ChatRequest, RunBounds, RunLimits, describe};
+use super::endpoint::{ChatAnswer, ChatEndpoint, ChatRequest, RunBounds, RunLimits, describe};
 use crate::provider::ProviderError;
 
 /// One call to make: input, sample, idempotency key and request.

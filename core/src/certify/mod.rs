@@ -13,9 +13,9 @@
 //!   [`Contract::shipped`];
 //! - [`business`]: the business types outputs must deserialize into;
 //! - [`tokenizer`]: the prompt through the provider's real vocabulary;
-//! - [`run`]: the run itself, over any [`run::ChatEndpoint`] (the real
-//!   OpenAI-compatible client, on real or simulated sockets); `calls` sends
-//!   its calls and keeps what each one saw;
+//! - [`run`]: the run itself, over any [`endpoint::ChatEndpoint`] (the
+//!   real OpenAI-compatible client, on real or simulated sockets); `calls`
+//!   sends its calls and keeps what each one saw;
 //! - [`report`]: the table, the failures and the certificate's evidence;
 //! - [`manage`]: recording, listing and revoking certificates.
 //!
@@ -25,6 +25,7 @@
 pub mod business;
 mod calls;
 mod compile;
+pub mod endpoint;
 pub mod manage;
 pub mod report;
 pub mod run;
