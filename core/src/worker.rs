@@ -32,7 +32,7 @@ use crate::design::Design;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
 use crate::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 use crate::provider::{Answer, Dispatch, ProviderCall, ProviderError, ProviderSet};
-use crate::store::FailJobOutcome;
+use crate::store::{FailJobOutcome, FreeSlots};
 
 /// The worker's configuration is vocabulary; it lives in idem-model.
 pub use idem_model::loops::WorkerConfig;
@@ -177,14 +177,22 @@ impl Worker {
             .unwrap_or(&self.inner.unknown_slots)
     }
 
-    /// Free slots over every provider.
-    fn free_slots(&self) -> usize {
-        self.inner
-            .slots
-            .values()
-            .chain([&self.inner.unknown_slots])
-            .map(|s| s.available_permits())
-            .sum()
+    /// What a poll may start: each provider's free slots, and those of the
+    /// pool for providers without a client, each at most
+    /// `jobs_per_tick_max`. A provider with none free is named with 0, so
+    /// that its backlog takes no place in the poll (issue 36).
+    fn free_slots(&self) -> FreeSlots {
+        let cap = |slots: &Semaphore| {
+            u32::try_from(slots.available_permits())
+                .unwrap_or(u32::MAX)
+                .min(self.config().jobs_per_tick_max)
+        };
+        FreeSlots {
+            per_provider: (self.inner.slots.iter())
+                .map(|(name, slots)| (name.clone(), cap(slots)))
+                .collect(),
+            others: cap(&self.inner.unknown_slots),
+        }
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -217,18 +225,15 @@ impl Worker {
         while running.join_next().await.is_some() {}
     }
 
-    /// One poll: start an attempt for as many waiting jobs as there are free
-    /// slots (at most `jobs_per_tick_max`), each as a task in `running`,
-    /// without waiting for them.
+    /// One poll: start an attempt for as many waiting jobs as their
+    /// providers have free slots (at most `jobs_per_tick_max` each), each
+    /// as a task in `running`, without waiting for them.
     async fn poll(&self, running: &mut JoinSet<()>) {
         let free = self.free_slots();
-        if free == 0 {
+        if free.others == 0 && free.per_provider.values().all(|n| *n == 0) {
             return;
         }
-        let limit = u32::try_from(free)
-            .unwrap_or(u32::MAX)
-            .min(self.config().jobs_per_tick_max);
-        let jobs = match self.engine().store().jobs_needing_attempt(limit).await {
+        let jobs = match self.engine().store().jobs_needing_attempt(&free).await {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::warn!(error = %e, "worker poll failed");
@@ -271,16 +276,13 @@ impl Worker {
     }
 
     /// One poll that waits for what it started: every job that needs an
-    /// attempt (up to `jobs_per_tick_max`) is advanced, concurrently. For
-    /// tests and tools that step the worker; [`Worker::run`] does not wait.
+    /// attempt (up to `jobs_per_tick_max` of each provider) is advanced,
+    /// concurrently. For tests and tools that step the worker;
+    /// [`Worker::run`] does not wait.
     pub async fn tick(&self) -> TickReport {
         let mut report = TickReport::default();
-        let jobs = match self
-            .engine()
-            .store()
-            .jobs_needing_attempt(self.config().jobs_per_tick_max)
-            .await
-        {
+        let every = FreeSlots::any_provider(self.config().jobs_per_tick_max);
+        let jobs = match self.engine().store().jobs_needing_attempt(&every).await {
             Ok(jobs) => jobs,
             Err(e) => {
                 report.errors.push(e.to_string());

@@ -434,7 +434,10 @@ struct ChatMessage {
 /// the provider says answered.
 fn answer_of(body: &[u8]) -> Result<ChatAnswer, ProviderError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|error| {
-        ProviderError::Invalid(format!("not a chat-completion response: {error}"))
+        ProviderError::Invalid(format!(
+            "not a chat-completion response ({error}): {:?}",
+            excerpt(body)
+        ))
     })?;
     let content = response
         .choices

@@ -19,6 +19,8 @@ mod conformance;
 #[cfg(feature = "bench")]
 mod differential;
 #[cfg(feature = "bench")]
+mod document;
+#[cfg(feature = "bench")]
 mod hardening;
 #[cfg(feature = "bench")]
 mod http;

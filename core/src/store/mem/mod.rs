@@ -34,11 +34,12 @@ pub use self::tables::MemTables;
 
 use super::shared::{
     assert_transition_target, completion_allowed, created_event, found_key, lost_event,
-    refusal_event, transition_event, won_events,
+    next_provider, refusal_event, transition_event, won_events,
 };
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    constraint,
 };
 use crate::contract::{Certificate, CertificateKey};
 #[cfg(feature = "bench")]
@@ -457,7 +458,7 @@ impl Store for MemStore {
         Ok(self.lock().first_by_key(owner, key).cloned())
     }
 
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError> {
         let t = self.lock();
         let mut jobs: Vec<&Job> = t
             .jobs
@@ -469,7 +470,19 @@ impl Store for MemStore {
             })
             .collect();
         jobs.sort_by_key(|j| (j.created_at, j.id));
-        Ok(jobs.into_iter().take(limit as usize).cloned().collect())
+        let saturated: Vec<&str> = free.saturated().collect();
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut chosen = Vec::new();
+        for job in jobs {
+            let last = t.job_attempts(job.id).last();
+            let next = next_provider(job, last.map(|a| (a.provider.as_str(), a.state)));
+            let count = taken.entry(job.provider.as_str()).or_default();
+            if *count < free.for_provider(&job.provider) && !saturated.contains(&next) {
+                *count += 1;
+                chosen.push(job.clone());
+            }
+        }
+        Ok(chosen)
     }
 
     async fn attempts_in_states(
