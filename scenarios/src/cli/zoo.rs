@@ -27,8 +27,8 @@ pub struct ZooArgs {
     /// `blind`, `guided` or both, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "blind,guided")]
     pub modes: Vec<String>,
-    /// The guided search's levers, comma-separated (default: all of intervene,
-    /// stretch, retime, tune, splice).
+    /// The guided search's levers, comma-separated (default: all of break,
+    /// retime, tune, splice).
     #[arg(long, value_delimiter = ',')]
     pub levers: Vec<String>,
     /// Each campaign's cap in runs.
@@ -120,7 +120,7 @@ fn levers(names: &[String]) -> Result<Levers, CliError> {
                 .find(|l| l.name() == name && *l != Lever::Fresh)
                 .ok_or_else(|| {
                     CliError::Usage(format!(
-                        "unknown lever {name:?}; known: intervene, stretch, retime, tune, splice"
+                        "unknown lever {name:?}; known: break, retime, tune, splice"
                     ))
                 })
         })

@@ -13,16 +13,18 @@
 //! explore from interesting states), the fault being the branch's new
 //! decision. Each child is made by one lever:
 //!
-//! - **intervene**: pick one of the parent's *acts* (an engine host's store
-//!   call, or a provider taking a request) and fire a fault on what it
-//!   involved while the act is on its way: the acting host crashed or its
-//!   clock moved, its link cut or slowed, its attempt's provider switched
-//!   models, hung or failed, or the store call itself failed, slowed or
-//!   its acknowledgement lost. Kinds and intensities are the swarm's own
-//!   ([`FAULT_KINDS`]); only the aim is new;
-//! - **stretch**: the store call behind an act held up (a store latency on
-//!   exactly that call), and a fault on what it involved fired while it is
-//!   held: the engine checked, then waits, and the world moves under it;
+//! - **break**: one of the parent's *acts* (an engine host's store call,
+//!   or a provider taking a request) broken apart from the check it rests
+//!   on, in one of six generic ways ([`Break`]): the acting host crashed
+//!   while its act is on the wire; the act's acknowledgement lost; the act
+//!   refused before it applies; the actor's link to its peer cut; the
+//!   world changed under it (its attempt's provider switching models,
+//!   hanging or failing, or the actor's clock jumping); or the act's store
+//!   call held up with such a change inside the delay. Each parent's
+//!   (act, break) pairs are tried in a shuffled order, without repeats, so
+//!   a parent that has the preconditions of a check-then-act bug has its
+//!   gap tried within a few dozen children. Kinds and intensities are the
+//!   swarm's own ([`FAULT_KINDS`]); only the aim is new;
 //! - **retime**: one of the parent's timed faults moved to just before an
 //!   event that led to its rarest state;
 //! - **tune**: one part of the parent's configuration (the worker's, the
@@ -42,6 +44,7 @@
 
 use std::collections::BTreeMap;
 
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -77,18 +80,16 @@ pub const CHILD_FAULTS_MAX: usize = 24;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Lever {
     Fresh,
-    Intervene,
-    Stretch,
+    Break,
     Retime,
     Tune,
     Splice,
 }
 
 impl Lever {
-    pub const ALL: [Lever; 6] = [
+    pub const ALL: [Lever; 5] = [
         Lever::Fresh,
-        Lever::Intervene,
-        Lever::Stretch,
+        Lever::Break,
         Lever::Retime,
         Lever::Tune,
         Lever::Splice,
@@ -97,8 +98,7 @@ impl Lever {
     pub fn name(self) -> &'static str {
         match self {
             Lever::Fresh => "fresh",
-            Lever::Intervene => "intervene",
-            Lever::Stretch => "stretch",
+            Lever::Break => "break",
             Lever::Retime => "retime",
             Lever::Tune => "tune",
             Lever::Splice => "splice",
@@ -132,6 +132,9 @@ struct Entry {
     seed: u64,
     reached: Vec<Reached>,
     picks: u32,
+    /// The (act, break) pairs not tried yet, as indexes into `reached`
+    /// and [`Break::ALL`], shuffled when the entry is first a parent.
+    untried: Option<Vec<(usize, usize)>>,
 }
 
 /// One guided campaign's state.
@@ -224,6 +227,7 @@ impl Campaign {
                 seed: candidate.seed,
                 reached,
                 picks: 0,
+                untried: None,
             });
         }
     }
@@ -251,29 +255,20 @@ impl Campaign {
         1.0 / self.counts.get(&point).copied().unwrap_or(1).max(1) as f64
     }
 
-    /// A child of a corpus world, by one lever.
+    /// A child of a corpus world, by one lever: a break most of the time.
     fn child(&mut self, fresh: &dyn Fn(u64) -> Option<Scenario>) -> Option<Candidate> {
         let parent = self.pick_parent()?;
         self.corpus[parent].picks += 1;
-        let lever = self.levers.0[self.rng.random_range(0..self.levers.0.len())];
+        let lever = self.pick_lever();
         let entry = &self.corpus[parent];
         let mut world = entry.world.clone();
-        if world.faults.len() >= CHILD_FAULTS_MAX
-            && matches!(lever, Lever::Intervene | Lever::Stretch | Lever::Splice)
-        {
+        if world.faults.len() >= CHILD_FAULTS_MAX && matches!(lever, Lever::Break | Lever::Splice) {
             return None;
         }
         let seed = entry.seed;
         let made = match lever {
             Lever::Fresh => return None,
-            Lever::Intervene => {
-                let act = self.pick_act(parent)?;
-                self.intervene(&mut world, &act)
-            }
-            Lever::Stretch => {
-                let act = self.pick_act(parent)?;
-                self.stretch(&mut world, &act)
-            }
+            Lever::Break => self.break_next(parent, &mut world),
             Lever::Retime => {
                 let rare = self.pick_rare(parent)?;
                 self.retime(&mut world, &rare)
@@ -288,25 +283,26 @@ impl Campaign {
         Some(Candidate { world, seed, lever })
     }
 
+    /// The break when the campaign may pull it ([`BREAK_SHARE_PERCENT`]),
+    /// else one of the other levers it may pull.
+    fn pick_lever(&mut self) -> Lever {
+        let levers = &self.levers.0;
+        let others: Vec<Lever> = levers
+            .iter()
+            .copied()
+            .filter(|l| *l != Lever::Break)
+            .collect();
+        let breaks = levers.contains(&Lever::Break);
+        if others.is_empty() || breaks && self.rng.random_range(0..100) < BREAK_SHARE_PERCENT {
+            return Lever::Break;
+        }
+        others[self.rng.random_range(0..others.len())]
+    }
+
     /// A corpus index, with probability in proportion to its score.
     fn pick_parent(&mut self) -> Option<usize> {
         let scores: Vec<f64> = self.corpus.iter().map(|e| self.score(e)).collect();
         weighted(&mut self.rng, &scores)
-    }
-
-    /// One of `parent`'s acts, uniformly: an engine host's store call, or a
-    /// provider taking a request. Every act is a place where the engine's
-    /// check (what it read before) and its act can be pulled apart.
-    fn pick_act(&mut self, parent: usize) -> Option<Reached> {
-        let acts: Vec<&Reached> = self.corpus[parent]
-            .reached
-            .iter()
-            .filter(|r| is_act(r))
-            .collect();
-        if acts.is_empty() {
-            return None;
-        }
-        Some(acts[self.rng.random_range(0..acts.len())].clone())
     }
 
     /// One of `parent`'s events that led to a rare state: a rare one
@@ -323,19 +319,41 @@ impl Campaign {
         Some(self.corpus[parent].reached[rare - back].clone())
     }
 
-    /// A fault on what `act` involved, of a kind that can be aimed at it
-    /// (drawn as the swarm draws that kind, then pinned); store faults only
-    /// with `store_calls`.
-    fn intervention(
-        &mut self,
-        world: &Scenario,
-        act: &Reached,
-        store_calls: bool,
-    ) -> Option<Fault> {
+    /// The parent's next untried (act, break) pair, applied to `world`.
+    fn break_next(&mut self, parent: usize, world: &mut Scenario) -> bool {
+        if self.corpus[parent].untried.is_none() {
+            let mut pairs: Vec<(usize, usize)> = Vec::new();
+            for (i, event) in self.corpus[parent].reached.iter().enumerate() {
+                for (b, kind) in Break::ALL.iter().enumerate() {
+                    if kind.applies(event) {
+                        pairs.push((i, b));
+                    }
+                }
+            }
+            pairs.shuffle(&mut self.rng);
+            self.corpus[parent].untried = Some(pairs);
+        }
+        let Some((act, kind)) = self.corpus[parent].untried.as_mut().and_then(Vec::pop) else {
+            return false;
+        };
+        let act = self.corpus[parent].reached[act].clone();
+        self.apply(Break::ALL[kind], world, &act)
+    }
+
+    /// How long a message may take on its way, in this world: a fault
+    /// fired that long before an act lands between the engine sending it
+    /// (its check done) and the act itself.
+    fn transit_ms(world: &Scenario) -> u64 {
+        world.timing.latency_ms_max.max(1)
+    }
+
+    /// A fault of one of `kinds` (drawn as the swarm draws it, then pinned
+    /// on what `act` involved).
+    fn pinned(&mut self, world: &Scenario, act: &Reached, kinds: &[FaultKind]) -> Option<Fault> {
         let shape = Shape::of(&world.topology, &world.clients, &world.timing);
         let rows: Vec<_> = FAULT_KINDS
             .iter()
-            .filter(|row| aimable(row.kind, act, store_calls))
+            .filter(|row| kinds.contains(&row.kind) && aimable(row.kind, act))
             .collect();
         if rows.is_empty() {
             return None;
@@ -346,44 +364,27 @@ impl Campaign {
         Some(fault)
     }
 
-    /// How long a message may take on its way, in this world: a fault
-    /// fired that long before an act lands between the engine sending it
-    /// (its check done) and the act itself.
-    fn transit_ms(world: &Scenario) -> u64 {
-        world.timing.latency_ms_max.max(1)
-    }
-
-    /// A fault on what `act` involved, fired while the act is on its way.
-    fn intervene(&mut self, world: &mut Scenario, act: &Reached) -> bool {
-        let Some(fault) = self.intervention(world, act, true) else {
-            return false;
-        };
-        let before = self.rng.random_range(1..=Self::transit_ms(world));
-        world.faults.push(FaultSpec {
-            when: When::At {
-                at_ms: act.t_ms.saturating_sub(before),
-            },
-            fault,
-        });
-        true
-    }
-
-    /// The store call behind `act` made slow, and a fault on what the act
-    /// involved fired while it is held up: between the engine's check and
-    /// the moment its act lands.
-    fn stretch(&mut self, world: &mut Scenario, act: &Reached) -> bool {
-        let Some((op, nth)) = act.call.filter(|_| is_engine(&act.actor)) else {
-            return self.intervene(world, act);
-        };
-        let Some(fault) = self.intervention(world, act, false) else {
-            return false;
-        };
+    /// Applies break `kind` at `act`: its fault (or two) added to `world`.
+    fn apply(&mut self, kind: Break, world: &mut Scenario, act: &Reached) -> bool {
         let transit = Self::transit_ms(world);
+        let on_the_wire = act.t_ms.saturating_sub(self.rng.random_range(1..=transit));
+        let Some(fault) = self.pinned(world, act, kind.kinds()) else {
+            return false;
+        };
+        if kind != Break::Stretch {
+            world.faults.push(FaultSpec {
+                when: When::At { at_ms: on_the_wire },
+                fault,
+            });
+            return true;
+        }
+        let Some((op, nth)) = act.call else {
+            return false;
+        };
         let latency_ms = self.rng.random_range(STRETCH_MS_MIN..=STRETCH_MS_MAX);
+        let armed = act.t_ms.saturating_sub(transit + 1);
         world.faults.push(FaultSpec {
-            when: When::At {
-                at_ms: act.t_ms.saturating_sub(transit + 1),
-            },
+            when: When::At { at_ms: armed },
             fault: Fault::StoreLatency {
                 op,
                 nth,
@@ -391,11 +392,9 @@ impl Campaign {
                 latency_ms,
             },
         });
-        let inside = self.rng.random_range(0..latency_ms + transit);
+        let inside = on_the_wire + self.rng.random_range(0..latency_ms + transit);
         world.faults.push(FaultSpec {
-            when: When::At {
-                at_ms: act.t_ms.saturating_sub(transit) + inside,
-            },
+            when: When::At { at_ms: inside },
             fault,
         });
         true
@@ -464,14 +463,78 @@ fn weighted(rng: &mut ChaCha8Rng, weights: &[f64]) -> Option<usize> {
     Some(weights.len() - 1)
 }
 
-/// Whether `event` is an act: an engine host's store call, or a provider
-/// taking a request.
-fn is_act(event: &Reached) -> bool {
-    (event.call.is_some() && is_engine(&event.actor)) || event.actor.starts_with("provider-")
+/// How an act is broken apart from the check it rests on. Each is a
+/// fault of the swarm's vocabulary; what is new is only where it lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Break {
+    /// The acting host dies while its act is on the wire: whatever it was
+    /// to do after the act is lost with it.
+    Crash,
+    /// The act applies and its answer is lost: the actor must find out.
+    LoseAck,
+    /// The act is refused before it applies.
+    FailBeforeApply,
+    /// The actor's link to its peer (the store, or its attempt's provider)
+    /// is cut or held around the act.
+    CutLink,
+    /// The world changes under the act: its attempt's provider switches
+    /// models, hangs, stalls or fails, or the actor's clock jumps.
+    ChangeWorld,
+    /// The act's store call is held up, and the world changes inside the
+    /// delay: the check is done, the act not yet applied.
+    Stretch,
 }
 
+impl Break {
+    pub const ALL: [Break; 6] = [
+        Break::Crash,
+        Break::LoseAck,
+        Break::FailBeforeApply,
+        Break::CutLink,
+        Break::ChangeWorld,
+        Break::Stretch,
+    ];
+
+    /// The fault kinds it is made of (the one fired at the act, for a
+    /// stretch the one fired inside the delay).
+    fn kinds(self) -> &'static [FaultKind] {
+        match self {
+            Break::Crash => &[FaultKind::Crash],
+            Break::LoseAck => &[FaultKind::StoreLoseAck],
+            Break::FailBeforeApply => &[FaultKind::StoreFailBeforeApply],
+            Break::CutLink => &[FaultKind::Partition, FaultKind::Hold],
+            Break::ChangeWorld | Break::Stretch => &[
+                FaultKind::ProviderModelChange,
+                FaultKind::ProviderHang,
+                FaultKind::ProviderStall,
+                FaultKind::ProviderError,
+                FaultKind::ClockJump,
+            ],
+        }
+    }
+
+    /// Whether it can be aimed at `event`: an act, with what the break
+    /// needs (a store call to fail or hold up, a host to crash, a provider
+    /// or a clock to change).
+    fn applies(self, event: &Reached) -> bool {
+        let engine = is_engine(&event.actor);
+        let store_act = engine && event.call.is_some();
+        let act = store_act || event.actor.starts_with("provider-");
+        match self {
+            Break::LoseAck | Break::FailBeforeApply | Break::Stretch => {
+                store_act && self.kinds().iter().any(|k| aimable(*k, event))
+            }
+            _ => act && self.kinds().iter().any(|k| aimable(*k, event)),
+        }
+    }
+}
+
+/// The share of children made by a break, in percent (the other levers
+/// share the rest).
+pub const BREAK_SHARE_PERCENT: u32 = 70;
+
 /// Whether a fault of `kind` can be pinned on what `act` involved.
-fn aimable(kind: FaultKind, act: &Reached, store_calls: bool) -> bool {
+fn aimable(kind: FaultKind, act: &Reached) -> bool {
     let engine = is_engine(&act.actor);
     let at_provider = act.actor.starts_with("provider-");
     let provider = act.provider.is_some() || at_provider;
@@ -483,7 +546,7 @@ fn aimable(kind: FaultKind, act: &Reached, store_calls: bool) -> bool {
         | FaultKind::ProviderError
         | FaultKind::ProviderModelChange => provider,
         FaultKind::StoreLoseAck | FaultKind::StoreFailBeforeApply | FaultKind::StoreLatency => {
-            store_calls && act.call.is_some()
+            act.call.is_some()
         }
         FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => engine,
     }
@@ -621,20 +684,26 @@ mod tests {
     }
 
     /// A child runs under its parent's seed and is its parent up to its
-    /// new fault: the same events at the same times, so it branches from
+    /// new faults: the same events at the same times, so it branches from
     /// the parent's state at that moment. Then it differs.
     #[test]
     fn a_child_is_its_parent_until_its_fault() {
-        let (mut campaign, parent, outcome) = seen("backup-button", 3, vec![Lever::Intervene]);
+        let (mut campaign, parent, outcome) = seen("backup-button", 3, vec![Lever::Break]);
         let no_fresh = |_: u64| None;
         let children = campaign.batch(16, &no_fresh);
         let mut branched = 0;
-        for child in children.iter().filter(|c| c.lever == Lever::Intervene) {
+        for child in children.iter().filter(|c| c.lever == Lever::Break) {
             assert_eq!(child.seed, 3);
-            assert_eq!(child.world.faults.len(), parent.faults.len() + 1);
-            let Some(When::At { at_ms }) = child.world.faults.last().map(|f| f.when.clone()) else {
-                panic!("an intervention is timed");
-            };
+            let added = &child.world.faults[parent.faults.len()..];
+            assert!(!added.is_empty());
+            let at_ms = added
+                .iter()
+                .filter_map(|f| match f.when {
+                    When::At { at_ms } => Some(at_ms),
+                    When::After { .. } => None,
+                })
+                .min()
+                .expect("a break is timed");
             let ran = execute(&child.world, child.seed, Design::Correct).expect("runs");
             let before = |o: &RunOutcome| {
                 o.trace
@@ -653,30 +722,36 @@ mod tests {
         assert!(branched > 0, "some child went another way");
     }
 
-    /// An intervention lands on what its act involved: on the acting host,
-    /// its attempt's provider, or the very store call behind it.
+    /// Every break lands on what its act involved: the acting host, its
+    /// attempt's provider, or the very store call behind it; and a
+    /// parent's (act, break) pairs are tried once each.
     #[test]
-    fn an_intervention_is_pinned_on_its_act() {
-        let (mut campaign, parent, _) = seen("backup-button", 5, vec![Lever::Intervene]);
-        let acts: Vec<Reached> = campaign.corpus[0]
-            .reached
-            .iter()
-            .filter(|r| is_act(r))
-            .cloned()
-            .collect();
-        assert!(!acts.is_empty());
-        for act in acts.iter().take(12) {
-            let mut world = parent.clone();
-            assert!(campaign.intervene(&mut world, act));
-            let fault = &world.faults.last().expect("added").fault;
-            let text = format!("{fault:?}");
-            let on_act = text.contains(&act.actor)
-                || act.provider.as_deref().is_some_and(|p| text.contains(p))
-                || act.call.is_some_and(|(op, nth)| {
-                    text.contains(&format!("{op:?}")) && text.contains(&format!("nth: {nth}"))
-                        || text.contains(&format!("nth: {}", nth + 1))
-                });
-            assert!(on_act, "{fault:?} for {act:?}");
+    fn a_break_is_pinned_on_its_act() {
+        let (mut campaign, parent, _) = seen("backup-button", 5, vec![Lever::Break]);
+        let reached = campaign.corpus[0].reached.clone();
+        let mut tried = 0;
+        for act in &reached {
+            for kind in Break::ALL.into_iter().filter(|k| k.applies(act)) {
+                let mut world = parent.clone();
+                assert!(campaign.apply(kind, &mut world, act), "{kind:?} at {act:?}");
+                let text = format!("{:?}", &world.faults[parent.faults.len()..]);
+                let on_act = text.contains(&act.actor)
+                    || act.provider.as_deref().is_some_and(|p| text.contains(p))
+                    || act.call.is_some_and(|(op, nth)| {
+                        text.contains(&format!("{op:?}")) && text.contains(&format!("nth: {nth}"))
+                            || text.contains(&format!("nth: {}", nth + 1))
+                    });
+                assert!(on_act, "{kind:?}: {text} for {act:?}");
+                tried += 1;
+            }
         }
+        assert!(tried > 10, "{tried} pairs");
+        let mut world = parent.clone();
+        let mut made = 0;
+        while campaign.break_next(0, &mut world) {
+            made += 1;
+            assert!(made <= tried, "each pair once");
+        }
+        assert_eq!(made, tried);
     }
 }
