@@ -146,6 +146,8 @@ pub struct Campaign {
     levers: Levers,
     /// How many runs reached each point.
     counts: BTreeMap<Point, u64>,
+    /// How many breaks of each kind the campaign made at each kind of act.
+    tried: BTreeMap<(String, usize), u64>,
     corpus: Vec<Entry>,
     runs: u64,
 }
@@ -158,6 +160,7 @@ impl Campaign {
             next_fresh: start,
             levers,
             counts: BTreeMap::new(),
+            tried: BTreeMap::new(),
             corpus: Vec::new(),
             runs: 0,
         }
@@ -319,7 +322,12 @@ impl Campaign {
         Some(self.corpus[parent].reached[rare - back].clone())
     }
 
-    /// The parent's next untried (act, break) pair, applied to `world`.
+    /// The parent's next (act, break) pair, applied to `world`: of the
+    /// pairs it has not tried, one whose kind of act and break the whole
+    /// campaign has tried least (ties in the shuffled order), so that the
+    /// budget spreads over what is done to what, not over how common an
+    /// act is: a parent with one rare act of a kind gets it tried as soon
+    /// as one with fifty common ones.
     fn break_next(&mut self, parent: usize, world: &mut Scenario) -> bool {
         if self.corpus[parent].untried.is_none() {
             let mut pairs: Vec<(usize, usize)> = Vec::new();
@@ -333,10 +341,24 @@ impl Campaign {
             pairs.shuffle(&mut self.rng);
             self.corpus[parent].untried = Some(pairs);
         }
-        let Some((act, kind)) = self.corpus[parent].untried.as_mut().and_then(Vec::pop) else {
+        let entry = &self.corpus[parent];
+        let untried = entry.untried.as_deref().unwrap_or_default();
+        let tried = |&(act, kind): &(usize, usize)| {
+            let key = (act_kind(&entry.reached[act]), kind);
+            self.tried.get(&key).copied().unwrap_or(0)
+        };
+        let Some(next) = (0..untried.len()).min_by_key(|i| tried(&untried[*i])) else {
+            return false;
+        };
+        let Some((act, kind)) = self.corpus[parent]
+            .untried
+            .as_mut()
+            .map(|u| u.swap_remove(next))
+        else {
             return false;
         };
         let act = self.corpus[parent].reached[act].clone();
+        *self.tried.entry((act_kind(&act), kind)).or_default() += 1;
         self.apply(Break::ALL[kind], world, &act)
     }
 
@@ -549,6 +571,20 @@ fn aimable(kind: FaultKind, act: &Reached) -> bool {
             act.call.is_some()
         }
         FaultKind::ClockOffset | FaultKind::ClockDrift | FaultKind::ClockJump => engine,
+    }
+}
+
+/// An act's kind: the store operation (or a provider's execution) and
+/// the role of the host that acted.
+fn act_kind(act: &Reached) -> String {
+    let role = act
+        .actor
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .trim_end_matches('-');
+    let role = role.split('-').next().unwrap_or(role);
+    match act.call {
+        Some((op, _)) => format!("{op:?} by {role}"),
+        None => format!("execution at {role}"),
     }
 }
 
