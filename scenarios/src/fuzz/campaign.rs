@@ -74,6 +74,27 @@ struct Ran {
     cpu: Duration,
 }
 
+impl Outcome {
+    /// Counts one run, and keeps it as a detection if it fails in a way
+    /// the campaign has not seen yet.
+    fn count(&mut self, candidate: Candidate, ran: Ran) {
+        self.runs += 1;
+        self.cpu += ran.cpu;
+        *self.by_lever.entry(candidate.lever).or_default() += 1;
+        if let Some(signature) = Signature::of(&ran.outcome)
+            && !self.detections.iter().any(|d| d.signature == signature)
+        {
+            self.detections.push(Detection {
+                message: first_violation(&ran.outcome),
+                candidate,
+                signature,
+                runs: self.runs,
+                cpu: self.cpu,
+            });
+        }
+    }
+}
+
 /// Runs `campaign` under `design` on `jobs` threads until `stop`; hands
 /// the campaign back, to go on from where it stopped. `each` sees every
 /// run, in the campaign's order.
@@ -108,20 +129,7 @@ pub fn run(
             campaign.absorb(&candidate, ran.outcome.as_ref().ok());
             out.cpu += thread_cpu().saturating_sub(absorbing);
             each(&candidate, &ran.outcome);
-            out.runs += 1;
-            out.cpu += ran.cpu;
-            *out.by_lever.entry(candidate.lever).or_default() += 1;
-            if let Some(signature) = Signature::of(&ran.outcome)
-                && !out.detections.iter().any(|d| d.signature == signature)
-            {
-                out.detections.push(Detection {
-                    message: first_violation(&ran.outcome),
-                    candidate,
-                    signature,
-                    runs: out.runs,
-                    cpu: out.cpu,
-                });
-            }
+            out.count(candidate, ran);
             if over(&out, &stop, started.elapsed()) {
                 break;
             }

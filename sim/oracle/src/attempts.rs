@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use idem_model::ledger::ExecutionOutcome;
 use idem_model::model::{AttemptId, AttemptState, JobId};
 use idem_model::policy::Policy;
+use serde_json::Value;
 
 use super::Invariant;
 use super::findings::{Findings, seqs_text};
@@ -330,16 +331,46 @@ fn uncertified_output_offered(
     } else {
         "and its output was offered to the compare-and-swap (it lost)"
     };
+    let switched = model_switch(run, provider, served, execution.seen.first().copied());
+    let since = switched.map_or(String::new(), |seq| {
+        format!(" since the fault at seq {seq}")
+    });
     findings.report(
         Invariant::CertifiedFailover,
         format!(
-            "job {}: attempt {attempt} on {provider} (primary {primary}) was run by model {served}, not the certified {certified} (execution {} at {}), {how}",
+            "job {}: attempt {attempt} on {provider} (primary {primary}) was run by model {served}{since}, not the certified {certified} (execution {} at {}), {how}",
             row.job_id,
             execution.exec_seq,
             seqs_text(&execution.seen),
         ),
-        execution.seen.iter().copied(),
+        switched.into_iter().chain(execution.seen.iter().copied()),
     );
+}
+
+/// The `seq` of the last `provider_model_change` fault that switched
+/// `provider` to `model` before `before`: the cause an explanation cites
+/// beside the execution it made uncertified.
+fn model_switch(
+    run: &RunIndex<'_>,
+    provider: &str,
+    model: &str,
+    before: Option<u64>,
+) -> Option<u64> {
+    run.input
+        .trace
+        .events
+        .iter()
+        .take_while(|event| before.is_none_or(|seq| event.seq < seq))
+        .filter(|event| match &event.body {
+            TraceBody::Fault { name, detail } => {
+                name == "provider_model_change"
+                    && detail.get("provider").and_then(Value::as_str) == Some(provider)
+                    && detail.get("model").and_then(Value::as_str) == Some(model)
+            }
+            _ => false,
+        })
+        .map(|event| event.seq)
+        .last()
 }
 
 /// A provider whose profile declares a contract defect must never pass

@@ -107,6 +107,30 @@ struct Answered<'a> {
 /// A 2xx to a create whose body is not the one its intent, or the job the
 /// answer named, is bound to: in the store, or by an earlier 2xx. It had
 /// to be refused.
+/// What an accepted create's key and the job it was answered with are
+/// bound to: by the store's history and by the answers before it.
+fn bindings<'a>(
+    run: &RunIndex<'a>,
+    store: &IntentBindings<'a>,
+    answers: &Answered<'a>,
+    exchange: &Exchange<'a>,
+    intent: (&'a str, &'a str),
+) -> [(&'static str, Option<Binding<'a>>); 4] {
+    let named_in_store = exchange.job_id.and_then(|job| {
+        run.fingerprint_of_job(job)
+            .map(|fp| stored(job, fp, run.created_seqs(job).first().copied()))
+    });
+    let named_by_answers = exchange
+        .job_id
+        .and_then(|j| answers.by_job.get(&j).cloned());
+    [
+        ("the key", store.get(&intent).cloned()),
+        ("the job it names", named_in_store),
+        ("the key", answers.by_intent.get(&intent).cloned()),
+        ("the job it names", named_by_answers),
+    ]
+}
+
 fn accepted_for_another_body(
     run: &RunIndex<'_>,
     store: &IntentBindings<'_>,
@@ -122,20 +146,7 @@ fn accepted_for_another_body(
             continue;
         };
         let intent = (exchange.owner, key);
-        let named_in_store = exchange.job_id.and_then(|job| {
-            run.fingerprint_of_job(job)
-                .map(|fp| stored(job, fp, run.created_seqs(job).first().copied()))
-        });
-        let named_by_answers = exchange
-            .job_id
-            .and_then(|j| answers.by_job.get(&j).cloned());
-        let candidates = [
-            ("the key", store.get(&intent).cloned()),
-            ("the job it names", named_in_store),
-            ("the key", answers.by_intent.get(&intent).cloned()),
-            ("the job it names", named_by_answers),
-        ];
-        if let Some((bound, binding)) = candidates
+        if let Some((bound, binding)) = bindings(run, store, &answers, exchange, intent)
             .into_iter()
             .filter_map(|(bound, binding)| binding.map(|b| (bound, b)))
             .find(|(_, b)| b.fingerprint != offered)
