@@ -11,6 +11,11 @@
 #   SHARD_COUNT           how many shards (required)
 #   IDEM_SHARD_MODE       sweep (the whole catalogue) or fuzz; default sweep
 #   IDEM_SHARD_SEEDS      the seed range, A..B; default 0..256
+#   IDEM_SHARD_BUDGET     fuzz only: a time budget per shard (90s, 30m, 4h)
+#                         instead of a seed range: the guided search, each
+#                         shard a campaign on fresh seeds of its own
+#   IDEM_SHARD_START      with a budget: the first seed; default 0
+#   IDEM_SHARD_BLIND      with a budget: 1 for the blind swarm instead
 #   IDEM_SHARD_DESIGN     the design under test; default correct
 #   IDEM_SHARD_JOBS       threads per shard; default: the machine's cores
 #   IDEM_SHARD_OUT        directory for the shard's JSON (and fuzz corpus);
@@ -39,7 +44,20 @@ mkdir -p "$out"
 json=$out/shard-$index-of-$count.json
 rm -f "$json"
 
-args=(--seeds "$seeds" --shard "$index/$count" --design "$design" --json "$json")
+budget=${IDEM_SHARD_BUDGET:-}
+if [ -n "$budget" ] && [ "$mode" != fuzz ]; then
+  echo "shard.sh: IDEM_SHARD_BUDGET is for IDEM_SHARD_MODE=fuzz" >&2
+  exit 2
+fi
+if [ -n "$budget" ]; then
+  args=(--budget "$budget" --start "${IDEM_SHARD_START:-0}")
+  if [ "${IDEM_SHARD_BLIND:-0}" = 1 ]; then
+    args+=(--blind)
+  fi
+else
+  args=(--seeds "$seeds")
+fi
+args+=(--shard "$index/$count" --design "$design" --json "$json")
 if [ -n "${IDEM_SHARD_JOBS:-}" ]; then
   args+=(--jobs "$IDEM_SHARD_JOBS")
 fi

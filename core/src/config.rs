@@ -99,46 +99,65 @@ impl Endpoint {
 
 /// `http[s]://host[:port][/][v1[/]]` -> the endpoint. The client adds
 /// `/v1/...` itself, so a base URL ending in `/v1`, as providers document
-/// theirs, is accepted; any other path is refused.
+/// theirs, is accepted; any other path is refused. The URL is read by the
+/// `url` crate (WHATWG), so a malformed host is refused as what it is (an
+/// unclosed IPv6 bracket was looked up as a host name: issue 36).
 pub fn parse_url(url: &str) -> Result<Endpoint, String> {
     // The URL goes into messages: never with a password in it.
     let shown = crate::redact::redact(url, &[]);
-    let (https, rest) = if let Some(rest) = url.strip_prefix("https://") {
-        (true, rest)
-    } else if let Some(rest) = url.strip_prefix("http://") {
-        (false, rest)
-    } else {
-        return Err(format!(
-            "provider URL {shown:?} must start with http:// or https://"
-        ));
+    let shape = || {
+        format!("provider URL {shown:?} must be http[s]://HOST[:PORT] (optionally ending in /v1)")
     };
-    let rest = rest.trim_end_matches('/');
-    let rest = rest.strip_suffix("/v1").unwrap_or(rest);
-    if rest.contains('@') {
+    // WHATWG parsing drops surrounding spaces and tabs or newlines inside;
+    // a URL with any is a mistake, not a spelling.
+    if url.chars().any(char::is_whitespace) {
+        return Err(shape());
+    }
+    let parsed = url::Url::parse(url).map_err(|e| match e {
+        url::ParseError::RelativeUrlWithoutBase => {
+            format!("provider URL {shown:?} must start with http:// or https://")
+        }
+        url::ParseError::InvalidIpv6Address => {
+            format!("provider URL {shown:?}: the IPv6 address in brackets is malformed")
+        }
+        other => format!("provider URL {shown:?}: {other}"),
+    })?;
+    let https = match parsed.scheme() {
+        "https" => true,
+        "http" => false,
+        _ => {
+            return Err(format!(
+                "provider URL {shown:?} must start with http:// or https://"
+            ));
+        }
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(format!(
             "provider URL {shown:?} must not carry credentials: name the API key's variable with api_key_env"
         ));
     }
-    if rest.is_empty() || rest.contains(['/', '?', '#']) || rest.chars().any(char::is_whitespace) {
+    let path_ok = matches!(parsed.path(), "" | "/" | "/v1" | "/v1/");
+    if !path_ok || parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(shape());
+    }
+    let authority = authority_of(&parsed).ok_or_else(shape)?;
+    if parsed.port() == Some(0) {
         return Err(format!(
-            "provider URL {shown:?} must be http[s]://HOST[:PORT] (optionally ending in /v1)"
+            "provider URL {shown:?}: the port is not 1 to 65535"
         ));
     }
-    let port = if rest.starts_with('[') {
-        rest.split_once("]:").map(|(_, port)| port)
-    } else {
-        rest.split_once(':').map(|(_, port)| port)
-    };
-    let authority = match port {
-        Some(port) if port.parse::<u16>().is_ok_and(|p| p > 0) => rest.to_owned(),
-        Some(port) => {
-            return Err(format!(
-                "provider URL {shown:?}: the port {port:?} is not 1 to 65535"
-            ));
-        }
-        None => format!("{rest}:{}", if https { 443 } else { 80 }),
-    };
     Ok(Endpoint { https, authority })
+}
+
+/// `host:port` of a parsed http(s) URL (its scheme's port when it names
+/// none; an IPv6 address in brackets), if it has a host.
+fn authority_of(parsed: &url::Url) -> Option<String> {
+    let host = match parsed.host()? {
+        url::Host::Domain(domain) => domain.to_owned(),
+        url::Host::Ipv4(address) => address.to_string(),
+        url::Host::Ipv6(address) => format!("[{address}]"),
+    };
+    Some(format!("{host}:{}", parsed.port_or_known_default()?))
 }
 
 /// A configuration file, read and checked, its paths made absolute.
@@ -256,6 +275,16 @@ mod tests {
         check("http://p:99999", Err(()));
         check("http://p:0", Err(()));
         check("http://p:x", Err(()));
+        check("http://P.example:8080/v1/", Ok((false, "p.example:8080")));
+        check("http://[::1:29003", Err(()));
+        check("http://ho^st:1", Err(()));
+        check("http://p :1", Err(()));
+        check("http://p:1?x=1", Err(()));
+        // Issue 36, item 4: a malformed IPv6 address is reported as such.
+        let ipv6 = parse_url("http://[::1:29003").err().unwrap_or_default();
+        assert!(ipv6.contains("IPv6 address"), "{ipv6}");
+        let port = parse_url("http://p:99999").err().unwrap_or_default();
+        assert!(port.contains("port"), "{port}");
         let secret = parse_url("http://u:hunter22@h:1").err().unwrap_or_default();
         assert!(!secret.contains("hunter22"), "{secret}");
     }

@@ -195,6 +195,16 @@ impl Reconciler {
         self.rounds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Where this pass's read of the open attempts resumes the walk.
+    fn walk_cursor(&self) -> PageAfter<AttemptId> {
+        // Zoo: every pass reads the oldest page again.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooReconcilerRereadsOldestPage {
+            return None;
+        }
+        self.lock_rounds().cursor
+    }
+
     /// Whether `attempt` has been around for `wait_ms`: on this host's
     /// monotonic clock since this reconciler first saw it (`now` read after
     /// the store's answer that showed it).
@@ -224,7 +234,7 @@ impl Reconciler {
         let mut report = PassReport::default();
         let store = self.engine.store().clone();
         let limit = self.config.attempts_per_pass_max;
-        let cursor = self.lock_rounds().cursor;
+        let cursor = self.walk_cursor();
         let open = match store
             .attempts_in_states(
                 &[
@@ -333,7 +343,9 @@ impl Reconciler {
             return self.blocked(attempt, "no client for the provider").await;
         };
         let resolution = match self.bounded("status", provider.status(attempt.id)).await {
-            Ok(RemoteStatus::Succeeded { output }) => Resolution::Succeeded { result: output },
+            Ok(RemoteStatus::Succeeded { output, model }) => {
+                self.vetted(attempt, output, model).await?
+            }
             Ok(RemoteStatus::Failed { error }) => Resolution::Failed { error },
             Ok(RemoteStatus::Cancelled) => Resolution::Cancelled,
             // Never received. Cancelling tombstones the key, so a request
@@ -363,16 +375,33 @@ impl Reconciler {
                     .await;
             }
             Err(ProviderError::Unsupported(_)) => return Ok(AttemptAction::StillRunning),
-            // Past unknown_max_ms with no readable answer: still asked on
-            // every pass, but an operator is told now. Before, an answer
-            // that broke the output contract (a provider whose stored
-            // output is prose) kept the attempt unknown and the job
-            // blocked for ever, unreported (found by `idem fuzz`,
-            // invariant 10).
-            Err(e) if overdue => return self.blocked(attempt, unreadable_status(&e)).await,
+            Err(e) if overdue => return self.unreadable(attempt, &e).await,
             Err(_) => return Ok(AttemptAction::Unreachable),
         };
         self.resolve(attempt, resolution, Lateness::InTime).await
+    }
+
+    /// What a status lookup's "succeeded" resolves the attempt to: its
+    /// output, unless the engine refuses the answer at this moment of use
+    /// (off the job's primary, a model its certificate does not vouch
+    /// for), and then failed, with the refusal as its error.
+    async fn vetted(
+        &self,
+        attempt: &Attempt,
+        output: idem_model::document::Document,
+        model: Option<String>,
+    ) -> Result<Resolution, EngineError> {
+        let primary = self.engine.job(attempt.job_id).await?.provider;
+        let refusal = self
+            .engine
+            .answer_refusal(&primary, &attempt.provider, model.as_deref())
+            .await?;
+        Ok(match refusal {
+            Some(reason) => Resolution::Failed {
+                error: reason.to_value(),
+            },
+            None => Resolution::Succeeded { result: output },
+        })
     }
 
     /// Cancels at the provider, then resolves the attempt as cancelled.
@@ -424,6 +453,11 @@ impl Reconciler {
         what: &'static str,
         call: impl Future<Output = Result<T, ProviderError>>,
     ) -> Result<T, ProviderError> {
+        // Zoo: the call is waited for however long it takes.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooUnboundedStatusLookup {
+            return call.await;
+        }
         let timeout_ms = self.config.provider_call_timeout_ms;
         crate::timer::timeout(Duration::from_millis(timeout_ms), call)
             .await
@@ -475,12 +509,34 @@ impl Reconciler {
         }
     }
 
+    /// An attempt past `unknown_max_ms` whose status cannot be read: still
+    /// asked on every pass, but an operator is told now. Before, an answer
+    /// that broke the output contract (a provider whose stored output is
+    /// prose) kept the attempt unknown and the job blocked for ever,
+    /// unreported (found by `idem fuzz`, invariant 10).
+    async fn unreadable(
+        &self,
+        attempt: &Attempt,
+        error: &ProviderError,
+    ) -> Result<AttemptAction, EngineError> {
+        // Zoo: unreachable for ever, never reported.
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooUnreadableStatusNeverBlocked {
+            return Ok(AttemptAction::Unreachable);
+        }
+        self.blocked(attempt, unreadable_status(error)).await
+    }
+
     /// Leave the attempt blocked, and say so once in the decision trace.
     /// The note is the operator's only report that the attempt is blocked,
     /// so it is marked as made only once the store has it: a note the store
     /// failed is made again on the next pass (found by `idem fuzz`: one
     /// failed write hid a blocked job for good, invariant 10).
     async fn blocked(&self, attempt: &Attempt, reason: &str) -> Result<AttemptAction, EngineError> {
+        #[cfg(feature = "bench")]
+        if self.engine.design() == Design::ZooBlockedNoteMarkedBeforeWritten {
+            return self.blocked_marked_before_written(attempt, reason).await;
+        }
         let reported = self
             .reported
             .lock()
@@ -497,6 +553,27 @@ impl Reconciler {
                     .unwrap_or_else(PoisonError::into_inner)
                     .insert(attempt.id);
             }
+        }
+        Ok(AttemptAction::Blocked)
+    }
+
+    /// Zoo: the note is marked as made before the store has it, so one
+    /// failed write means it is never made.
+    #[cfg(feature = "bench")]
+    async fn blocked_marked_before_written(
+        &self,
+        attempt: &Attempt,
+        reason: &str,
+    ) -> Result<AttemptAction, EngineError> {
+        let first_time = self
+            .reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(attempt.id);
+        if first_time {
+            let _recorded = self
+                .note(attempt, json!({"blocked": true, "reason": reason}))
+                .await;
         }
         Ok(AttemptAction::Blocked)
     }

@@ -27,10 +27,11 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+#[cfg(feature = "bench")]
+use crate::design::Design;
 use crate::engine::{Completed, Engine, EngineError, FailureReason, Policy, Trigger};
-use crate::provider::{ProviderCall, ProviderError, ProviderSet};
-use crate::store::FailJobOutcome;
-use idem_model::document::Document;
+use crate::provider::{Answer, Dispatch, ProviderCall, ProviderError, ProviderSet};
+use crate::store::{FailJobOutcome, FreeSlots};
 use idem_model::model::{Attempt, AttemptState, EventKind, Job, JobId, JobState};
 
 /// The worker's configuration is vocabulary; it lives in idem-model.
@@ -113,15 +114,28 @@ struct Held {
     job: JobId,
 }
 
+impl Held {
+    /// The task is done with the job: released now (and again, harmlessly,
+    /// on drop).
+    fn finish(self) {
+        self.worker.release(self.job);
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
+        // Zoo: released only by `finish`, so a cancelled task leaks it.
+        #[cfg(feature = "bench")]
+        if self.worker.engine().design() == Design::ZooJobHoldLeakedOnCancel {
+            return;
+        }
         self.worker.release(self.job);
     }
 }
 
 /// What the provider call came to.
 enum CallOutcome {
-    Answered(Result<Document, ProviderError>),
+    Answered(Result<Answer, ProviderError>),
     TimedOut,
 }
 
@@ -163,14 +177,22 @@ impl Worker {
             .unwrap_or(&self.inner.unknown_slots)
     }
 
-    /// Free slots over every provider.
-    fn free_slots(&self) -> usize {
-        self.inner
-            .slots
-            .values()
-            .chain([&self.inner.unknown_slots])
-            .map(|s| s.available_permits())
-            .sum()
+    /// What a poll may start: each provider's free slots, and those of the
+    /// pool for providers without a client, each at most
+    /// `jobs_per_tick_max`. A provider with none free is named with 0, so
+    /// that its backlog takes no place in the poll (issue 36).
+    fn free_slots(&self) -> FreeSlots {
+        let cap = |slots: &Semaphore| {
+            u32::try_from(slots.available_permits())
+                .unwrap_or(u32::MAX)
+                .min(self.config().jobs_per_tick_max)
+        };
+        FreeSlots {
+            per_provider: (self.inner.slots.iter())
+                .map(|(name, slots)| (name.clone(), cap(slots)))
+                .collect(),
+            others: cap(&self.inner.unknown_slots),
+        }
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -203,18 +225,15 @@ impl Worker {
         while running.join_next().await.is_some() {}
     }
 
-    /// One poll: start an attempt for as many waiting jobs as there are free
-    /// slots (at most `jobs_per_tick_max`), each as a task in `running`,
-    /// without waiting for them.
+    /// One poll: start an attempt for as many waiting jobs as their
+    /// providers have free slots (at most `jobs_per_tick_max` each), each
+    /// as a task in `running`, without waiting for them.
     async fn poll(&self, running: &mut JoinSet<()>) {
         let free = self.free_slots();
-        if free == 0 {
+        if free.others == 0 && free.per_provider.values().all(|n| *n == 0) {
             return;
         }
-        let limit = u32::try_from(free)
-            .unwrap_or(u32::MAX)
-            .min(self.config().jobs_per_tick_max);
-        let jobs = match self.engine().store().jobs_needing_attempt(limit).await {
+        let jobs = match self.engine().store().jobs_needing_attempt(&free).await {
             Ok(jobs) => jobs,
             Err(e) => {
                 tracing::warn!(error = %e, "worker poll failed");
@@ -234,7 +253,7 @@ impl Worker {
                 if let Err(e) = held.worker.advance(job).await {
                     tracing::warn!(job = %id, error = %e, "worker step failed");
                 }
-                drop(held);
+                held.finish();
             });
         }
     }
@@ -257,16 +276,13 @@ impl Worker {
     }
 
     /// One poll that waits for what it started: every job that needs an
-    /// attempt (up to `jobs_per_tick_max`) is advanced, concurrently. For
-    /// tests and tools that step the worker; [`Worker::run`] does not wait.
+    /// attempt (up to `jobs_per_tick_max` of each provider) is advanced,
+    /// concurrently. For tests and tools that step the worker;
+    /// [`Worker::run`] does not wait.
     pub async fn tick(&self) -> TickReport {
         let mut report = TickReport::default();
-        let jobs = match self
-            .engine()
-            .store()
-            .jobs_needing_attempt(self.config().jobs_per_tick_max)
-            .await
-        {
+        let every = FreeSlots::any_provider(self.config().jobs_per_tick_max);
+        let jobs = match self.engine().store().jobs_needing_attempt(&every).await {
             Ok(jobs) => jobs,
             Err(e) => {
                 report.errors.push(e.to_string());
@@ -332,7 +348,7 @@ impl Worker {
         let Some(last) = attempts.last() else {
             return Ok(job.provider.clone());
         };
-        if !idem_model::transition::is_terminal(last.state) {
+        if !idem_model::transition::is_terminal(last.state) || self.retries_unasked(last) {
             // An attempt is still open: starting one is refused anyway.
             return Ok(last.provider.clone());
         }
@@ -368,6 +384,18 @@ impl Worker {
         Ok(job.provider.clone())
     }
 
+    /// Zoo (`zoo-retry-cancelled-on-lapsed-fallback`): only a failure
+    /// moves on; after anything else the same provider is retried without
+    /// asking whether it still qualifies. Never in idem's design.
+    fn retries_unasked(&self, last: &Attempt) -> bool {
+        #[cfg(feature = "bench")]
+        if self.engine().design() == Design::ZooRetryCancelledOnLapsedFallback {
+            return last.state != AttemptState::Failed;
+        }
+        let _ = last;
+        false
+    }
+
     /// The provider call of `attempt`: its id is the provider-side
     /// idempotency key, the model the one configured for the provider.
     fn call_of(&self, job: &Job, attempt: &Attempt) -> ProviderCall {
@@ -391,14 +419,19 @@ impl Worker {
         attempt: &Attempt,
         e: &ProviderError,
     ) -> Result<AttemptEnd, EngineError> {
-        self.engine()
-            .fail_attempt(
-                attempt.id,
-                FailureReason::Unreachable {
-                    detail: e.to_string(),
-                },
-            )
-            .await?;
+        let reason = FailureReason::Unreachable {
+            detail: e.to_string(),
+        };
+        self.fail_undispatched(attempt, reason).await
+    }
+
+    /// Nothing was dispatched: a definitive failure, safe to retry.
+    async fn fail_undispatched(
+        &self,
+        attempt: &Attempt,
+        reason: FailureReason,
+    ) -> Result<AttemptEnd, EngineError> {
+        self.engine().fail_attempt(attempt.id, reason).await?;
         Ok(AttemptEnd::Failed)
     }
 
@@ -413,21 +446,9 @@ impl Worker {
     ) -> Pin<Box<dyn Future<Output = Result<AttemptEnd, EngineError>> + Send + '_>> {
         Box::pin(async move {
             let engine = self.engine();
-            let Some(provider) = self.inner.providers.get(&attempt.provider) else {
-                engine
-                    .fail_attempt(attempt.id, FailureReason::NoClientForProvider)
-                    .await?;
-                return Ok(AttemptEnd::Failed);
-            };
-            let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
-            let connected = crate::timer::timeout(connect_timeout, provider.connect())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(ProviderError::Unreachable("connect timed out".to_owned()))
-                });
-            let connection = match connected {
+            let connection = match self.connect(&job, &attempt).await? {
                 Ok(connection) => connection,
-                Err(e) => return self.unreachable(&attempt, &e).await,
+                Err(end) => return Ok(end),
             };
             let running = engine.record_dispatch(attempt.id).await?;
             let call = self.call_of(&job, &attempt);
@@ -465,11 +486,41 @@ impl Worker {
             engine
                 .metrics()
                 .provider_call(&attempt.provider, outcome.label(), elapsed_ms);
-            let end = self.settle(&running, outcome).await;
+            let end = self.settle(&job, &running, outcome).await;
             // At most one hedge per attempt, itself bounded by its deadline.
             while hedges.join_next().await.is_some() {}
             end
         })
+    }
+
+    /// Connects to the attempt's provider and makes the certificate check
+    /// of the step that dispatches: the connection to send on, or how the
+    /// attempt ended with nothing sent.
+    async fn connect(
+        &self,
+        job: &Job,
+        attempt: &Attempt,
+    ) -> Result<Result<Box<dyn Dispatch>, AttemptEnd>, EngineError> {
+        let engine = self.engine();
+        let Some(provider) = self.inner.providers.get(&attempt.provider) else {
+            let reason = FailureReason::NoClientForProvider;
+            return self.fail_undispatched(attempt, reason).await.map(Err);
+        };
+        let connect_timeout = Duration::from_millis(self.config().connect_timeout_ms);
+        let connected = crate::timer::timeout(connect_timeout, provider.connect())
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::Unreachable("connect timed out".to_owned())));
+        let connection = match connected {
+            Ok(connection) => connection,
+            Err(e) => return self.unreachable(attempt, &e).await.map(Err),
+        };
+        if let Some(status) = engine.refusal_at_dispatch(job, attempt).await? {
+            let reason = FailureReason::NotCertified {
+                certificate: status.reason().to_owned(),
+            };
+            return self.fail_undispatched(attempt, reason).await.map(Err);
+        }
+        Ok(Ok(connection))
     }
 
     /// Start the hedge attempt on the first certified fallback, if any.
@@ -501,16 +552,25 @@ impl Worker {
         None
     }
 
-    /// Turn the provider's answer into the attempt's next state.
+    /// Turn the provider's answer into the attempt's next state. An answer
+    /// is used only once the engine has vetted its model against the
+    /// certificate (off the job's primary), here, at the moment of use.
     async fn settle(
         &self,
+        job: &Job,
         attempt: &Attempt,
         outcome: CallOutcome,
     ) -> Result<AttemptEnd, EngineError> {
         let engine = self.engine();
         match outcome {
-            CallOutcome::Answered(Ok(output)) => {
-                Ok(match engine.complete(attempt, output).await? {
+            CallOutcome::Answered(Ok(answer)) => {
+                let refusal = engine
+                    .answer_refusal(&job.provider, &attempt.provider, answer.model.as_deref())
+                    .await?;
+                if let Some(reason) = refusal {
+                    return self.fail_answered(attempt, reason).await;
+                }
+                Ok(match engine.complete(attempt, answer.output).await? {
                     Completed::Won(_) => AttemptEnd::Won,
                     Completed::Lost { .. } => AttemptEnd::Lost,
                     Completed::Discarded { .. } => AttemptEnd::Discarded,
@@ -522,12 +582,7 @@ impl Worker {
                 let error = FailureReason::ProviderError {
                     detail: e.to_string(),
                 };
-                match engine.fail_attempt(attempt.id, error).await {
-                    Ok(_) => Ok(AttemptEnd::Failed),
-                    // Resolved out of band meanwhile: its resolution stands.
-                    Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
-                    Err(e) => Err(e),
-                }
+                self.fail_answered(attempt, error).await
             }
             CallOutcome::Answered(Err(_)) | CallOutcome::TimedOut => {
                 match engine.mark_unknown_after_deadline(attempt.id).await {
@@ -536,6 +591,22 @@ impl Worker {
                     Err(e) => Err(e),
                 }
             }
+        }
+    }
+}
+
+impl Worker {
+    /// The provider answered and the answer is refused: failed, so the job
+    /// moves on. Resolved out of band meanwhile, its resolution stands.
+    async fn fail_answered(
+        &self,
+        attempt: &Attempt,
+        reason: FailureReason,
+    ) -> Result<AttemptEnd, EngineError> {
+        match self.engine().fail_attempt(attempt.id, reason).await {
+            Ok(_) => Ok(AttemptEnd::Failed),
+            Err(EngineError::IllegalTransition { .. }) => Ok(AttemptEnd::Discarded),
+            Err(e) => Err(e),
         }
     }
 }

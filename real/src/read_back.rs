@@ -5,6 +5,11 @@
 //! how jobs ended from (`idem_oracle::judge_read_backs`: one winner,
 //! losers discarded, liveness).
 //!
+//! Each succeeded job is read a second time, half a second after the
+//! first reads: a late result written over the winner's shows as a
+//! change between the reads, or against what a user was shown during the
+//! run (the clients record each job answer's result fingerprint).
+//!
 //! Each read goes straight to an instance, past the links and their
 //! faults: it is the judge's, not a user's. An instance that does not
 //! answer is asked again, the next one first, for a bounded while; a job
@@ -30,6 +35,9 @@ const READ_TIMEOUT_MS: u64 = 2_000;
 /// Tries per job, across the instances in turn, and the pause between.
 const TRIES_MAX: usize = 10;
 const RETRY_PAUSE_MS: u64 = 200;
+/// How long after the first reads each succeeded job is read again: a
+/// result written over the winner's after the first read shows then.
+const READ_AGAIN_AFTER_MS: u64 = 500;
 
 impl RealWorld {
     /// What a run that `observed` this much reads back: for a black-box
@@ -45,8 +53,11 @@ impl RealWorld {
     }
 }
 
-/// Every job answered to a client, read back at `instances`; `None` if a
-/// job did not answer, or a create's success named no job id to read.
+/// Every job answered to a client, read back at `instances`, and each
+/// succeeded one read again a moment later (the oracle holds every read
+/// to the results users were shown before: a result is written once);
+/// `None` if a job did not answer its first read, or a create's success
+/// named no job id to read.
 pub async fn read_back(recorder: &RealRecorder, instances: &[SocketAddr]) -> Option<Vec<ReadBack>> {
     if recorder.created_without_an_id() {
         return None;
@@ -59,6 +70,32 @@ pub async fn read_back(recorder: &RealRecorder, instances: &[SocketAddr]) -> Opt
             client,
             answer,
         });
+    }
+    let succeeded: Vec<(JobId, String)> = reads
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.answer,
+                ReadAnswer::Job {
+                    state: JobState::Succeeded,
+                    ..
+                }
+            )
+        })
+        .map(|r| (r.job_id, r.client.clone()))
+        .collect();
+    if !succeeded.is_empty() {
+        idem_core::timer::sleep(Duration::from_millis(READ_AGAIN_AFTER_MS)).await;
+    }
+    for (job, client) in succeeded {
+        // A second read that goes unanswered leaves the first to judge.
+        if let Some(answer) = read_one(job, &client_token(&client), instances).await {
+            reads.push(ReadBack {
+                job_id: job,
+                client,
+                answer,
+            });
+        }
     }
     Some(reads)
 }

@@ -202,6 +202,7 @@ mod tests {
             replayed: false,
             problem: None,
             blocking_attempt: None,
+            result_sha256: None,
         };
         let job = JobId(uuid::Uuid::from_u128(1));
         recorder.record("client-c", request(0, "POST", "/v1/jobs"));

@@ -219,6 +219,7 @@ impl RealWorld {
                 time: self.clock.clone(),
                 decisions: self.decisions.clone(),
                 recorder: self.recorder.clone(),
+                results_recorded: true,
             };
             let ctx = ClientContext {
                 token: client_token(&spec.name),

@@ -99,6 +99,11 @@ pub trait UserPort: Send + Sync + 'static {
     fn decisions(&self) -> &Decisions;
 
     fn recorder(&self) -> &Self::Recorder;
+
+    /// Whether the trace gets each answer's job result (fingerprinted).
+    fn results_recorded(&self) -> bool {
+        false
+    }
 }
 
 /// A world's clock, in milliseconds of the run.
@@ -116,10 +121,18 @@ pub struct Wire<C, T, R> {
     pub time: T,
     pub decisions: Decisions,
     pub recorder: R,
+    /// Whether each answer's job result is fingerprinted into the trace:
+    /// real mode's, where a black-box target has no store history to judge
+    /// results from. The simulator judges them from the store's history.
+    pub results_recorded: bool,
 }
 
 impl<C: Connector, T: RunTime, R: Recorder> UserPort for Wire<C, T, R> {
     type Recorder = R;
+
+    fn results_recorded(&self) -> bool {
+        self.results_recorded
+    }
 
     async fn send(
         &self,
@@ -492,10 +505,22 @@ impl<P: UserPort> Client<P> {
             problem: str_field(&answer.body, "type"),
             blocking_attempt: str_field(&answer.body, "blocking_attempt")
                 .and_then(|s| s.parse().ok()),
+            result_sha256: self
+                .ctx
+                .port
+                .results_recorded()
+                .then(|| job_result_of(&answer.body).map(fingerprint))
+                .flatten(),
         };
         recorder.record(&self.host, response);
         Some(answer)
     }
+}
+
+/// The `result` a job answer shows, if any (null is none).
+fn job_result_of(body: &Value) -> Option<&Value> {
+    body.get("state")?;
+    body.get("result").filter(|r| !r.is_null())
 }
 
 /// A read of `job`.

@@ -283,6 +283,7 @@ mod tests {
             exec_seq: 1,
             billed: false,
             outcome,
+            served_model: None,
         };
         let bodies = [
             TraceBody::JobCreated {

@@ -412,17 +412,7 @@ fn register_providers(world: &mut World, scenario: &Scenario) {
 pub fn execution_observer(recorder: impl Recorder, provider: &str) -> ExecutionObserver {
     let (name, host_name) = (provider.to_owned(), host::provider(provider));
     Arc::new(move |execution: &Execution| {
-        recorder.record(
-            &host_name,
-            TraceBody::ProviderExecution {
-                provider: name.clone(),
-                key: execution.key.clone(),
-                job_id: execution.job_id.clone(),
-                exec_seq: execution.seq,
-                billed: execution.billed,
-                outcome: execution.outcome,
-            },
-        );
+        recorder.record(&host_name, TraceBody::provider_execution(&name, execution));
     })
 }
 
@@ -500,6 +490,7 @@ fn register_clients(world: &mut World, scenario: &Scenario, seed: u64) {
         time: SimTime,
         decisions: world.decisions.clone(),
         recorder: world.recorder.clone(),
+        results_recorded: false,
     };
     let known_jobs = KnownJobs::default();
     for spec in &scenario.clients {

@@ -25,15 +25,21 @@ const TIME_BUDGET_MAX: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 #[derive(Debug, Args)]
 pub struct FuzzArgs {
     /// Seeds, each a whole world: `A..B` (B excluded), `A..=B`, or `N`
-    /// (default 0..100).
-    #[arg(long, conflicts_with = "time")]
+    /// (default 0..100). Every seed's world runs: the blind swarm.
+    #[arg(long, conflicts_with = "budget")]
     pub seeds: Option<Seeds>,
-    /// Run seeds from `--start` on until this much wall time has passed:
-    /// `90s`, `30m`, `2h`, or plain seconds. Shrinking comes after.
-    #[arg(long, value_name = "DURATION")]
-    pub time: Option<Budget>,
-    /// The first seed of a `--time` run.
-    #[arg(long, default_value_t = 0, requires = "time")]
+    /// Search until this much wall time has passed: `90s`, `30m`, `2h`, or
+    /// plain seconds. Guided (worlds that reached something rare get
+    /// children aimed at it) unless `--blind`. Shrinking comes after.
+    #[arg(long, value_name = "DURATION", alias = "time")]
+    pub budget: Option<Budget>,
+    /// With `--budget`: the blind swarm, seeds from `--start` on, each
+    /// world drawn from scratch.
+    #[arg(long, requires = "budget")]
+    pub blind: bool,
+    /// The first seed of a `--budget` run (a guided shard `i` starts its
+    /// fresh worlds 10^9 x i further).
+    #[arg(long, default_value_t = 0, requires = "budget")]
     pub start: u64,
     /// Worker threads (default: the number of cores).
     #[arg(long)]
@@ -96,13 +102,14 @@ impl FromStr for Budget {
 }
 
 pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
-    let bias = match &args.direct {
-        Some(path) => direction(path, args.design)?,
-        None => Bias::default(),
-    };
+    let bias = bias_of(&args)?;
     let plan = FuzzPlan {
-        seeds: match args.time {
-            Some(budget) => SeedPlan::Timed {
+        seeds: match args.budget {
+            Some(budget) if args.blind => SeedPlan::Timed {
+                start: args.start,
+                budget: budget.0,
+            },
+            Some(budget) => SeedPlan::Guided {
                 start: args.start,
                 budget: budget.0,
             },
@@ -136,6 +143,20 @@ pub fn fuzz_command(args: FuzzArgs) -> Result<Exit, CliError> {
         fuzzed.shrunk.as_secs_f64()
     );
     Ok(Exit::passed(summary.passed()))
+}
+
+/// The bias `--direct` asks for, if any: it leans the blind swarm's
+/// worlds, so the guided search refuses it.
+fn bias_of(args: &FuzzArgs) -> Result<Bias, CliError> {
+    let Some(path) = &args.direct else {
+        return Ok(Bias::default());
+    };
+    if args.budget.is_some() && !args.blind {
+        return Err(CliError::Usage(
+            "--direct leans the blind swarm's worlds: add --blind, or use --seeds".to_owned(),
+        ));
+    }
+    direction(path, args.design)
 }
 
 /// The bias an explain file says, with a note of what it leans and what

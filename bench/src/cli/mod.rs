@@ -32,6 +32,7 @@ mod report;
 mod run;
 mod serve;
 mod sweep;
+mod zoo;
 
 use std::process::ExitCode;
 
@@ -173,6 +174,11 @@ enum Command {
     /// swarm of faults, failures shrunk and kept in a corpus.
     #[command(after_help = EXIT_CODES)]
     Fuzz(fuzz::FuzzArgs),
+    /// How soon the blind and the guided search find each zoo bug (a bug
+    /// the search once found in idem, re-planted), over disjoint seed
+    /// ranges: runs and CPU-seconds to first detection.
+    #[command(after_help = EXIT_CODES)]
+    Zoo(zoo::ZooArgs),
     /// Merge the JSON summaries of the shards of one sweep or fuzz run
     /// into the summary, verdict and exit code of the unsharded run.
     #[command(after_help = EXIT_CODES)]
@@ -213,6 +219,7 @@ pub fn main() -> ExitCode {
         Command::Regress(args) => regress::regress(args),
         Command::Explain(args) => explain::explain_command(args),
         Command::Fuzz(args) => fuzz::fuzz_command(args),
+        Command::Zoo(args) => zoo::zoo_command(args),
         Command::Merge(args) => merge::merge(args),
         Command::Bench(args) => bench::bench_command(args),
         Command::Migrate(args) => idem_core::cli::migrate(args)

@@ -37,8 +37,8 @@ pub struct RunArgs {
     pub seed: Option<u64>,
     /// The design under test: correct, or a naive design (check-then-insert,
     /// no-fingerprint, timeout-is-failure, last-writer-wins,
-    /// unguarded-attempts, blind-failover, session-scoped-key,
-    /// lost-ack-means-lost).
+    /// unguarded-attempts, blind-failover, session-scoped-key, global-key,
+    /// lost-ack-means-lost, wall-clock-deadlines).
     #[arg(long, default_value = "correct")]
     pub design: Design,
     /// Write the whole trace here, one JSON event per line.

@@ -84,16 +84,59 @@ pub struct Decisive {
     pub after: Proportion,
 }
 
-/// One decision redrawn alone, every other kept.
+/// One decision near the decisive one, tried three ways, the decisions
+/// before it kept each time: redrawn together with what it causes (every
+/// later decision drawn afresh), kept, and redrawn alone (every later
+/// decision kept as it was). The first two are points of the curve; the
+/// third asks whether the run's later draws, kept, make the failure
+/// without it, which they can even when the decision is what made them
+/// (they were drawn in the world it made).
 #[derive(Clone, Debug, Serialize)]
 pub struct Necessity {
     pub decision: Decision,
     pub words: String,
+    /// P(fail) with it redrawn alone, every other decision kept.
     pub fails_without: Proportion,
-    /// Whether the failure needs it: redrawn alone, the failure is no
-    /// longer likely (the interval's top below
-    /// [`RunExplanation::likely_from`]).
+    /// Redrawn alone, the failure is no longer likely (the interval's top
+    /// below [`RunExplanation::likely_from`]).
     pub needed: bool,
+    /// P(fail) with the decisions before it kept, it and every later one
+    /// drawn afresh: the decision redrawn with what it causes.
+    pub fails_redrawn_onward: Proportion,
+    /// P(fail) with it kept too, every later decision drawn afresh.
+    pub fails_kept: Proportion,
+    /// What keeping it does to P(fail), the later decisions drawn afresh.
+    pub effect: Effect,
+}
+
+/// What keeping a decision does to P(fail) when everything after it is
+/// drawn afresh, beyond sampling error (the two Wilson intervals apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    Raises,
+    Lowers,
+    Unclear,
+}
+
+impl Effect {
+    fn of(onward: &Proportion, kept: &Proportion) -> Self {
+        if onward.interval.high < kept.interval.low {
+            Effect::Raises
+        } else if onward.interval.low > kept.interval.high {
+            Effect::Lowers
+        } else {
+            Effect::Unclear
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Effect::Raises => "raises P(fail)",
+            Effect::Lowers => "lowers P(fail)",
+            Effect::Unclear => "no clear effect",
+        }
+    }
 }
 
 /// The explanation of one failing run, as `--json` writes it.
@@ -358,13 +401,16 @@ impl<'a> Study<'a> {
         f64::midpoint(self.prefix(0).estimate, 1.0)
     }
 
-    /// The decisive decision and the few before it, each redrawn alone.
+    /// The decisive decision and the few before it, each redrawn with
+    /// what it causes, kept, and redrawn alone ([`Necessity`]).
     fn necessity(&mut self, decisive: usize) -> Vec<Necessity> {
         let likely_from = self.likely_from();
         let first = decisive.saturating_sub(NECESSITY_DECISIONS - 1);
         (first..=decisive)
             .rev()
             .map(|index| {
+                let fails_redrawn_onward = self.prefix(index);
+                let fails_kept = self.prefix(index + 1);
                 let kept = Kept::from_log(self.log, |i| i != index);
                 let fails_without = self.estimate(&kept);
                 let decision = self.log[index].clone();
@@ -372,6 +418,9 @@ impl<'a> Study<'a> {
                     words: self.story.decision(self.log, index),
                     needed: fails_without.interval.high < likely_from,
                     fails_without,
+                    effect: Effect::of(&fails_redrawn_onward, &fails_kept),
+                    fails_redrawn_onward,
+                    fails_kept,
                     decision,
                 }
             })
@@ -492,19 +541,34 @@ impl RunExplanation {
         lines
     }
 
+    /// Each decision near the decisive one, its three numbers said in
+    /// words: what it causes, kept or redrawn with it, and the later
+    /// draws' own share.
     fn necessity_lines(&self) -> Vec<String> {
         if self.necessity.is_empty() {
             return Vec::new();
         }
-        let mut lines = vec!["each decision redrawn alone, everything else kept:".to_owned()];
+        let mut lines = vec![
+            "the decisions up to it, each with every decision before it kept; P(fail) when it is \
+             redrawn with all that follows it (every later decision drawn afresh), when it is \
+             kept, and when it alone is redrawn (every later decision kept as it was):"
+                .to_owned(),
+        ];
         for n in &self.necessity {
+            let alone = if n.needed {
+                "the failure needs this draw itself"
+            } else {
+                "the later decisions, kept as they were, still make the failure"
+            };
             lines.push(format!(
-                "  #{:<5} {} without it: fails {}  {}",
+                "  #{:<5} {}: redrawn with what follows {}, kept {}; redrawn alone {}: {alone}",
                 n.decision.index + 1,
-                if n.needed { "needed " } else { "optional" },
+                n.effect.words(),
+                percent(&n.fails_redrawn_onward),
+                percent(&n.fails_kept),
                 percent(&n.fails_without),
-                n.words
             ));
+            lines.push(format!("         {}", n.words));
         }
         lines
     }

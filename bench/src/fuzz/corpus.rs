@@ -21,7 +21,6 @@ use crate::record::{build, execute, invariant_name, reproduce};
 use crate::runner::Runner;
 use idem_scenarios::emit::to_file_kept;
 use idem_scenarios::kept::{Kept, RunPath};
-use idem_scenarios::validate::scenario_from_str;
 
 /// Why a shrunk failure could not be kept.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +38,9 @@ pub struct Failed {
     pub seed: u64,
     pub signature: Signature,
     pub message: String,
+    /// The world, when it is not the seed's generated one (the guided
+    /// search's children).
+    pub world: Option<Scenario>,
 }
 
 /// How failures are shrunk and kept.
@@ -72,12 +74,6 @@ pub fn shrink_all(
     Ok((failures, finished.wall))
 }
 
-/// The world as a file would hold it (or why it cannot be one).
-fn round_trip(world: &Scenario) -> Option<Scenario> {
-    let text = idem_scenarios::emit::to_file(world, "").ok()?;
-    scenario_from_str(&world.name, "candidate", &text).ok()
-}
-
 /// Whether `world` under `seed` and `design` fails with these invariants.
 fn fails_with(world: &Scenario, seed: u64, design: Design, invariants: &[u8]) -> bool {
     Signature::of(&execute(world, seed, design)).is_some_and(|s| s.invariants() == invariants)
@@ -109,7 +105,13 @@ fn described(failed: &Failed, design: Design) -> FuzzFailure {
         first_seed: seed,
         message: failed.message.clone(),
         corpus_file: None,
-        reproduce: format!("idem fuzz --seeds {seed} --design {design} --corpus DIR"),
+        reproduce: if failed.world.is_some() {
+            format!(
+                "keep it with --corpus DIR, then: idem run FILE --seed {seed} --design {design}"
+            )
+        } else {
+            format!("idem fuzz --seeds {seed} --design {design} --corpus DIR")
+        },
         minimal: None,
         runs: 0,
         seeds: Vec::new(),
@@ -121,7 +123,11 @@ fn shrink_one(failed: &Failed, plan: &ShrinkPlan<'_>) -> Result<FuzzFailure, Kee
     let (seed, design) = (failed.seed, plan.design);
     let mut failure = described(failed, design);
     // A world the generator could not write has nothing to shrink.
-    let Ok(original) = prepare_leaning(seed, plan.bias) else {
+    let Some(original) = failed
+        .world
+        .clone()
+        .or_else(|| prepare_leaning(seed, plan.bias).ok())
+    else {
         return Ok(failure);
     };
     // Under a naive design the minimal world must also pass under the
@@ -132,7 +138,7 @@ fn shrink_one(failed: &Failed, plan: &ShrinkPlan<'_>) -> Result<FuzzFailure, Kee
         design == Design::Correct || passes(&original, seed, Design::Correct).is_some();
     let invariants = failed.signature.invariants();
     let shrunk = shrink(&original, plan.shrink_runs, |candidate| {
-        let Some(candidate) = round_trip(candidate) else {
+        let Some(candidate) = super::as_file(candidate) else {
             return false;
         };
         fails_with(&candidate, seed, design, &invariants)
@@ -187,8 +193,13 @@ fn write_corpus_file(
         .display()
         .to_string();
     let mut scenario = found.shrunk.scenario.clone();
+    let made = if found.failed.world.is_some() {
+        "made by the guided search under"
+    } else {
+        "generated from"
+    };
     scenario.description = format!(
-        "A world `idem fuzz` generated from seed {seed}, found failing under the {design} design \
+        "A world `idem fuzz` {made} seed {seed}, found failing under the {design} design \
          ({}), shrunk to a minimum. The correct design must keep passing it.",
         found.failed.signature
     );

@@ -10,10 +10,14 @@
 //! parses its arguments, calls [`search::fuzz`] and prints.
 
 pub mod bias;
+pub mod campaign;
 pub mod corpus;
+pub mod coverage;
+pub mod guided;
 pub mod search;
 pub mod shrink;
 pub mod world;
+pub mod zoo;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -42,6 +46,14 @@ pub fn prepare_leaning(seed: u64, bias: &bias::Bias) -> Result<Scenario, String>
     let text = to_file(&generated, "").map_err(|e| describe_emit(seed, &e))?;
     scenario_from_str(&generated.name, &format!("fuzz world {seed}"), &text)
         .map_err(|e| format!("the generator made an invalid world for seed {seed}:\n{e}"))
+}
+
+/// A world made by changing another (the guided search's children) as a
+/// file would hold it, or `None` when the change broke a bound the format
+/// enforces.
+pub fn as_file(world: &Scenario) -> Option<Scenario> {
+    let text = to_file(world, "").ok()?;
+    scenario_from_str(&world.name, "changed world", &text).ok()
 }
 
 fn describe_emit(seed: u64, error: &EmitError) -> String {

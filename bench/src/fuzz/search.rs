@@ -19,7 +19,9 @@ use idem_reports::sweep::{SeedRange, Shard as ReportShard};
 use idem_reports::{FuzzSummary, RunVerdict};
 
 use super::bias::Bias;
+use super::campaign::{self, Stop};
 use super::corpus::{Failed, KeepError, ShrinkPlan, shrink_all};
+use super::guided::{Campaign, Lever, Levers};
 use super::world::FAULT_KINDS;
 use super::{Signature, exercised, generated, prepare_leaning};
 use crate::output::IoError;
@@ -34,7 +36,15 @@ pub enum SeedPlan {
     /// Seeds from `start` on (the shard's part) until `budget` of wall
     /// time has passed, at most [`SEEDS_MAX`].
     Timed { start: u64, budget: Duration },
+    /// The guided search ([`super::guided`]) from seed `start`'s world on,
+    /// until `budget` of wall time has passed, at most [`SEEDS_MAX`] runs.
+    /// A shard starts its fresh worlds at `start + index * GUIDED_SHARD_STRIDE`.
+    Guided { start: u64, budget: Duration },
 }
+
+/// How far apart the fresh seeds of a guided campaign's shards start: each
+/// shard is a campaign of its own, on seeds no other shard draws.
+pub const GUIDED_SHARD_STRIDE: u64 = 1_000_000_000;
 
 /// What to fuzz.
 #[derive(Clone, Debug)]
@@ -91,7 +101,10 @@ pub fn fuzz(plan: &FuzzPlan) -> Result<Fuzzed, FuzzError> {
     }
     let runner = Runner::new(plan.jobs);
     let threads = runner.jobs();
-    let (searched_seeds, searched) = run_seeds(plan, runner);
+    let (searched_seeds, searched) = match plan.seeds {
+        SeedPlan::Guided { start, budget } => run_guided(plan, start, budget),
+        _ => run_seeds(plan, runner),
+    };
     let shrinking = ShrinkPlan {
         design: plan.design,
         shrink_runs: plan.shrink_runs,
@@ -151,6 +164,16 @@ fn header(plan: &FuzzPlan, seeds_end: Option<u64>) -> FuzzHeader {
             },
             Some(budget.as_secs()),
         ),
+        SeedPlan::Guided { start, budget } => {
+            let start = guided_start(start, plan.shard);
+            (
+                SeedRange {
+                    start,
+                    end: seeds_end.unwrap_or(start),
+                },
+                Some(budget.as_secs()),
+            )
+        }
     };
     FuzzHeader {
         design: plan.design.name().to_owned(),
@@ -182,7 +205,13 @@ fn found_by(plan: &FuzzPlan) -> String {
             command.push_str(&format!(" --seeds {}..{}", range.start, range.end));
         }
         SeedPlan::Timed { start, budget } => {
-            command.push_str(&format!(" --time {}s --start {start}", budget.as_secs()));
+            command.push_str(&format!(
+                " --budget {}s --blind --start {start}",
+                budget.as_secs()
+            ));
+        }
+        SeedPlan::Guided { start, budget } => {
+            command.push_str(&format!(" --budget {}s --start {start}", budget.as_secs()));
         }
     }
     if plan.shard.count > 1 {
@@ -207,7 +236,7 @@ fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Searched, Duration) {
             let list = range.shard(plan.shard);
             (list.len(), Box::new(move |i| list[i]))
         }
-        SeedPlan::Timed { start, .. } => {
+        SeedPlan::Timed { start, .. } | SeedPlan::Guided { start, .. } => {
             let shard = plan.shard;
             let count = usize::try_from(SEEDS_MAX).unwrap_or(usize::MAX);
             (
@@ -221,7 +250,7 @@ fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Searched, Duration) {
         }
     };
     let runner = match plan.seeds {
-        SeedPlan::Timed { budget, .. } => runner.budget(budget),
+        SeedPlan::Timed { budget, .. } | SeedPlan::Guided { budget, .. } => runner.budget(budget),
         SeedPlan::Range(_) => runner,
     };
     let progress = Progress::on_terminal("runs").with_rate();
@@ -240,6 +269,43 @@ fn run_seeds(plan: &FuzzPlan, runner: Runner) -> (Searched, Duration) {
         },
     );
     (searched, finished.wall)
+}
+
+/// Runs a guided campaign for `budget` from `start` (this shard's part:
+/// its own fresh seeds); every run is tallied, each signature's first
+/// failure kept with its world.
+fn run_guided(plan: &FuzzPlan, start: u64, budget: Duration) -> (Searched, Duration) {
+    let start = guided_start(start, plan.shard);
+    let progress = Progress::on_terminal("runs").with_rate();
+    progress.start(None);
+    let mut searched = Searched {
+        tally: FuzzTally::new(&fault_kinds(), plan.keep_runs),
+        firsts: BTreeMap::new(),
+    };
+    let mut seen = Seen::default();
+    let stop = Stop {
+        runs_max: SEEDS_MAX,
+        cpu_max: None,
+        wall_max: Some(budget),
+        at_first_failure: false,
+    };
+    let campaign = Campaign::new(start, Levers::default());
+    let (outcome, _) = campaign::run(campaign, plan.design, plan.jobs, stop, &mut |c, o| {
+        let mut one = judged(c.seed, &c.world, o);
+        if let Some(failed) = &mut one.1 {
+            failed.world = (c.lever != Lever::Fresh).then(|| c.world.clone());
+        }
+        progress.tick();
+        progress.message(seen.add(&one));
+        searched.add(one);
+    });
+    progress.finish();
+    (searched, outcome.wall)
+}
+
+/// Where a guided shard's fresh worlds start.
+fn guided_start(start: u64, shard: Shard) -> u64 {
+    start.saturating_add(shard.index.saturating_mul(GUIDED_SHARD_STRIDE))
 }
 
 /// What the progress bar tells of the runs so far.
@@ -273,18 +339,27 @@ fn run_seed(seed: u64, design: Design, bias: &Bias) -> Ran {
         Ok(scenario) => scenario,
         Err(error) => return unprepared(seed, error),
     };
-    let outcome = execute(&scenario, seed, design);
-    let signature = Signature::of(&outcome);
+    judged(seed, &scenario, &execute(&scenario, seed, design))
+}
+
+/// One run of `scenario` under `seed`, reduced to the summary's line and
+/// its failure, if any.
+fn judged(
+    seed: u64,
+    scenario: &idem_sim::scenario::Scenario,
+    outcome: &Result<idem_sim::run::RunOutcome, String>,
+) -> Ran {
+    let signature = Signature::of(outcome);
     let mut run = FuzzRun {
         seed,
         verdict: RunVerdict::Error,
         trace_hash: String::new(),
         signature: signature.as_ref().map(ToString::to_string),
-        generated: generated(&scenario).into_iter().collect(),
+        generated: generated(scenario).into_iter().collect(),
         exercised: Vec::new(),
         windows: BTreeMap::new(),
     };
-    let message = match &outcome {
+    let message = match outcome {
         Ok(o) => {
             run.verdict = if o.report.violations.is_empty() {
                 RunVerdict::Pass
@@ -308,6 +383,7 @@ fn run_seed(seed: u64, design: Design, bias: &Bias) -> Ran {
         seed,
         signature,
         message,
+        world: None,
     });
     (run, failed)
 }
@@ -346,6 +422,7 @@ fn unprepared(seed: u64, error: String) -> Ran {
             seed,
             signature,
             message: error,
+            world: None,
         }),
     )
 }

@@ -53,7 +53,7 @@ impl Progress {
 
     /// A bar of `len` units, or a spinner when the length is not known
     /// (a run under a time budget).
-    pub(super) fn start(&self, len: Option<usize>) {
+    pub(crate) fn start(&self, len: Option<usize>) {
         let unit = self.unit;
         let rate = if self.rate { ", {per_sec}" } else { "" };
         let template = match len {
@@ -70,11 +70,11 @@ impl Progress {
         self.bar.reset_elapsed();
     }
 
-    pub(super) fn tick(&self) {
+    pub(crate) fn tick(&self) {
         self.bar.inc(1);
     }
 
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
     }
 }

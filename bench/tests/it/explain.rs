@@ -229,9 +229,21 @@ fn one_failing_run_names_its_decisive_decision() -> Result {
         at_ms < 30,
         "decided at {at_ms} ms, after the creates: {words}"
     );
-    // Each decision redrawn alone was estimated, the decisive one first.
+    // Each decision up to it was estimated, the decisive one first: with
+    // what follows it redrawn, the numbers are the decisive line's, and
+    // keeping it raises P(fail), whatever its redraw alone says (the
+    // later decisions, kept, were drawn in the world it made).
     let necessity = json["necessity"].as_array().ok_or("necessity")?;
     assert_eq!(necessity[0]["decision"], decisive["decision"]);
+    assert_eq!(necessity[0]["fails_redrawn_onward"], decisive["before"]);
+    assert_eq!(necessity[0]["fails_kept"], decisive["after"]);
+    assert_eq!(necessity[0]["effect"], "raises", "{words}");
+    let listed = words
+        .lines()
+        .find(|l| l.starts_with(&format!("  #{} ", 29)))
+        .ok_or("the decisive decision's line")?;
+    assert!(listed.contains("raises P(fail)"), "{words}");
+    assert!(!words.contains("optional"), "{words}");
     assert!(json["runs"].as_u64().ok_or("runs")? >= 50 * 3);
     Ok(())
 }

@@ -570,3 +570,131 @@ fn a_whole_catalogue_sweep_reports_and_gates_every_window() -> Result<(), Box<dy
     assert!(text(&output.stdout).contains("race windows over the sweep:"));
     Ok(())
 }
+
+/// Where a naive design's failure shows: a catalogue scenario, or a small
+/// world of its own.
+enum World {
+    Catalogue(&'static str),
+    File(&'static str),
+}
+
+/// Two owners pick the same key for the same request: keys scoped
+/// globally answer the second with the first owner's job.
+const SAME_KEY_SAME_BODY: &str = "description = \"two owners, one key, one body\"\n\
+    [[clients]]\nname = \"alice\"\nactions = [{ action = \"click\", key = \"order-1\", params = { item = \"book\" } }]\n\
+    [[clients]]\nname = \"bob\"\nactions = [{ action = \"click\", key = \"order-1\", at_ms = 200, params = { item = \"book\" } }]\n";
+
+/// For every invariant, a naive design that breaks it, where and under
+/// which seed (docs/MODEL.md, "Which design breaks which invariant").
+const BROKEN_BY: &[(u64, &str, World, u64)] = &[
+    (1, "check-then-insert", World::Catalogue("double-click"), 1),
+    (
+        2,
+        "no-fingerprint",
+        World::Catalogue("mismatched-payload"),
+        0,
+    ),
+    (2, "global-key", World::Catalogue("cross-owner-same-key"), 0),
+    (
+        3,
+        "last-writer-wins",
+        World::Catalogue("out-of-order-completion"),
+        0,
+    ),
+    (
+        4,
+        "unguarded-attempts",
+        World::Catalogue("backup-button"),
+        0,
+    ),
+    (
+        5,
+        "timeout-is-failure",
+        World::Catalogue("timeout-unknown"),
+        0,
+    ),
+    (
+        6,
+        "lost-ack-means-lost",
+        World::Catalogue("lost-ack-on-commit"),
+        0,
+    ),
+    (7, "blind-failover", World::Catalogue("model-change"), 0),
+    (8, "global-key", World::File(SAME_KEY_SAME_BODY), 0),
+    (
+        9,
+        "unguarded-attempts",
+        World::Catalogue("backup-button"),
+        0,
+    ),
+    (
+        12,
+        "wall-clock-deadlines",
+        World::Catalogue("clock-jump"),
+        0,
+    ),
+];
+
+/// The invariants no naive design breaks yet, each with the reason
+/// docs/MODEL.md gives.
+const BROKEN_BY_NONE: &[(u64, &str)] = &[
+    (
+        10,
+        "every design settles jobs with the same worker and reconciler; the oracle's own runs hold the check",
+    ),
+    (
+        11,
+        "every design answers a create after the store committed it; the oracle's own runs hold the check",
+    ),
+];
+
+#[test]
+fn every_invariant_is_broken_by_a_naive_design_or_says_why_none_does()
+-> Result<(), Box<dyn std::error::Error>> {
+    let listed: std::collections::BTreeSet<u64> = BROKEN_BY
+        .iter()
+        .map(|(i, ..)| *i)
+        .chain(BROKEN_BY_NONE.iter().map(|(i, _)| *i))
+        .collect();
+    let every: std::collections::BTreeSet<u64> = idem_oracle::Invariant::ALL
+        .iter()
+        .map(|i| u64::from(i.number()))
+        .collect();
+    assert_eq!(
+        listed, every,
+        "each invariant is broken by a design, or says why not"
+    );
+    let dir = tempfile::tempdir()?;
+    for (invariant, design, world, seed) in BROKEN_BY {
+        let scenario = match world {
+            World::Catalogue(name) => (*name).to_owned(),
+            World::File(text) => {
+                let file = dir.path().join(format!("invariant-{invariant}.toml"));
+                std::fs::write(&file, text)?;
+                file.display().to_string()
+            }
+        };
+        let seed = seed.to_string();
+        let run = |design: &str| {
+            let output = idem(&[
+                "run", &scenario, "--seed", &seed, "--design", design, "--format", "json",
+            ]);
+            let record: serde_json::Value =
+                serde_json::from_slice(&output.stdout).unwrap_or(serde_json::Value::Null);
+            (output.status.code(), record)
+        };
+        let (code, record) = run(design);
+        assert_eq!(code, Some(1), "{design} on {scenario}: {record}");
+        let violations = record["violations"].as_array().ok_or("violations")?;
+        assert!(
+            violations.iter().any(|v| v["invariant"] == *invariant),
+            "{design} breaks invariant {invariant} on {scenario} seed {seed}: {record}"
+        );
+        assert_eq!(
+            run("correct").0,
+            Some(0),
+            "correct on {scenario} seed {seed}"
+        );
+    }
+    Ok(())
+}

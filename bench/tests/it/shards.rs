@@ -255,22 +255,57 @@ fn yaml_number(manifest: &str, key: &str) -> Option<u64> {
 }
 
 #[test]
-fn the_indexed_job_runs_one_shard_per_completion_index() -> Result {
-    let manifest = std::fs::read_to_string(repo().join("deploy/k8s/sweep-indexed-job.yaml"))?;
-    assert!(manifest.contains("completionMode: Indexed"));
-    assert!(manifest.contains("deploy/shard.sh"));
-    let completions = yaml_number(&manifest, "completions");
-    assert!(completions.is_some());
-    assert_eq!(completions, yaml_number(&manifest, "parallelism"));
-    assert_eq!(completions, yaml_number(&manifest, "SHARD_COUNT"));
-    let workflow = std::fs::read_to_string(repo().join(".github/workflows/sweep.yml"))?;
-    let count = yaml_number(&workflow, "SHARD_COUNT").ok_or("SHARD_COUNT")?;
-    let matrix: Vec<String> = (0..count).map(|i| i.to_string()).collect();
-    assert!(
-        workflow.contains(&format!("shard: [{}]", matrix.join(", "))),
-        "the matrix lists shards 0..{count}"
-    );
-    assert!(workflow.contains("deploy/shard.sh"));
-    assert!(workflow.contains("shard-*-of-$SHARD_COUNT.json"));
+fn the_indexed_jobs_run_one_shard_per_completion_index() -> Result {
+    for job in ["sweep", "search"] {
+        let manifest =
+            std::fs::read_to_string(repo().join(format!("deploy/k8s/{job}-indexed-job.yaml")))?;
+        assert!(manifest.contains("completionMode: Indexed"), "{job}");
+        assert!(manifest.contains("deploy/shard.sh"), "{job}");
+        let completions = yaml_number(&manifest, "completions");
+        assert!(completions.is_some(), "{job}");
+        assert_eq!(completions, yaml_number(&manifest, "parallelism"), "{job}");
+        assert_eq!(completions, yaml_number(&manifest, "SHARD_COUNT"), "{job}");
+    }
+    for workflow in ["sweep", "search"] {
+        let text =
+            std::fs::read_to_string(repo().join(format!(".github/workflows/{workflow}.yml")))?;
+        let count = yaml_number(&text, "SHARD_COUNT").ok_or("SHARD_COUNT")?;
+        let matrix: Vec<String> = (0..count).map(|i| i.to_string()).collect();
+        assert!(
+            text.contains(&format!("shard: [{}]", matrix.join(", "))),
+            "{workflow}: the matrix lists shards 0..{count}"
+        );
+        assert!(text.contains("deploy/shard.sh"), "{workflow}");
+        assert!(text.contains("shard-*-of-$SHARD_COUNT.json"), "{workflow}");
+    }
+    Ok(())
+}
+
+/// The guided search in shards with a time budget, as the nightly search
+/// runs it: each shard a campaign on fresh seeds of its own, the merge
+/// their sum under the same budget.
+#[test]
+fn guided_search_shards_with_a_budget_merge() -> Result {
+    let dir = tempfile::tempdir()?;
+    let env = [
+        ("IDEM_SHARD_MODE", "fuzz"),
+        ("IDEM_SHARD_BUDGET", "4s"),
+        ("IDEM_SHARD_START", "9000"),
+    ];
+    let (output, merged) = sharded(2, true, &env, dir.path())?;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let merged: serde_json::Value = serde_json::from_slice(&merged)?;
+    assert_eq!(merged["time_budget_s"], 4);
+    let shards: Vec<serde_json::Value> = (0..2)
+        .map(|i| {
+            let file = dir.path().join(format!("shard-{i}-of-2.json"));
+            serde_json::from_slice(&std::fs::read(file)?).map_err(Into::into)
+        })
+        .collect::<Result<_>>()?;
+    let runs = |v: &serde_json::Value| v["totals"]["runs"].as_u64().unwrap_or(0);
+    assert!(shards.iter().all(|s| runs(s) > 0), "every shard ran");
+    assert_eq!(runs(&merged), shards.iter().map(runs).sum::<u64>());
+    // Shard 1's campaign drew its fresh worlds 10^9 further.
+    assert_eq!(shards[1]["seeds"]["start"], 9000 + 1_000_000_000_u64);
     Ok(())
 }

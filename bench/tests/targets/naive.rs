@@ -2,27 +2,39 @@
 //! contract (docs/TARGET.md), for `idem real SCENARIO --target`: the bench
 //! must catch it. It belongs to the bench's tests, never to a product.
 //!
-//! Its mistake is the classic one, check-then-insert: a create looks the
-//! (owner, key) pair up and inserts a new job when it finds none, with no
-//! unique constraint to stop a second insert. Two creates of one double
-//! click that reach two instances within that window make two jobs, and
-//! the user is billed twice (`idem real double-click --target ...`).
-//! Everything else is plain: jobs live in PostgreSQL (the `database_url`
-//! the config names), each job is executed once by the instance that made
-//! it, in the background, with the provider's idempotency key and the
-//! job's id in the request.
+//! It makes one mistake at a time, chosen by `--mode` (check-then-insert
+//! when none is given), each one an engineer could make and each breaking
+//! one invariant the bench judges from outside. Everything a mode does not
+//! name is plain: jobs live in PostgreSQL (the `database_url` the config
+//! names) under a unique (owner, key) index, a create is one `INSERT ...
+//! ON CONFLICT DO NOTHING` and a read of the row that holds the key, a
+//! reused key with another body is refused with 409, each job is run once
+//! in the background by the instance that made it (the provider's
+//! idempotency key and the job's id in the request), and its first result
+//! is written once.
 //!
-//! Two more mistakes, each behind a flag, for the invariants judged from
-//! the jobs read back at the end: `--mode made-up-result` answers a
-//! succeeded job with a result no provider execution produced (invariant
-//! 3, one winner), and `--mode never-finish` never runs a job, which stays
-//! `running` forever (invariant 10, liveness).
+//! The modes, what breaks, and the scenario that shows it (the bench's
+//! tests, `scenarios/tests/it/real.rs`):
 //!
-//! Run: `naive-target --config FILE [--mode made-up-result|never-finish]`
-//! (the file idem real writes).
+//! | mode | the mistake | breaks |
+//! |---|---|---|
+//! | `check-then-insert` | looks the (owner, key) up, inserts when it finds none, no unique index | 1, `double-click` |
+//! | `memory-keys` | keeps keys in the instance's memory, no unique index | 1, `double-click` |
+//! | `no-fingerprint` | a reused key returns its job whatever the body | 2, `mismatched-payload` |
+//! | `global-key` | a unique index on the key alone, looked up whoever's it is | 2, `cross-owner-same-key` |
+//! | `made-up-result` | a succeeded job's result is made up | 3, `double-click` |
+//! | `last-writer-wins` | hedges a silent call on the fallback, and each answer writes the result | 3, `out-of-order-completion` |
+//! | `merged-result` | hedges the same way, and writes both answers merged | 6, `out-of-order-completion` |
+//! | `any-owner-reads` | `GET /v1/jobs/{id}` answers any owner's job | 8, `cross-owner-same-key` |
+//! | `fresh-key-retry` | a call silent for a second is sent again under a new key | 9, `timeout-unknown` |
+//! | `never-finish` | jobs are never run | 10, a one-click scenario |
+//!
+//! Run: `naive-target --config FILE [--mode MODE]` (the file idem real
+//! writes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -34,6 +46,7 @@ use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::{PgPool, Row};
+use tokio::sync::Mutex;
 
 /// The configuration idem real writes (docs/TARGET.md).
 #[derive(Debug, Deserialize)]
@@ -46,26 +59,76 @@ struct Config {
     models: BTreeMap<String, String>,
 }
 
-/// Which mistakes the service makes besides check-then-insert.
+/// The one mistake the service makes (see the module's table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
-    Plain,
-    /// A succeeded job's result is made up, not the provider's output.
+    CheckThenInsert,
+    MemoryKeys,
+    NoFingerprint,
+    GlobalKey,
     MadeUpResult,
-    /// Jobs are never run.
+    LastWriterWins,
+    MergedResult,
+    AnyOwnerReads,
+    FreshKeyRetry,
     NeverFinish,
+}
+
+impl Mode {
+    const ALL: &[(&str, Mode)] = &[
+        ("check-then-insert", Mode::CheckThenInsert),
+        ("memory-keys", Mode::MemoryKeys),
+        ("no-fingerprint", Mode::NoFingerprint),
+        ("global-key", Mode::GlobalKey),
+        ("made-up-result", Mode::MadeUpResult),
+        ("last-writer-wins", Mode::LastWriterWins),
+        ("merged-result", Mode::MergedResult),
+        ("any-owner-reads", Mode::AnyOwnerReads),
+        ("fresh-key-retry", Mode::FreshKeyRetry),
+        ("never-finish", Mode::NeverFinish),
+    ];
+
+    fn parse(name: &str) -> Option<Mode> {
+        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    }
+
+    /// The unique index the mode's schema has, if any.
+    fn unique_index(self) -> Option<&'static str> {
+        match self {
+            Mode::CheckThenInsert | Mode::MemoryKeys => None,
+            Mode::GlobalKey => {
+                Some("create unique index if not exists naive_jobs_key on naive_jobs (key)")
+            }
+            _ => Some(
+                "create unique index if not exists naive_jobs_owner_key on naive_jobs (owner, key)",
+            ),
+        }
+    }
+
+    /// Whether a job is hedged: its call, silent for [`HEDGE_AFTER_MS`],
+    /// is sent to the job's first fallback as well.
+    fn hedges(self) -> bool {
+        matches!(self, Mode::LastWriterWins | Mode::MergedResult)
+    }
 }
 
 struct Service {
     config: Config,
     pool: PgPool,
     mode: Mode,
+    /// `memory-keys`: each (owner, key) this instance has seen, with its
+    /// job and body. Another instance has its own.
+    keys: Mutex<BTreeMap<(String, String), (uuid::Uuid, Value)>>,
 }
 
 type Shared = Arc<Service>;
 
 /// The largest provider answer read.
 const ANSWER_LEN_MAX_BYTES: usize = 1024 * 1024;
+/// How long a call may be silent before a hedging mode calls the fallback.
+const HEDGE_AFTER_MS: u64 = 500;
+/// How long a call may be silent before `fresh-key-retry` sends it again.
+const RETRY_AFTER_MS: u64 = 1_000;
 
 const SCHEMA: &str = "create table if not exists naive_jobs (
     id uuid primary key default gen_random_uuid(),
@@ -85,6 +148,10 @@ fn problem(status: StatusCode, title: &str) -> Response {
         .into_response()
 }
 
+fn unavailable() -> Response {
+    problem(StatusCode::SERVICE_UNAVAILABLE, "database unavailable")
+}
+
 fn owner(service: &Service, headers: &HeaderMap) -> Option<String> {
     let token = headers
         .get("authorization")?
@@ -101,7 +168,30 @@ fn job_json(row: &sqlx::postgres::PgRow) -> Value {
     json!({"id": id.to_string(), "state": state, "result": result})
 }
 
-/// POST /v1/jobs: check, then insert (the mistake).
+/// The answer to a create that found `row` holding its key: the job again
+/// for the same body (or any body, for `no-fingerprint`), else 409.
+fn found(service: &Service, row: &sqlx::postgres::PgRow, body: &Value) -> Response {
+    if service.mode != Mode::NoFingerprint && row.get::<Value, _>("request") != *body {
+        return problem(StatusCode::CONFLICT, "key reused with another body");
+    }
+    (
+        StatusCode::OK,
+        [("idempotent-replayed", "true")],
+        Json(job_json(row)),
+    )
+        .into_response()
+}
+
+/// A new job's answer, its run started in the background.
+fn created(service: &Shared, row: &sqlx::postgres::PgRow, body: Value) -> Response {
+    let id: uuid::Uuid = row.get("id");
+    if service.mode != Mode::NeverFinish {
+        tokio::spawn(execute(Arc::clone(service), id, body));
+    }
+    (StatusCode::CREATED, Json(job_json(row))).into_response()
+}
+
+/// POST /v1/jobs.
 async fn create(State(service): State<Shared>, headers: HeaderMap, body: Json<Value>) -> Response {
     let Some(owner) = owner(&service, &headers) else {
         return problem(StatusCode::UNAUTHORIZED, "unknown token");
@@ -109,48 +199,106 @@ async fn create(State(service): State<Shared>, headers: HeaderMap, body: Json<Va
     let Some(key) = headers.get("idempotency-key").and_then(|k| k.to_str().ok()) else {
         return problem(StatusCode::BAD_REQUEST, "Idempotency-Key is required");
     };
-    let found = sqlx::query("select * from naive_jobs where owner = $1 and key = $2")
-        .bind(&owner)
+    match service.mode {
+        Mode::CheckThenInsert => check_then_insert(&service, &owner, key, body.0).await,
+        Mode::MemoryKeys => memory_keys(&service, &owner, key, body.0).await,
+        _ => insert_or_found(&service, &owner, key, body.0).await,
+    }
+}
+
+/// The mistake of `check-then-insert`: look the key up, then insert, with
+/// no unique index to stop a second insert.
+async fn check_then_insert(service: &Shared, owner: &str, key: &str, body: Value) -> Response {
+    let found_row = sqlx::query("select * from naive_jobs where owner = $1 and key = $2")
+        .bind(owner)
         .bind(key)
         .fetch_optional(&service.pool)
         .await;
-    match found {
-        Ok(Some(row)) => {
-            if row.get::<Value, _>("request") != body.0 {
-                return problem(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "key reused with another body",
-                );
-            }
-            return (
-                StatusCode::OK,
-                [("idempotent-replayed", "true")],
-                Json(job_json(&row)),
-            )
-                .into_response();
-        }
-        Ok(None) => {}
-        Err(_) => return problem(StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+    match found_row {
+        Ok(Some(row)) => found(service, &row, &body),
+        Ok(None) => match insert(service, owner, key, &body).await {
+            Ok(row) => created(service, &row, body),
+            Err(_) => unavailable(),
+        },
+        Err(_) => unavailable(),
     }
-    let inserted = sqlx::query(
-        "insert into naive_jobs (owner, key, request, state) values ($1, $2, $3, 'running') returning *",
-    )
-    .bind(&owner)
-    .bind(key)
-    .bind(&body.0)
-    .fetch_one(&service.pool)
-    .await;
-    let Ok(row) = inserted else {
-        return problem(StatusCode::SERVICE_UNAVAILABLE, "database unavailable");
-    };
-    let id: uuid::Uuid = row.get("id");
-    if service.mode != Mode::NeverFinish {
-        tokio::spawn(execute(Arc::clone(&service), id, body.0));
-    }
-    (StatusCode::CREATED, Json(job_json(&row))).into_response()
 }
 
-/// GET /v1/jobs/{id}: the owner's job, or 404.
+/// The mistake of `memory-keys`: the instance's own memory decides
+/// whether a key is new, and another instance's memory is not this one.
+async fn memory_keys(service: &Shared, owner: &str, key: &str, body: Value) -> Response {
+    let mut keys = service.keys.lock().await;
+    if let Some((id, known)) = keys.get(&(owner.to_owned(), key.to_owned())) {
+        if *known != body {
+            return problem(StatusCode::CONFLICT, "key reused with another body");
+        }
+        let row = sqlx::query("select * from naive_jobs where id = $1")
+            .bind(id)
+            .fetch_one(&service.pool)
+            .await;
+        return match row {
+            Ok(row) => found(service, &row, &body),
+            Err(_) => unavailable(),
+        };
+    }
+    let Ok(row) = insert(service, owner, key, &body).await else {
+        return unavailable();
+    };
+    keys.insert(
+        (owner.to_owned(), key.to_owned()),
+        (row.get("id"), body.clone()),
+    );
+    created(service, &row, body)
+}
+
+/// One statement under the mode's unique index: the new job's row, or the
+/// row that holds the key (the owner's, or for `global-key` anyone's).
+async fn insert_or_found(service: &Shared, owner: &str, key: &str, body: Value) -> Response {
+    let inserted = sqlx::query(
+        "insert into naive_jobs (owner, key, request, state) values ($1, $2, $3, 'running')
+         on conflict do nothing returning *",
+    )
+    .bind(owner)
+    .bind(key)
+    .bind(&body)
+    .fetch_optional(&service.pool)
+    .await;
+    match inserted {
+        Ok(Some(row)) => return created(service, &row, body),
+        Ok(None) => {}
+        Err(_) => return unavailable(),
+    }
+    let holder = if service.mode == Mode::GlobalKey {
+        sqlx::query("select * from naive_jobs where key = $1").bind(key)
+    } else {
+        sqlx::query("select * from naive_jobs where owner = $1 and key = $2")
+            .bind(owner)
+            .bind(key)
+    };
+    match holder.fetch_optional(&service.pool).await {
+        Ok(Some(row)) => found(service, &row, &body),
+        _ => unavailable(),
+    }
+}
+
+async fn insert(
+    service: &Service,
+    owner: &str,
+    key: &str,
+    body: &Value,
+) -> Result<sqlx::postgres::PgRow, sqlx::Error> {
+    sqlx::query(
+        "insert into naive_jobs (owner, key, request, state) values ($1, $2, $3, 'running') returning *",
+    )
+    .bind(owner)
+    .bind(key)
+    .bind(body)
+    .fetch_one(&service.pool)
+    .await
+}
+
+/// GET /v1/jobs/{id}: the owner's job (any owner's, for
+/// `any-owner-reads`), or 404.
 async fn read(
     State(service): State<Shared>,
     headers: HeaderMap,
@@ -162,48 +310,136 @@ async fn read(
     let Ok(id) = id.parse::<uuid::Uuid>() else {
         return problem(StatusCode::NOT_FOUND, "no such job");
     };
-    let row = sqlx::query("select * from naive_jobs where id = $1 and owner = $2")
+    let row = sqlx::query("select * from naive_jobs where id = $1 and (owner = $2 or $3)")
         .bind(id)
         .bind(&owner)
+        .bind(service.mode == Mode::AnyOwnerReads)
         .fetch_optional(&service.pool)
         .await;
     match row {
         Ok(Some(row)) => Json(job_json(&row)).into_response(),
         Ok(None) => problem(StatusCode::NOT_FOUND, "no such job"),
-        Err(_) => problem(StatusCode::SERVICE_UNAVAILABLE, "database unavailable"),
+        Err(_) => unavailable(),
     }
 }
 
-/// Calls the job's provider once and records what came back.
+/// Runs the job: one call to its provider, and the answer written once;
+/// or the mode's way.
 async fn execute(service: Shared, id: uuid::Uuid, request: Value) {
     let provider = request["provider"].as_str().unwrap_or_default().to_owned();
-    let answer = match service.config.providers.get(&provider) {
-        Some(base) => call_provider(&service, base, &provider, id, &request["params"]).await,
-        None => None,
+    let params = request["params"].clone();
+    if service.mode.hedges() {
+        let fallback = request["fallbacks"][0].as_str().map(str::to_owned);
+        return hedge(&service, id, &provider, fallback, &params).await;
+    }
+    let first = call_provider(&service, &provider, id, 1, &params);
+    let answer = if service.mode == Mode::FreshKeyRetry {
+        first_of_two(first, async {
+            idem_core::timer::sleep(Duration::from_millis(RETRY_AFTER_MS)).await;
+            call_provider(&service, &provider, id, 2, &params).await
+        })
+        .await
+    } else {
+        first.await
     };
-    let (state, result) = match answer {
-        Some(_) if service.mode == Mode::MadeUpResult => {
-            ("succeeded", Some(json!({"summary": "made up"})))
-        }
-        Some(content) => ("succeeded", Some(content)),
-        None => ("failed", None),
+    let answer = match answer {
+        Some(_) if service.mode == Mode::MadeUpResult => Some(json!({"summary": "made up"})),
+        other => other,
     };
-    let _ = sqlx::query("update naive_jobs set state = $2, result = $3 where id = $1")
-        .bind(id)
-        .bind(state)
-        .bind(result)
-        .execute(&service.pool)
-        .await;
+    write_result(&service, id, answer, true).await;
 }
 
-/// One chat completion; the answer's content, if it succeeded.
+/// The first of two calls to answer with success (the second starts at
+/// its own time): `fresh-key-retry`'s call and its resend.
+async fn first_of_two(
+    first: impl std::future::Future<Output = Option<Value>>,
+    second: impl std::future::Future<Output = Option<Value>>,
+) -> Option<Value> {
+    let mut first = std::pin::pin!(first);
+    let mut second = std::pin::pin!(second);
+    let (answer, first_done) = tokio::select! {
+        answer = &mut first => (answer, true),
+        answer = &mut second => (answer, false),
+    };
+    match answer {
+        Some(answer) => Some(answer),
+        None if first_done => second.await,
+        None => first.await,
+    }
+}
+
+/// The hedging modes: the call, and after [`HEDGE_AFTER_MS`] of silence
+/// the same on the fallback. `last-writer-wins` writes each answer as it
+/// comes; `merged-result` waits for both and writes them merged.
+async fn hedge(
+    service: &Shared,
+    id: uuid::Uuid,
+    provider: &str,
+    fallback: Option<String>,
+    params: &Value,
+) {
+    let first = call_provider(service, provider, id, 1, params);
+    let second = async {
+        idem_core::timer::sleep(Duration::from_millis(HEDGE_AFTER_MS)).await;
+        match &fallback {
+            Some(fallback) => call_provider(service, fallback, id, 2, params).await,
+            None => None,
+        }
+    };
+    if service.mode == Mode::LastWriterWins {
+        let write = |answer: Option<Value>| async move {
+            if answer.is_some() {
+                write_result(service, id, answer, false).await;
+            }
+        };
+        tokio::join!(async { write(first.await).await }, async {
+            write(second.await).await;
+        });
+        let _ = sqlx::query(
+            "update naive_jobs set state = 'failed' where id = $1 and state = 'running'",
+        )
+        .bind(id)
+        .execute(&service.pool)
+        .await;
+        return;
+    }
+    let merged = match tokio::join!(first, second) {
+        (Some(a), Some(b)) => Some(json!({"answers": [a, b]})),
+        (Some(one), None) | (None, Some(one)) => Some(one),
+        (None, None) => None,
+    };
+    write_result(service, id, merged, true).await;
+}
+
+/// Writes the job's outcome: succeeded with `answer`'s content, or failed.
+/// `once`: only while the job is still running (the first answer stays).
+async fn write_result(service: &Service, id: uuid::Uuid, answer: Option<Value>, once: bool) {
+    let state = if answer.is_some() {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    let _ = sqlx::query(
+        "update naive_jobs set state = $2, result = $3 where id = $1 and (state = 'running' or not $4)",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(answer)
+    .bind(once)
+    .execute(&service.pool)
+    .await;
+}
+
+/// One chat completion of the job's `n`th call (its idempotency key is
+/// `{id}-{n}`): the answer's content, if it succeeded.
 async fn call_provider(
     service: &Service,
-    base: &str,
     provider: &str,
     id: uuid::Uuid,
+    n: u32,
     params: &Value,
 ) -> Option<Value> {
+    let base = service.config.providers.get(provider)?;
     let address = base
         .strip_prefix("http://")?
         .trim_end_matches('/')
@@ -216,7 +452,7 @@ async fn call_provider(
     let request = http::Request::post("/v1/chat/completions")
         .header("host", &address)
         .header("content-type", "application/json")
-        .header("idempotency-key", format!("{id}-1"))
+        .header("idempotency-key", format!("{id}-{n}"))
         .body(Full::new(bytes::Bytes::from(body.to_string())))
         .ok()?;
     let stream = tokio::net::TcpStream::connect(&address).await.ok()?;
@@ -235,40 +471,56 @@ async fn call_provider(
     Some(serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.to_owned())))
 }
 
-/// Makes the table; two instances starting at once may race on it.
-async fn migrate(pool: &PgPool) -> Result<(), sqlx::Error> {
+/// Makes the table and the mode's unique index; two instances starting at
+/// once may race on them.
+async fn migrate(pool: &PgPool, mode: Mode) -> Result<(), sqlx::Error> {
     const TRIES_MAX: u32 = 5;
     let mut last = None;
     for _ in 0..TRIES_MAX {
-        match sqlx::query(SCHEMA).execute(pool).await {
-            Ok(_) => return Ok(()),
+        let mut made = sqlx::query(SCHEMA).execute(pool).await.map(|_| ());
+        if let (Ok(()), Some(index)) = (&made, mode.unique_index()) {
+            made = sqlx::query(index).execute(pool).await.map(|_| ());
+        }
+        match made {
+            Ok(()) => return Ok(()),
             Err(e) => last = Some(e),
         }
     }
     Err(last.expect("tried at least once"))
 }
 
+/// `--config FILE [--mode MODE]`.
+fn parse_args(args: &[String]) -> Result<(String, Mode), String> {
+    let modes: Vec<&str> = Mode::ALL.iter().map(|(name, _)| *name).collect();
+    let usage = format!(
+        "usage: naive-target --config FILE [--mode {}]",
+        modes.join("|")
+    );
+    match args {
+        [_, flag, path] if flag == "--config" => Ok((path.clone(), Mode::CheckThenInsert)),
+        [_, flag, path, mode_flag, mode] if flag == "--config" && mode_flag == "--mode" => {
+            let mode =
+                Mode::parse(mode).ok_or_else(|| format!("unknown mode {mode:?}; {usage}"))?;
+            Ok((path.clone(), mode))
+        }
+        _ => Err(usage),
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: naive-target --config FILE [--mode made-up-result|never-finish]";
-    let (path, mode) = match args.as_slice() {
-        [_, flag, path] if flag == "--config" => (path.clone(), Mode::Plain),
-        [_, flag, path, mode_flag, mode] if flag == "--config" && mode_flag == "--mode" => {
-            let mode = match mode.as_str() {
-                "made-up-result" => Mode::MadeUpResult,
-                "never-finish" => Mode::NeverFinish,
-                _ => return Err(usage.into()),
-            };
-            (path.clone(), mode)
-        }
-        _ => return Err(usage.into()),
-    };
+    let (path, mode) = parse_args(&args)?;
     let config: Config = serde_json::from_slice(&std::fs::read(&path)?)?;
     let pool = PgPool::connect(&config.database_url).await?;
-    migrate(&pool).await?;
+    migrate(&pool, mode).await?;
     let listener = tokio::net::TcpListener::bind(&config.listen).await?;
-    let service = Arc::new(Service { config, pool, mode });
+    let service = Arc::new(Service {
+        config,
+        pool,
+        mode,
+        keys: Mutex::new(BTreeMap::new()),
+    });
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/jobs", post(create))

@@ -39,6 +39,25 @@ impl Certificate {
         self.evidence.get("model_identity").and_then(Value::as_str)
     }
 
+    /// Whether an answer the provider says came from `model` is one this
+    /// certificate vouches for: a model that answered the certification run
+    /// (`served_models` in the evidence), else, when none said, the model
+    /// the provider reported serving (`model_identity`), else the model
+    /// certified by name. A certificate is earned by what answered, so an
+    /// answer from anything else is not covered, whatever the name asked.
+    pub fn covers_answer_from(&self, model: &str) -> bool {
+        let served: Vec<&str> = self
+            .evidence
+            .get("served_models")
+            .and_then(Value::as_array)
+            .map(|models| models.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !served.is_empty() {
+            return served.contains(&model);
+        }
+        self.model_identity().unwrap_or(&self.key.model) == model
+    }
+
     /// Where the provider was reached when the certificate was earned
     /// (`endpoint` in the evidence), if recorded.
     pub fn endpoint(&self) -> Option<&str> {
@@ -108,5 +127,51 @@ impl Providers {
             prompt_version: self.prompt_version.clone(),
             schema_version: self.schema_version.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn certificate(evidence: Value) -> Certificate {
+        Certificate {
+            key: CertificateKey {
+                provider: "fallback".to_owned(),
+                model: "fb".to_owned(),
+                prompt_version: "v1".to_owned(),
+                schema_version: "v1".to_owned(),
+            },
+            passed: true,
+            evidence,
+            at: Timestamp::default(),
+        }
+    }
+
+    /// What answered the certification run vouches first, then what the
+    /// provider reported serving, then the name certified.
+    #[test]
+    fn an_answer_is_covered_by_what_earned_the_certificate() {
+        let cases = [
+            (json!({"served_models": ["fb-2024"]}), "fb-2024", true),
+            (json!({"served_models": ["fb-2024"]}), "fb", false),
+            (
+                json!({"served_models": [], "model_identity": "fb-root"}),
+                "fb-root",
+                true,
+            ),
+            (json!({"model_identity": "fb-root"}), "fb", false),
+            (json!({}), "fb", true),
+            (json!({}), "fb-v4", false),
+        ];
+        for (evidence, model, covered) in cases {
+            let label = format!("{evidence} answered by {model}");
+            assert_eq!(
+                certificate(evidence).covers_answer_from(model),
+                covered,
+                "{label}"
+            );
+        }
     }
 }

@@ -41,6 +41,17 @@ pub enum Json {
     Object(BTreeMap<String, Json>),
 }
 
+/// The significant digits of `f64::MAX` (1.7976931348623157e308), exactly:
+/// its value is `0.<these digits> * 10^309`.
+const F64_MAX_DIGITS: &str = concat!(
+    "17976931348623157081452742373170435679807056752584499659891747680315726078002853",
+    "87605895586327668781715404589535143824642343213268894641827684675467035375169860",
+    "49910576551282076245490090389328944075868508455133942304583236903222948165808559",
+    "332123348274797826204144723168738177180919299881250404026184124858368",
+);
+/// Where `f64::MAX`'s decimal point sits relative to its digits.
+const F64_MAX_POINT: i64 = 309;
+
 /// An exact decimal number: `(-1)^negative * digits * 10^exponent`, with no
 /// leading or trailing zeros in `digits` (empty for zero, which has no sign),
 /// so that equal numbers have equal representations: `1`, `1.0`, `1e0` and
@@ -335,22 +346,25 @@ impl Decimal {
             .saturating_add(self.exponent)
     }
 
-    /// Whether the number is within the bounds this service accepts: an
-    /// `f64` can hold its magnitude (so every reader gets a finite number)
-    /// and it needs at most [`NUMBER_FRACTION_DIGITS_MAX`] fraction digits
-    /// and [`NUMBER_DIGITS_MAX`] significant digits (PostgreSQL's `numeric`
+    /// Whether the number is within the bounds this service accepts: its
+    /// magnitude is at most `f64::MAX` exactly (so every reader gets a
+    /// finite number, and a schema's `maximum: 1.7976931348623157e308` says
+    /// the same: a number between it and where an `f64` reading would
+    /// round to infinity is refused too), and it needs at most
+    /// [`NUMBER_FRACTION_DIGITS_MAX`] fraction digits and
+    /// [`NUMBER_DIGITS_MAX`] significant digits (PostgreSQL's `numeric`
     /// keeps 16,383).
     fn in_range(&self) -> bool {
         if self.digits.is_empty() {
             return true;
         }
+        // Digits carry no trailing zeros, so comparing them as text
+        // compares the magnitudes at one decimal point.
+        let magnitude_ok = self.point() < F64_MAX_POINT
+            || (self.point() == F64_MAX_POINT && self.digits.as_str() <= F64_MAX_DIGITS);
         self.digits.len() <= NUMBER_DIGITS_MAX
             && self.exponent >= -NUMBER_FRACTION_DIGITS_MAX
-            && self.point() <= 309
-            && self
-                .canonical_text()
-                .parse::<f64>()
-                .is_ok_and(f64::is_finite)
+            && magnitude_ok
     }
 
     /// The canonical spelling. An integer that fits an `i64` or a `u64` is
@@ -727,6 +741,33 @@ mod tests {
         );
         check(
             r#"[1E400]"#,
+            pointer_error(|p| JsonError::NumberOutOfRange { pointer: p }, "/0"),
+        );
+        // f64::MAX is the bound, exactly: past it (where an f64 reading
+        // still rounds to f64::MAX) is out of range too.
+        check(
+            "[-1.7976931348623157e308]",
+            Ok("[-1.7976931348623157e+308]"),
+        );
+        let max = format!("{:.0}", f64::MAX);
+        assert_eq!(F64_MAX_DIGITS, max.trim_end_matches('0'));
+        assert_eq!(F64_MAX_POINT, i64::try_from(max.len()).unwrap_or(0));
+        check(
+            &format!("[{max}]"),
+            Ok(&format!("[{}e+308]", {
+                let digits = max.trim_end_matches('0');
+                format!("{}.{}", &digits[..1], &digits[1..])
+            })),
+        );
+        for beyond in ["1.7976931348623158e308", "1.79769313486231570815e308"] {
+            check(
+                &format!("[{beyond}]"),
+                pointer_error(|p| JsonError::NumberOutOfRange { pointer: p }, "/0"),
+            );
+        }
+        // f64::MAX + 1 (its last digit is 8).
+        check(
+            &format!("[{}9]", &max[..max.len() - 1]),
             pointer_error(|p| JsonError::NumberOutOfRange { pointer: p }, "/0"),
         );
         check(

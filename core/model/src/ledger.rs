@@ -46,4 +46,9 @@ pub struct Execution {
     /// Once succeeded: the content parsed as JSON, or the raw text when it is
     /// not JSON (prose).
     pub output: Option<Value>,
+    /// The model that really ran it, when that is not the model the request
+    /// asked for (a provider that silently switched models): what makes an
+    /// output uncertified whatever the certificate said when it was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
 }

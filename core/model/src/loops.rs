@@ -18,7 +18,9 @@ pub struct WorkerConfig {
     pub attempt_deadline_ms: u64,
     /// Attempts per job, retries and failovers included, before giving up.
     pub attempts_max: u32,
-    /// Jobs picked up per poll.
+    /// Jobs picked up per poll for each provider (a job counts against the
+    /// provider its next attempt goes to, so one provider's backlog never
+    /// takes another's place in a poll).
     pub jobs_per_tick_max: u32,
     /// Attempts this worker runs at once on each provider: those its polls
     /// start and those the backup button hands it. A poll starts no more

@@ -68,7 +68,7 @@ pub(super) async fn json_document(
                 limit_bytes: state.body_limit_bytes,
             });
         }
-        Err(e) => return Err(ApiError::MalformedJson(format!("unreadable body: {e}"))),
+        Err(e) => return Err(ApiError::UnreadableBody(e.to_string())),
     };
     if bytes.is_empty() {
         return Ok(None);

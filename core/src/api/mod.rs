@@ -29,10 +29,10 @@ pub use auth::{Auth, Principal};
 use body::{json_body, json_document, typed};
 use idem_model::document::Document;
 use idem_model::model::{
-    Attempt, AttemptId, AttemptState, Job, JobId, JobState, OwnerId, Timestamp,
+    Attempt, AttemptId, AttemptState, Job, JobId, JobRequest, JobState, OwnerId, Timestamp,
 };
 pub use list::{PAGE_LIMIT_DEFAULT, PAGE_LIMIT_MAX};
-pub use probes::{CensusGate, LoopHealth, METRICS_CENSUS_WAIT_MS};
+pub use probes::{CensusGate, LoopHealth, METRICS_CENSUS_WAIT_MS, StoreHealthLog};
 pub use problem::{ApiError, PROBLEM_JSON, ProblemType};
 pub use serve::{
     ConnectionLimits, GuardedIo, HEADER_READ_TIMEOUT_MS_DEFAULT, SHUTDOWN_DRAIN_MS_DEFAULT,
@@ -75,6 +75,9 @@ pub struct AppState {
     pub loops: LoopHealth,
     /// One `/metrics` census read at a time.
     pub census_gate: CensusGate,
+    /// Logs a store outage the probes see once when it begins and once
+    /// when it ends.
+    pub store_health: StoreHealthLog,
     /// How long a request's store work may take in all (every retry of
     /// every call); past it the answer is 503 and the client retries with
     /// the same key. `None`: only each store call's own bound holds.
@@ -94,6 +97,7 @@ impl AppState {
             request_ids: Arc::new(SeededIds::new(0)),
             loops: LoopHealth::default(),
             census_gate: CensusGate::default(),
+            store_health: StoreHealthLog::default(),
             store_deadline_ms: None,
             openapi: openapi::RenderedDocument::default(),
         }
@@ -244,6 +248,21 @@ impl From<&Job> for JobView {
     }
 }
 
+/// The body of an operator's resolution, as strict as a job's: a member
+/// the outcome does not take is refused, not ignored (issue 36).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+enum ResolutionBody {
+    Succeeded {
+        result: serde_json::Value,
+    },
+    Failed {
+        #[serde(default)]
+        error: serde_json::Value,
+    },
+    Cancelled {},
+}
+
 /// The body of the backup button.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -326,7 +345,15 @@ async fn create_job(
     let document = json_document(&state, &headers, body)
         .await?
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
-    let request = typed(&document)?;
+    let request: JobRequest = typed(&document)?;
+    // `params` are the prompt template's variables: named, so an object
+    // (issue 36: any JSON was taken, where the document says an object).
+    if !request.params.is_object() {
+        return Err(ApiError::InvalidMember {
+            pointer: "/params",
+            reason: "must be a JSON object (the prompt's variables by name)",
+        });
+    }
     let params = document.get("params");
     let created = within(&state, async {
         Ok(state
@@ -460,12 +487,14 @@ async fn resolve(
         .ok_or_else(|| ApiError::MalformedJson("the body is empty".to_owned()))?;
     // The result as the operator wrote it: serde's reading rounds numbers.
     let resolution = match typed(&document)? {
-        Resolution::Succeeded { result } => Resolution::Succeeded {
-            result: document
-                .get("result")
-                .map_or(result, |exact| Document::from_json(exact.clone())),
+        ResolutionBody::Succeeded { result } => Resolution::Succeeded {
+            result: document.get("result").map_or_else(
+                || Document::from(result),
+                |exact| Document::from_json(exact.clone()),
+            ),
         },
-        other => other,
+        ResolutionBody::Failed { error } => Resolution::Failed { error },
+        ResolutionBody::Cancelled {} => Resolution::Cancelled,
     };
     let resolve = state.engine.resolve_out_of_band(attempt_id, resolution);
     let resolved = within(&state, async { Ok(resolve.await?) }).await?;

@@ -4,6 +4,7 @@
 //! [`METRICS_CENSUS_WAIT_MS`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use super::problem::LoggedElsewhere;
 use super::{ApiError, AppState, within};
 use crate::engine::EngineError;
 use crate::store::StoreError;
@@ -53,6 +55,32 @@ impl LoopHealth {
     }
 }
 
+/// Whether the store answered the last probe (`/readyz`'s read, or the
+/// `/metrics` census), so that an outage is logged when it begins and when
+/// it ends, not at every probe: a platform polls readiness every few
+/// seconds and a scraper every few more, and each answer during an outage
+/// logged an ERROR or a WARN (issue 36). The probes' answers say the rest.
+#[derive(Clone, Debug, Default)]
+pub struct StoreHealthLog {
+    down: Arc<AtomicBool>,
+}
+
+impl StoreHealthLog {
+    fn answered(&self) {
+        if self.down.swap(false, Ordering::Relaxed) {
+            tracing::info!("the store answers the probes again");
+        }
+    }
+
+    fn failed(&self, probe: &'static str, error: &dyn std::fmt::Display) {
+        if self.down.swap(true, Ordering::Relaxed) {
+            tracing::debug!(probe, %error, "the store still does not answer");
+        } else {
+            tracing::warn!(probe, %error, "the store does not answer the probes: not ready until it does");
+        }
+    }
+}
+
 /// Lets one census read run at a time: a store that does not answer holds
 /// one read, not one per scrape.
 #[derive(Clone, Debug, Default)]
@@ -64,10 +92,14 @@ pub(super) async fn healthz() -> impl IntoResponse {
 
 /// Ready when every background loop runs and the store answers a
 /// primary-key read of the jobs table (bounded like every store call).
-pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+///
+/// A not-ready answer is the probe's, not a failed request's: its 5xx is
+/// not logged as one ([`LoggedElsewhere`]); a stopped loop was logged when
+/// it stopped, and the store's outage is logged when it begins and ends.
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let stopped = state.loops.stopped_names();
     if !stopped.is_empty() {
-        return Err(ApiError::NotReady(stopped));
+        return logged_elsewhere(ApiError::NotReady(stopped));
     }
     let probe = JobId(uuid::Uuid::nil());
     let read = state.engine.store().job(probe);
@@ -76,11 +108,24 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, Ap
     })
     .await
     {
-        Ok(_) => Ok(axum::Json(json!({"status": "ready"})).into_response()),
-        Err(e) => Err(ApiError::Engine(EngineError::Store(
-            StoreError::Unavailable(e.to_string()),
-        ))),
+        Ok(_) => {
+            state.store_health.answered();
+            axum::Json(json!({"status": "ready"})).into_response()
+        }
+        Err(e) => {
+            state.store_health.failed("readyz", &e);
+            logged_elsewhere(ApiError::Engine(EngineError::Store(
+                StoreError::Unavailable(e.to_string()),
+            )))
+        }
     }
+}
+
+/// `error`'s answer, marked so that the request guard does not log it.
+fn logged_elsewhere(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response.extensions_mut().insert(LoggedElsewhere);
+    response
 }
 
 /// The metrics in the Prometheus text format. The attempt gauges are read
@@ -90,12 +135,14 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Result<Response, Ap
 /// `idem_store_up 0`.
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let engine = state.engine.clone();
+    let health = state.store_health.clone();
     let (done, finished) = tokio::sync::oneshot::channel();
     if let Ok(gate) = Arc::clone(&state.census_gate.0).try_lock_owned() {
         tokio::spawn(async move {
             let census = engine.store().attempt_census().await;
-            if let Err(e) = &census {
-                tracing::warn!(error = %e, "metrics: the store did not answer the census");
+            match &census {
+                Ok(_) => health.answered(),
+                Err(e) => health.failed("metrics", e),
             }
             engine
                 .metrics()

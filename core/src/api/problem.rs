@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::engine::EngineError;
-use crate::store::StoreError;
+use crate::store::{DIFFERING_POINTERS_MAX, StoreError};
 use idem_model::json::JsonError;
 
 /// The media type of every error body.
@@ -97,6 +97,16 @@ pub enum ApiError {
     PayloadTooLarge { limit_bytes: usize },
     #[error("the body is not valid for this request: {0}")]
     MalformedJson(String),
+    /// A member of the body has the wrong shape (named by its pointer).
+    #[error("the body's {pointer} {reason}")]
+    InvalidMember {
+        pointer: &'static str,
+        reason: &'static str,
+    },
+    /// The body's framing broke (a bad chunk size, a connection closed
+    /// half-way): the bytes never made a body to read as JSON.
+    #[error("the request body could not be read: {0}")]
+    UnreadableBody(String),
     /// The body is not acceptable JSON (see [`idem_model::json`]).
     #[error("the body is not acceptable JSON: {0}")]
     Json(#[from] JsonError),
@@ -152,6 +162,12 @@ impl ApiError {
             ApiError::DuplicateIdempotencyKey => (S::BAD_REQUEST, P::InvalidIdempotencyKey, none),
             ApiError::InvalidQuery(_) => (S::BAD_REQUEST, P::InvalidQuery, none),
             ApiError::MalformedJson(_) => (S::BAD_REQUEST, P::MalformedJson, none),
+            ApiError::InvalidMember { pointer, .. } => (
+                S::BAD_REQUEST,
+                P::MalformedJson,
+                json!({"pointer": pointer}),
+            ),
+            ApiError::UnreadableBody(_) => (S::BAD_REQUEST, P::BadRequest, none),
             ApiError::RequestTimeout { timeout_ms } => (
                 S::REQUEST_TIMEOUT,
                 P::RequestTimeout,
@@ -180,6 +196,23 @@ impl ApiError {
                 P::NotReady,
                 json!({"stopped_tasks": stopped}),
             ),
+        }
+    }
+}
+
+impl ApiError {
+    /// The `detail` a client reads: the error's text, bounded where the
+    /// error carries a list of the client's own making.
+    fn client_detail(&self) -> String {
+        match self {
+            ApiError::Engine(EngineError::KeyReused {
+                differing_pointers, ..
+            }) if differing_pointers.len() > DIFFERING_POINTERS_MAX => format!(
+                "the idempotency key is bound to another request; {} pointers differ, the first {DIFFERING_POINTERS_MAX}: {:?}",
+                differing_pointers.len(),
+                first_pointers(differing_pointers),
+            ),
+            other => other.to_string(),
         }
     }
 }
@@ -216,7 +249,7 @@ fn engine_problem(error: &EngineError) -> Mapped {
         } => (
             S::CONFLICT,
             P::IdempotencyKeyReused,
-            json!({"differing_pointers": differing_pointers}),
+            differing(differing_pointers),
         ),
         E::UnknownProvider { provider } => (
             S::UNPROCESSABLE_ENTITY,
@@ -257,6 +290,23 @@ fn engine_problem(error: &EngineError) -> Mapped {
         E::Store(_) => (S::INTERNAL_SERVER_ERROR, P::Internal, json!({})),
     }
 }
+
+/// The pointers a 409 names: the first [`DIFFERING_POINTERS_MAX`] (the
+/// answer also gives their total).
+fn first_pointers(pointers: &[String]) -> &[String] {
+    &pointers[..pointers.len().min(DIFFERING_POINTERS_MAX)]
+}
+
+/// A 409's extension members: the first pointers and how many in all.
+fn differing(pointers: &[String]) -> Value {
+    json!({"differing_pointers": first_pointers(pointers), "differing_total": pointers.len()})
+}
+
+/// Marks a 5xx response whose cause the handler logged itself (a probe's
+/// not-ready answer): [`tag_server_error`] still names it with a request
+/// id, and logs it at DEBUG only.
+#[derive(Clone, Copy, Debug)]
+pub struct LoggedElsewhere;
 
 /// What a server error was, for the log only: it is kept in the response's
 /// extensions, never in its body, and [`tag_server_error`] logs it under the
@@ -302,7 +352,7 @@ impl IntoResponse for ApiError {
         let detail = if status.is_server_error() {
             "the request could not be completed; quote the request_id to the operator".to_owned()
         } else {
-            self.to_string()
+            self.client_detail()
         };
         let mut response =
             Problem::of(problem_type, status, detail, extensions).into_response_with(status);
@@ -350,7 +400,11 @@ pub fn tag_server_error(
         || "a server error outside the API's errors".to_owned(),
         |d| d.0.clone(),
     );
-    tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
+    if response.extensions().get::<LoggedElsewhere>().is_some() {
+        tracing::debug!(%request_id, %status, %method, %path, %detail, "request answered not ready");
+    } else {
+        tracing::error!(%request_id, %status, %method, %path, %detail, "request failed");
+    }
     let mut extensions = json!({"request_id": request_id});
     if let Some(ServerErrorDetail(_, ProblemType::NotReady, Value::Object(kept))) = &known
         && let Some(e) = extensions.as_object_mut()

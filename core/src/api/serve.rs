@@ -275,16 +275,27 @@ fn problem_for_bare_error(buf: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     let status = axum::http::StatusCode::from_u16(status).ok()?;
-    let problem_type = match status.as_u16() {
-        414 => ProblemType::UriTooLong,
-        431 => ProblemType::HeaderFieldsTooLarge,
-        _ => ProblemType::BadRequest,
+    // Each status says what hyper found (issue 36: 414 and 431 said the
+    // request could not be parsed, which it could).
+    let (problem_type, detail) = match status.as_u16() {
+        414 => (
+            ProblemType::UriTooLong,
+            "the request target is longer than this server reads",
+        ),
+        431 => (
+            ProblemType::HeaderFieldsTooLarge,
+            "the request has more header fields, or larger ones, than this server reads",
+        ),
+        _ => (
+            ProblemType::BadRequest,
+            "the request could not be parsed as HTTP/1.1",
+        ),
     };
     let body = serde_json::json!({
         "type": problem_type.uri(),
         "title": problem_type.title(),
         "status": status.as_u16(),
-        "detail": "the request could not be parsed as HTTP/1.1",
+        "detail": detail,
     })
     .to_string();
     let head = format!(

@@ -13,8 +13,9 @@
 //!   [`Contract::shipped`];
 //! - [`business`]: the business types outputs must deserialize into;
 //! - [`tokenizer`]: the prompt through the provider's real vocabulary;
-//! - [`run`]: the run itself, over any [`run::ChatEndpoint`] (the real
-//!   OpenAI-compatible client, on real or simulated sockets);
+//! - [`run`]: the run itself, over any [`endpoint::ChatEndpoint`] (the
+//!   real OpenAI-compatible client, on real or simulated sockets); `calls`
+//!   sends its calls and keeps what each one saw;
 //! - [`report`]: the table, the failures and the certificate's evidence;
 //! - [`manage`]: recording, listing and revoking certificates.
 //!
@@ -22,17 +23,20 @@
 //! start, and `idem certify` / `idem-server certify` on demand.
 
 pub mod business;
+mod calls;
 mod compile;
+pub mod endpoint;
 pub mod manage;
 pub mod report;
 pub mod run;
 pub mod spec;
 pub mod tokenizer;
 
+pub use calls::Progress;
 pub use report::{Certification, Check, Target};
 pub use run::{
     CERTIFY_DEADLINE_MS_DEFAULT, CertifyError, ChatAnswer, ChatEndpoint, ChatRequest, RunBounds,
-    RunLimits, certify, certify_bounded,
+    RunLimits, certify, certify_bounded, certify_with_progress, names_the_model,
 };
 pub use spec::{Contract, ContractError};
 pub use tokenizer::{Encoding, SpecialTokens, TokenizerProfile};

@@ -28,6 +28,9 @@ pub enum Check {
     ContextWindow,
     /// The provider answered with a chat completion.
     Transport,
+    /// The answer came from the model asked for: by its name, or a dated
+    /// snapshot of it (and the provider's model lookup says the same).
+    Model,
     /// The answer's content is a JSON object.
     Parse,
     /// It validates against the contract's output schema.
@@ -46,6 +49,7 @@ impl Check {
         Check::SpecialTokens,
         Check::ContextWindow,
         Check::Transport,
+        Check::Model,
         Check::Parse,
         Check::Schema,
         Check::BusinessType,
@@ -59,6 +63,7 @@ impl Check {
             Check::SpecialTokens => "special_tokens",
             Check::ContextWindow => "context_window",
             Check::Transport => "transport",
+            Check::Model => "model",
             Check::Parse => "parse",
             Check::Schema => "schema",
             Check::BusinessType => "business_type",

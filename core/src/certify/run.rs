@@ -15,17 +15,14 @@
 //! [`CertifyError::Inconclusive`]: nothing was learnt, and no certificate
 //! should change because of it.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::pin::Pin;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::task::JoinSet;
 
+use super::calls::{Answers, Call, Deadline, Progress, SampleAnswer, run_calls, what_came_back};
+pub use super::endpoint::{ChatAnswer, ChatEndpoint, ChatRequest, RunBounds, RunLimits, describe};
 use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
 use super::spec::{Contract, CorpusInput, RenderedPrompt};
 use super::tokenizer;
@@ -36,91 +33,6 @@ use crate::provider::ProviderError;
 const SCHEMA_ERRORS_MAX: usize = 3;
 /// How long a product certification may take in all, by default.
 pub const CERTIFY_DEADLINE_MS_DEFAULT: u64 = 90_000;
-
-/// One chat completion as the certifier (and the worker) sends it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChatRequest {
-    pub model: String,
-    pub prompt: RenderedPrompt,
-    pub temperature: f64,
-    /// Sent as `max_tokens`.
-    pub max_output_tokens: u32,
-}
-
-/// What a provider answered: the first choice's content, and the model it
-/// says produced it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ChatAnswer {
-    pub content: Option<String>,
-    pub model: Option<String>,
-}
-
-/// A provider as the certifier talks to it.
-#[async_trait]
-pub trait ChatEndpoint: Send + Sync + fmt::Debug {
-    /// Opens a connection and closes it: can the provider be reached?
-    async fn reach(&self) -> Result<(), ProviderError>;
-    /// What the provider says it serves under `model`
-    /// (`GET /v1/models/{model}`): `None` when it does not say.
-    async fn model_identity(&self, model: &str) -> Result<Option<String>, ProviderError>;
-    /// One chat completion under the idempotency key `key`.
-    async fn chat(&self, request: &ChatRequest, key: &str) -> Result<ChatAnswer, ProviderError>;
-}
-
-/// Bounds of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunLimits {
-    /// Calls in flight at once.
-    pub concurrency: usize,
-    /// How long one call may take.
-    pub call_timeout_ms: u64,
-    /// Tries per sample when the transport fails (1 = no retry).
-    pub call_tries_max: u32,
-}
-
-impl Default for RunLimits {
-    fn default() -> Self {
-        Self {
-            concurrency: 4,
-            call_timeout_ms: 60_000,
-            call_tries_max: 3,
-        }
-    }
-}
-
-/// How a run ends when the provider does not answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunBounds {
-    /// The whole run's deadline; past it the calls not answered are
-    /// abandoned. `None`: only the per-call bounds hold.
-    pub deadline_ms: Option<u64>,
-    /// Stop once the first [`RunLimits::concurrency`] calls (every try of
-    /// each) got no answer, rather than wait for every call to time out.
-    pub stop_when_silent: bool,
-    /// A run with calls that got no answer and no contract finding is
-    /// [`CertifyError::Inconclusive`] rather than a failed certification.
-    pub inconclusive_is_error: bool,
-}
-
-impl RunBounds {
-    /// Only the per-call bounds: the simulator's certification, whose world
-    /// bounds it in simulated time.
-    pub const PER_CALL: RunBounds = RunBounds {
-        deadline_ms: None,
-        stop_when_silent: false,
-        inconclusive_is_error: false,
-    };
-
-    /// The product's: a deadline, an early stop, and no verdict from a run
-    /// that could not be made.
-    pub fn product(deadline_ms: u64) -> Self {
-        Self {
-            deadline_ms: Some(deadline_ms),
-            stop_when_silent: true,
-            inconclusive_is_error: true,
-        }
-    }
-}
 
 /// The most calls in flight at once.
 pub const CONCURRENCY_MAX: usize = 64;
@@ -144,6 +56,11 @@ pub enum CertifyError {
         "provider {provider:?} serves no chat completions at this URL (every call got status {status}): check the URL"
     )]
     NotServed { provider: String, status: u16 },
+    /// Every call was refused outright (a 4xx): the provider judged every
+    /// request and took none, so no answer could be checked. `answers`
+    /// names the statuses and the start of what came back.
+    #[error("provider {provider:?} refused every call ({answers}): no answer could be checked")]
+    Refused { provider: String, answers: String },
     /// Some calls got no answer and the others showed nothing wrong.
     #[error("provider {provider:?}: inconclusive, {why}")]
     Inconclusive {
@@ -156,33 +73,6 @@ pub enum CertifyError {
     Limits(String),
 }
 
-/// A provider error as a certification reports it.
-pub fn describe(error: &ProviderError) -> String {
-    match error {
-        ProviderError::Unreachable(detail) => with_tls_hint(format!("cannot connect: {detail}")),
-        ProviderError::Rejected { status, detail } => {
-            format!("refused with status {status}: {detail}")
-        }
-        ProviderError::Broken(detail) => format!("no definitive answer: {detail}"),
-        ProviderError::Invalid(detail) => format!("not a chat completion: {detail}"),
-        ProviderError::Unsupported(what) => format!("does not support {what}"),
-    }
-}
-
-/// A TLS failure that a CA file would fix says so.
-fn with_tls_hint(detail: String) -> String {
-    if detail.contains("UnknownIssuer") {
-        format!(
-            "{detail} (the server's certificate is not signed by a trusted authority: \
-             give its CA with ca_file in the provider's configuration, or --ca-file)"
-        )
-    } else if detail.contains("NotValidForName") {
-        format!("{detail} (the certificate does not name the host in the URL)")
-    } else {
-        detail
-    }
-}
-
 /// Statuses that say who or where, not what: a run all of whose calls get
 /// one of these learnt nothing about the contract.
 fn refuses_the_caller(status: u16) -> bool {
@@ -192,25 +82,6 @@ fn refuses_the_caller(status: u16) -> bool {
 fn serves_nothing_here(status: u16) -> bool {
     matches!(status, 404 | 405 | 501)
 }
-
-/// The outcome of one sample's call.
-#[derive(Clone, Debug)]
-struct SampleAnswer {
-    answer: Result<ChatAnswer, String>,
-    tries: u32,
-    /// The status of a definitive refusal.
-    refused: Option<u16>,
-}
-
-impl SampleAnswer {
-    /// No answer at all: not reached, timed out, broke, or not sent.
-    fn silent(&self) -> bool {
-        self.answer.is_err() && self.refused.is_none()
-    }
-}
-
-/// One call to make: input, sample, idempotency key and request.
-type Call = (usize, u32, String, ChatRequest);
 
 /// Certifies `target` against `contract` through `endpoint`, bounded per
 /// call only ([`RunBounds::PER_CALL`]).
@@ -233,17 +104,33 @@ pub async fn certify_bounded(
     limits: RunLimits,
     bounds: RunBounds,
 ) -> Result<Certification, CertifyError> {
+    let quiet = |_: Progress| {};
+    certify_with_progress(endpoint, contract, target, ids, (limits, bounds), &quiet).await
+}
+
+/// [`certify_bounded`], telling `progress` how the calls go.
+pub async fn certify_with_progress(
+    endpoint: Arc<dyn ChatEndpoint>,
+    contract: Arc<Contract>,
+    target: &Target,
+    ids: &dyn IdSource,
+    (limits, bounds): (RunLimits, RunBounds),
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Certification, CertifyError> {
     check_limits(limits)?;
     let mut deadline = Deadline::start(bounds.deadline_ms);
     let model_identity = probe(endpoint.as_ref(), target, limits).await?;
     let (mut rows, mut failures, prompts) = render_inputs(&contract, target);
+    failures.extend(identity_failure(target, model_identity.as_deref()));
     let calls = plan_calls(&contract, target, &prompts, ids);
-    let (answers, stopped) = run_calls(&endpoint, calls, limits, bounds, &mut deadline).await;
+    let (answers, stopped) =
+        run_calls(&endpoint, calls, limits, bounds, &mut deadline, progress).await;
     check_refusals(target, &answers)?;
     let mut judged = Judged {
         rows: &mut rows,
         failures: &mut failures,
         served_models: BTreeSet::new(),
+        asked: &target.model,
     };
     for (index, input) in contract.inputs.iter().enumerate() {
         let sent = prompts[index].is_some();
@@ -390,54 +277,60 @@ fn plan_calls(
     calls
 }
 
-/// Every call answered with a refusal of the caller, or of the URL, is an
-/// error: nothing was learnt about the contract (a provider without the
-/// model lookup shows it only here).
-fn check_refusals(
-    target: &Target,
-    answers: &BTreeMap<(usize, u32), SampleAnswer>,
-) -> Result<(), CertifyError> {
-    let first = answers.values().next().and_then(|a| a.refused);
+/// Every call refused outright is an error: nothing was learnt about the
+/// contract. A refusal of the caller (401, 403) or of the URL (404, 405,
+/// 501) says what to fix; any other names what came back (a provider
+/// without the model lookup shows its refusal only here).
+fn check_refusals(target: &Target, answers: &Answers) -> Result<(), CertifyError> {
+    let first = answers.values().next().and_then(SampleAnswer::refused);
     let Some(status) = first else {
         return Ok(());
     };
-    if !answers.values().all(|a| a.refused == Some(status)) {
+    if !answers.values().all(|a| a.refused().is_some()) {
         return Ok(());
     }
     let provider = target.provider.clone();
-    if refuses_the_caller(status) {
+    let same = answers.values().all(|a| a.refused() == Some(status));
+    if same && refuses_the_caller(status) {
         let detail = answers
             .values()
             .next()
             .and_then(|a| a.answer.clone().err())
+            .map(|(_, detail)| detail)
             .unwrap_or_default();
         return Err(CertifyError::Unauthorized { provider, detail });
     }
-    if serves_nothing_here(status) {
+    if same && serves_nothing_here(status) {
         return Err(CertifyError::NotServed { provider, status });
     }
-    Ok(())
+    let answers = what_came_back(answers.values());
+    Err(CertifyError::Refused { provider, answers })
 }
 
-/// The run as a verdict, or [`CertifyError::Inconclusive`] when calls got
-/// no answer and nothing else failed.
+/// The run as a verdict, or [`CertifyError::Inconclusive`] when its only
+/// failures are calls that got no usable answer: a provider that answered
+/// some calls and refused others was judged (not certified), one that
+/// answered none was not.
 fn conclusive(
     certification: Certification,
-    answers: &BTreeMap<(usize, u32), SampleAnswer>,
+    answers: &Answers,
     stopped: Option<String>,
 ) -> Result<Certification, CertifyError> {
-    let silent = answers.values().filter(|a| a.silent()).count();
     let transport_only = certification
         .failed_checks()
         .iter()
         .all(|c| *c == Check::Transport);
-    if certification.passed() || !transport_only {
+    let refused_some = answers.values().any(|a| a.refused().is_some());
+    if certification.passed() || !transport_only || refused_some {
         return Ok(certification);
     }
+    let unusable: Vec<&SampleAnswer> = answers.values().filter(|a| a.unusable()).collect();
     let why = stopped.unwrap_or_else(|| {
         format!(
-            "{silent} of {} calls got no answer and the rest showed no fault",
-            answers.len()
+            "{} of {} calls got no usable answer ({}) and the rest showed no fault",
+            unusable.len(),
+            answers.len(),
+            what_came_back(unusable.iter().copied())
         )
     });
     Err(CertifyError::Inconclusive {
@@ -447,11 +340,46 @@ fn conclusive(
     })
 }
 
+/// The failure when the provider says it serves another model under the
+/// name asked (its model lookup's `root` or `id`): a certificate names the
+/// model it was earned on (issue 36: such a provider certified, exit 0).
+fn identity_failure(target: &Target, identity: Option<&str>) -> Option<Failure> {
+    let identity = identity?;
+    if names_the_model(&target.model, identity) {
+        return None;
+    }
+    let detail = format!(
+        "GET /v1/models/{} says it serves {identity:?}, not {:?}",
+        target.model, target.model
+    );
+    Some(Failure::new(Check::Model, MODEL_LOOKUP, None, detail))
+}
+
+/// The row name of the model lookup's failure.
+const MODEL_LOOKUP: &str = "model_lookup";
+
+/// Whether a provider naming `served` serves the model asked for by name:
+/// the same name, or a dated snapshot of it (`gpt-4o` answered by
+/// `gpt-4o-2024-08-06`, as OpenAI names its snapshots): the name, a dash,
+/// then digits and dashes only. `gpt-4o-mini` is another model.
+pub fn names_the_model(asked: &str, served: &str) -> bool {
+    served == asked
+        || served
+            .strip_prefix(asked)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|rest| {
+                rest.starts_with(|c: char| c.is_ascii_digit())
+                    && rest.chars().all(|c| c.is_ascii_digit() || c == '-')
+            })
+}
+
 /// The rows and failures being filled in from the answers.
 struct Judged<'a> {
     rows: &'a mut [InputRow],
     failures: &'a mut Vec<Failure>,
     served_models: BTreeSet<String>,
+    /// The model asked for: every answer must come from it.
+    asked: &'a str,
 }
 
 impl Judged<'_> {
@@ -462,7 +390,7 @@ impl Judged<'_> {
         index: usize,
         input: &CorpusInput,
         sent: bool,
-        answers: &BTreeMap<(usize, u32), SampleAnswer>,
+        answers: &Answers,
         stopped: Option<&str>,
     ) {
         let mut results: Vec<(u32, Value)> = Vec::new();
@@ -508,9 +436,18 @@ impl Judged<'_> {
         let content = match &answer.answer {
             Ok(ChatAnswer { content, model }) => {
                 self.served_models.extend(model.iter().cloned());
+                if let Some(served) = model {
+                    if !names_the_model(self.asked, served) {
+                        row.record(Check::Transport, true);
+                        let asked = self.asked;
+                        let detail = format!("answered by model {served:?}, not {asked:?}");
+                        return Err((Check::Model, detail));
+                    }
+                    row.record(Check::Model, true);
+                }
                 content
             }
-            Err(detail) => {
+            Err((_, detail)) => {
                 let tries = answer.tries;
                 let times = if tries == 1 { "try" } else { "tries" };
                 return Err((
@@ -595,127 +532,6 @@ fn inconsistency(contract: &Contract, results: &[(u32, Value)]) -> Option<String
         })
         .collect();
     (!deviating.is_empty()).then(|| deviating.join("; "))
-}
-
-/// The run's deadline, armed when there is one.
-struct Deadline {
-    sleep: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-    ms: u64,
-}
-
-impl Deadline {
-    fn start(deadline_ms: Option<u64>) -> Self {
-        Self {
-            sleep: deadline_ms.map(|ms| {
-                let sleep = crate::timer::sleep(Duration::from_millis(ms));
-                Box::pin(sleep) as Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-            }),
-            ms: deadline_ms.unwrap_or(0),
-        }
-    }
-
-    /// Resolves when the deadline passes; never without one.
-    async fn passed(&mut self) {
-        match &mut self.sleep {
-            Some(sleep) => sleep.as_mut().await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-/// Runs every call, at most `limits.concurrency` at a time, until they are
-/// all answered, the deadline passes, or (with `stop_when_silent`) the
-/// first wave got no answer at all. Says why it stopped early, if it did.
-async fn run_calls(
-    endpoint: &Arc<dyn ChatEndpoint>,
-    calls: Vec<Call>,
-    limits: RunLimits,
-    bounds: RunBounds,
-    deadline: &mut Deadline,
-) -> (BTreeMap<(usize, u32), SampleAnswer>, Option<String>) {
-    let mut answers: BTreeMap<(usize, u32), SampleAnswer> = BTreeMap::new();
-    let mut running = JoinSet::new();
-    let mut pending = calls.into_iter();
-    loop {
-        while running.len() < limits.concurrency {
-            let Some((index, sample, key, request)) = pending.next() else {
-                break;
-            };
-            let endpoint = Arc::clone(endpoint);
-            running.spawn(async move {
-                let answer = call_with_retries(endpoint.as_ref(), &request, &key, limits).await;
-                ((index, sample), answer)
-            });
-        }
-        let joined = tokio::select! {
-            joined = running.join_next() => joined,
-            () = deadline.passed() => {
-                let why = format!("the certification's deadline of {} ms passed", deadline.ms);
-                return (answers, Some(why));
-            }
-        };
-        match joined {
-            Some(Ok((at, answer))) => {
-                answers.insert(at, answer);
-            }
-            // A call task that panicked: its sample is reported missing as
-            // a transport failure, never silently passed.
-            Some(Err(e)) => tracing::error!(error = %e, "a certification call failed to run"),
-            None => return (answers, None),
-        }
-        if bounds.stop_when_silent
-            && answers.len() >= limits.concurrency
-            && answers.values().all(SampleAnswer::silent)
-        {
-            let why = format!(
-                "the first {} calls got no answer; the rest were not sent",
-                answers.len()
-            );
-            return (answers, Some(why));
-        }
-    }
-}
-
-async fn call_with_retries(
-    endpoint: &dyn ChatEndpoint,
-    request: &ChatRequest,
-    key: &str,
-    limits: RunLimits,
-) -> SampleAnswer {
-    let timeout = Duration::from_millis(limits.call_timeout_ms);
-    let mut last = String::new();
-    for tries in 1..=limits.call_tries_max {
-        // The same key on every try: a provider that honours keys replays a
-        // request it already executed instead of billing it again.
-        match crate::timer::timeout(timeout, endpoint.chat(request, key)).await {
-            Ok(Ok(answer)) => {
-                return SampleAnswer {
-                    answer: Ok(answer),
-                    tries,
-                    refused: None,
-                };
-            }
-            // The content was judged by the provider and refused: a finding,
-            // not a transport hiccup. Only a refusal that may pass on a
-            // second try (429, 5xx) is retried.
-            Ok(Err(e @ ProviderError::Rejected { status, .. }))
-                if status != 429 && status < 500 =>
-            {
-                return SampleAnswer {
-                    answer: Err(describe(&e)),
-                    tries,
-                    refused: Some(status),
-                };
-            }
-            Ok(Err(e)) => last = describe(&e),
-            Err(_) => last = format!("no answer within {} ms", limits.call_timeout_ms),
-        }
-    }
-    SampleAnswer {
-        answer: Err(last),
-        tries: limits.call_tries_max,
-        refused: None,
-    }
 }
 
 /// The start of a provider's answer, for a failure's detail.

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
+use super::{OutputFormat, ServerCliError, connect_existing, runtime};
 use crate::certify::manage;
 use crate::clock::{Clock, SystemClock};
 use crate::store::Store;
@@ -47,16 +47,28 @@ enum CertificatesCommand {
         /// Only the certificate for this model.
         #[arg(long)]
         model: Option<String>,
-        /// Why, kept in the revocation's evidence.
-        #[arg(long)]
+        /// Why, kept in the revocation's evidence (not empty).
+        #[arg(long, value_parser = reason)]
         reason: String,
     },
+}
+
+/// A revocation's reason: something an operator reading the evidence
+/// later can act on, so not empty or blank (issue 36).
+fn reason(raw: &str) -> Result<String, String> {
+    let reason = raw.trim();
+    if reason.is_empty() {
+        return Err("say why: the reason is kept in the revocation's evidence".to_owned());
+    }
+    Ok(reason.to_owned())
 }
 
 /// Runs one `certificates` command; prints what it found or did.
 pub fn certificates(args: CertificatesArgs) -> Result<(), ServerCliError> {
     runtime()?.block_on(async move {
-        let store = connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
+        // Only revoke writes; none of them creates or migrates anything.
+        let read_only = !matches!(args.command, CertificatesCommand::Revoke { .. });
+        let store = connect_existing(&args.database_url, &args.database_schema, read_only).await?;
         let failed = |e| ServerCliError::Usage(format!("the store: {e}"));
         match args.command {
             CertificatesCommand::List { provider, format } => {

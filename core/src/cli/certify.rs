@@ -14,7 +14,7 @@ use super::providers::{
 use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
 use crate::certify::{
     self, CERTIFY_DEADLINE_MS_DEFAULT, Certification, CertifyError, ChatEndpoint, Contract,
-    RunBounds, RunLimits, Target,
+    Progress, RunBounds, RunLimits, Target,
 };
 use crate::clock::{Clock, SystemClock, UuidV7Ids};
 use crate::store::pg::SCHEMA_DEFAULT;
@@ -91,13 +91,14 @@ impl CertifyOutcome {
     }
 }
 
-/// Runs one certification with the production id source.
+/// Runs one certification with the production id source, telling
+/// `progress` how its calls go.
 pub(super) async fn certify_one(
     contract: &Arc<Contract>,
     provider: &ResolvedProvider,
     endpoint: &Arc<dyn ChatEndpoint>,
-    limits: RunLimits,
-    bounds: RunBounds,
+    (limits, bounds): (RunLimits, RunBounds),
+    progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<Certification, ServerCliError> {
     let target = Target {
         provider: provider.name.clone(),
@@ -112,15 +113,65 @@ pub(super) async fn certify_one(
     };
     let endpoint = Arc::clone(endpoint);
     let contract = Arc::clone(contract);
-    match certify::certify_bounded(endpoint, contract, &target, &UuidV7Ids, limits, bounds).await {
+    let run = (limits, bounds);
+    match certify::certify_with_progress(endpoint, contract, &target, &UuidV7Ids, run, progress)
+        .await
+    {
         Ok(certification) => Ok(certification),
         Err(CertifyError::Inconclusive { why, .. }) => Err(ServerCliError::Inconclusive(format!(
             "certification of {} inconclusive: {why}; nothing recorded",
             provider.name
         ))),
+        Err(CertifyError::Unauthorized { detail, .. }) => {
+            Err(ServerCliError::Usage(refused_key(provider, &detail)))
+        }
         Err(e) => Err(ServerCliError::Usage(e.to_string())),
     }
 }
+
+/// A refused API key's message, naming the variable the key came from, or
+/// saying that none was configured (issue 36: it said only "the variable
+/// its api_key_env names").
+fn refused_key(provider: &ResolvedProvider, detail: &str) -> String {
+    let name = &provider.name;
+    match &provider.api_key_env {
+        Some(var) => format!(
+            "provider {name:?} refused the API key read from ${var} ({detail}): check the key in {var}"
+        ),
+        None => format!(
+            "provider {name:?} wants an API key ({detail}) and none is configured: name the variable \
+             that holds it with api_key_env in the configuration file, or --api-key-env {name}=VARIABLE"
+        ),
+    }
+}
+
+/// Prints a run's progress to stderr: what is about to happen, then about
+/// ten lines as calls finish (stdout stays the verdict's, text or JSON).
+fn progress_printer(
+    provider: &ResolvedProvider,
+    deadline_ms: u64,
+) -> impl Fn(Progress) + Sync + use<> {
+    let name = provider.name.clone();
+    let endpoint = provider.endpoint.url();
+    move |event| match event {
+        Progress::Started { calls, concurrency } => eprintln!(
+            "certifying {name} at {endpoint}: {calls} calls, {concurrency} at a time, at most {deadline_ms} ms"
+        ),
+        Progress::Answered {
+            done,
+            calls,
+            unusable,
+        } => {
+            let step = (calls / PROGRESS_LINES).max(1);
+            if done % step == 0 || done == calls {
+                eprintln!("  {done}/{calls} calls done, {unusable} without a usable answer");
+            }
+        }
+    }
+}
+
+/// About how many progress lines a run prints.
+const PROGRESS_LINES: usize = 10;
 
 /// The provider `--provider` names, with the flags that override its
 /// settings applied.
@@ -163,7 +214,24 @@ fn provider_of(args: &CertifyArgs) -> Result<(Arc<Contract>, ResolvedProvider), 
 /// `certify`: runs the certification, prints the table, records the
 /// certificate when given a database. Errors (bad flags or contract, an
 /// unreachable provider or database, an inconclusive run) are exit code 2.
+///
+/// With `--format json`, an error is printed to stdout as JSON too
+/// (`{"error": ..., "exit_code": 2}`), so that a caller parsing stdout
+/// learns why there is no verdict.
 pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, ServerCliError> {
+    let format = args.format;
+    let outcome = certify_run(args);
+    if let (Err(e), OutputFormat::Json) = (&outcome, format) {
+        let document = json!({"error": e.to_string(), "exit_code": 2});
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&document).expect("JSON values serialize")
+        );
+    }
+    outcome
+}
+
+fn certify_run(args: CertifyArgs) -> Result<CertifyOutcome, ServerCliError> {
     let (contract, provider) = provider_of(&args)?;
     let (_, endpoint) = provider.client(Arc::clone(&contract))?;
     let limits = RunLimits {
@@ -176,7 +244,9 @@ pub fn certify(args: CertifyArgs) -> Result<CertifyOutcome, ServerCliError> {
             None => None,
         };
         let bounds = RunBounds::product(args.deadline_ms);
-        let certification = certify_one(&contract, &provider, &endpoint, limits, bounds).await?;
+        let progress = progress_printer(&provider, args.deadline_ms);
+        let run = (limits, bounds);
+        let certification = certify_one(&contract, &provider, &endpoint, run, &progress).await?;
         print_certification(&certification, &provider, args.format);
         let Some(store) = &store else {
             if args.format == OutputFormat::Text {

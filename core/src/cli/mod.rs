@@ -30,7 +30,9 @@ pub use providers::{
 };
 pub use serve::{OpsArgs, ServeArgs, serve};
 
-use crate::store::pg::{PgStore, SCHEMA_DEFAULT, check_schema};
+use crate::store::pg::{
+    PgStore, SCHEMA_DEFAULT, SchemaState, check_schema, connect_options, pool_options,
+};
 
 /// Why a command could not run: exit code 2 for all of them.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +177,45 @@ async fn connect_and_migrate(
     Ok(store)
 }
 
+/// Opens a small pool on a schema that must already hold this build's
+/// tables: nothing is created or migrated, and with `read_only` every
+/// transaction is read-only, so PostgreSQL itself refuses a write. What the
+/// `certificates` commands use (issue 36: `certificates list` with a
+/// mistyped --database-schema created that schema and migrated it).
+async fn connect_existing(
+    url: &str,
+    schema: &str,
+    read_only: bool,
+) -> Result<PgStore, ServerCliError> {
+    check_schema(schema).map_err(ServerCliError::Usage)?;
+    probe_database(url).await?;
+    let fail = |e: &dyn std::fmt::Display| {
+        ServerCliError::Usage(shown_url(
+            url,
+            &format!("cannot connect to the database: {e}"),
+        ))
+    };
+    let mut options = connect_options(url, schema).map_err(|e| fail(&e))?;
+    if read_only {
+        options = options.options([("default_transaction_read_only", "on")]);
+    }
+    let pool = pool_options(2)
+        .connect_with(options)
+        .await
+        .map_err(|e| fail(&e))?;
+    let store = PgStore::new(pool, schema);
+    match store.schema_state().await.map_err(|e| fail(&e))? {
+        SchemaState::Current => Ok(store),
+        SchemaState::Missing => Err(ServerCliError::Usage(format!(
+            "schema {schema:?} holds no idem tables: check --database-schema \
+             (IDEM_DATABASE_SCHEMA), or create them with `migrate`"
+        ))),
+        SchemaState::Behind { pending } => Err(ServerCliError::Usage(format!(
+            "schema {schema:?} lacks {pending} of this build's migrations: run `migrate` first"
+        ))),
+    }
+}
+
 pub fn migrate(args: MigrateArgs) -> Result<(), ServerCliError> {
     runtime()?.block_on(async {
         connect_and_migrate(&args.database_url, &args.database_schema, 2).await?;
@@ -258,6 +299,44 @@ mod tests {
             assert!(error.contains(says), "{bad:?}: {error}");
             assert!(!error.contains("hunter22"), "{error}");
         }
+    }
+
+    /// Issue 36, item 4: `serve` refuses a token table that cannot mean
+    /// what was meant, before anything starts, and splits TOKEN=OWNER at
+    /// the last `=` (a token may end in base64 padding).
+    #[test]
+    fn serve_refuses_a_confused_token_table() {
+        let serve = |flags: &[&str]| -> Result<crate::api::Auth, String> {
+            let mut args = vec!["serve", "--provider", "p=http://127.0.0.1:1"];
+            args.extend(flags);
+            let Ok(Command::Serve(parsed)) = parse(&args) else {
+                return Err(format!("{flags:?} did not parse"));
+            };
+            serve::auth(&parsed).map_err(|e| e.to_string())
+        };
+        for (flags, says) in [
+            (
+                &["--token", "t=alice", "--token", "t=bob"][..],
+                "given twice",
+            ),
+            (
+                &["--token", "t=alice", "--operator-token", "t"],
+                "operator token",
+            ),
+            (&["--token", "t a=alice"], "space"),
+            (&["--token", "t=al ice"], "space"),
+            (&["--token", "t="], "TOKEN=OWNER"),
+        ] {
+            let error = serve(flags).err().unwrap_or_default();
+            assert!(error.contains(says), "{flags:?}: {error}");
+        }
+        let auth = serve(&["--token", "dGVzdA===alice"]).expect("a padded token");
+        assert_eq!(
+            auth.principal(Some("Bearer dGVzdA==")),
+            Some(&crate::api::Principal::Owner(idem_model::model::OwnerId(
+                "alice".to_owned()
+            )))
+        );
     }
 
     /// Issue 22, item 9: a database that cannot be reached is a usage

@@ -96,6 +96,9 @@ pub struct ResolvedProvider {
     pub endpoint: Endpoint,
     pub model: String,
     api_key: Option<ApiKey>,
+    /// The environment variable the API key was read from, if any: what a
+    /// refused key's message names.
+    pub api_key_env: Option<String>,
     pub tokenizer: TokenizerProfile,
     pub connect_timeout_ms: Option<u64>,
     pub request_timeout_ms: Option<u64>,
@@ -130,6 +133,7 @@ impl ResolvedProvider {
             endpoint,
             model,
             api_key,
+            api_key_env: file.api_key_env.clone(),
             tokenizer: file.tokenizer_profile(),
             connect_timeout_ms: file.connect_timeout_ms,
             request_timeout_ms: file.request_timeout_ms,

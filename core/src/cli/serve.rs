@@ -8,8 +8,8 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::providers::{ProviderArgs, provider_specs, resolve};
+use super::runtime;
 use super::{LogFormat, POOL_CONNECTIONS_MAX, ServerCliError, connect_and_migrate, init_logging};
-use super::{runtime, split_pair};
 use crate::api::Auth;
 use crate::certify::{self, CERTIFY_DEADLINE_MS_DEFAULT, ChatEndpoint, RunBounds, RunLimits};
 use crate::clock::{Clock, SystemClock, UuidV7Ids};
@@ -23,7 +23,6 @@ use crate::store::bounded::Bounded;
 use crate::store::mem::MemStore;
 use crate::store::pg::SCHEMA_DEFAULT;
 use idem_model::contract::{Certificate, Providers};
-use idem_model::model::OwnerId;
 
 /// Bounds of the numeric flags: past them no service would do what was
 /// meant (a zero timeout refuses everything; ten thousand years of
@@ -104,7 +103,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080", env = "IDEM_LISTEN")]
     listen: String,
-    /// A bearer token and the owner it stands for: TOKEN=OWNER. Repeatable.
+    /// A bearer token and the owner it stands for: TOKEN=OWNER (split at
+    /// the last `=`). Repeatable. A token given twice, shared with the
+    /// operator, or not a bearer token (RFC 6750: A-Z a-z 0-9 - . _ ~ + /
+    /// then any `=`), and an owner with a space, are refused.
     #[arg(
         long = "token",
         value_name = "TOKEN=OWNER",
@@ -206,17 +208,25 @@ pub struct ServeArgs {
     bench: crate::serve_bench::BenchServeArgs,
 }
 
-/// The bearer tokens of `--token` and `--operator-token`.
-fn auth(args: &ServeArgs) -> Result<Auth, ServerCliError> {
-    let mut auth = Auth::new();
-    for raw in &args.tokens {
-        let (token, owner) = split_pair(raw, "--token")?;
-        auth = auth.with_owner(token, OwnerId(owner.to_owned()));
-    }
-    if let Some(token) = &args.operator_token {
-        auth = auth.with_operator(token);
-    }
-    Ok(auth)
+/// The bearer tokens of `--token` and `--operator-token`, refused when
+/// they cannot mean what was meant (see [`Auth::from_tokens`]).
+pub(super) fn auth(args: &ServeArgs) -> Result<Auth, ServerCliError> {
+    // Split at the last `=`: a token may end in base64's `=` padding.
+    let owners = args
+        .tokens
+        .iter()
+        .map(|raw| {
+            raw.rsplit_once('=')
+                .filter(|(token, owner)| !token.is_empty() && !owner.is_empty())
+                .ok_or_else(|| {
+                    ServerCliError::Usage(format!(
+                        "--token must look like TOKEN=OWNER, got {raw:?}"
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Auth::from_tokens(owners, args.operator_token.as_deref())
+        .map_err(|e| ServerCliError::Usage(format!("--token / --operator-token: {e}")))
 }
 
 /// The service's tunables from the flags.
@@ -489,8 +499,8 @@ impl Certifying {
             &self.clients.contract,
             provider,
             &self.clients.endpoints[name],
-            RunLimits::default(),
-            bounds,
+            (RunLimits::default(), bounds),
+            &|_| {},
         )
         .await;
         let certification = match outcome {

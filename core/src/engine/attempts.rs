@@ -125,7 +125,12 @@ impl Engine {
         attempt: AttemptId,
         silent_in: AttemptState,
     ) -> Result<Attempt, EngineError> {
-        self.to_unknown(attempt, Some(silent_in), FailureReason::PresumedOrphaned)
+        // Zoo: the move lands from any state, whatever the reconciler timed.
+        #[cfg(feature = "bench")]
+        let silent_in = Some(silent_in).filter(|_| !self.runs(Design::ZooOrphanMoveFromAnyState));
+        #[cfg(not(feature = "bench"))]
+        let silent_in = Some(silent_in);
+        self.to_unknown(attempt, silent_in, FailureReason::PresumedOrphaned)
             .await
     }
 

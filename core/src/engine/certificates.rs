@@ -9,7 +9,8 @@ use crate::design::Design;
 use crate::provider::ProviderSet;
 use idem_model::contract::Certificate;
 
-use super::{Engine, EngineError, Trigger};
+use super::{Engine, EngineError, FailureReason, Trigger};
+use idem_model::model::{Attempt, EventKind, Job};
 
 /// Where a provider stands with its contract certificate, as a failover
 /// decision sees it.
@@ -183,24 +184,10 @@ impl Engine {
         if self.runs(Design::BlindFailover) {
             return Ok(self.blind_failover_status(provider));
         }
-        if self.pending.contains(provider) {
-            return Ok(CertificateStatus::Pending);
-        }
-        let Some(key) = self.providers.certificate_key(provider) else {
-            return Ok(CertificateStatus::Missing);
+        let certificate = match self.stored_certificate(provider).await? {
+            Ok(certificate) => certificate,
+            Err(status) => return Ok(status),
         };
-        let Some(certificate) = self.store.certificate(&key).await? else {
-            return Ok(CertificateStatus::Missing);
-        };
-        if crate::certify::manage::is_revoked(&certificate) {
-            return Ok(CertificateStatus::Revoked);
-        }
-        if !certificate.passed {
-            return Ok(CertificateStatus::Failed);
-        }
-        if let Some(moved) = self.endpoint_moved(provider, &certificate) {
-            return Ok(moved);
-        }
         let (Some(probes), Some(certified)) = (&self.probes, certificate.model_identity()) else {
             return Ok(CertificateStatus::Valid);
         };
@@ -217,6 +204,97 @@ impl Engine {
             }),
             Err(detail) => Ok(CertificateStatus::Unverified { detail }),
         }
+    }
+
+    /// `provider`'s certificate as the store holds it, if it is one to rely
+    /// on (passed, not revoked, earned at the configured endpoint, no
+    /// certification of it running here); otherwise why not. No probe.
+    async fn stored_certificate(
+        &self,
+        provider: &str,
+    ) -> Result<Result<Certificate, CertificateStatus>, EngineError> {
+        if self.pending.contains(provider) {
+            return Ok(Err(CertificateStatus::Pending));
+        }
+        let Some(key) = self.providers.certificate_key(provider) else {
+            return Ok(Err(CertificateStatus::Missing));
+        };
+        let Some(certificate) = self.store.certificate(&key).await? else {
+            return Ok(Err(CertificateStatus::Missing));
+        };
+        if crate::certify::manage::is_revoked(&certificate) {
+            return Ok(Err(CertificateStatus::Revoked));
+        }
+        if !certificate.passed {
+            return Ok(Err(CertificateStatus::Failed));
+        }
+        if let Some(moved) = self.endpoint_moved(provider, &certificate) {
+            return Ok(Err(moved));
+        }
+        Ok(Ok(certificate))
+    }
+
+    /// The certificate check made in the step that dispatches `attempt`:
+    /// `Some(why)` when its provider, off the job's primary, holds no valid
+    /// certificate now. The check when the attempt was started is not
+    /// enough: a store call, a pause or a crash may lie between that check
+    /// and the dispatch, and the provider may switch models meanwhile.
+    ///
+    /// A refusal is noted in the decision trace; the caller fails the
+    /// attempt before anything is sent (see [`FailureReason::NotCertified`]).
+    pub async fn refusal_at_dispatch(
+        &self,
+        job: &Job,
+        attempt: &Attempt,
+    ) -> Result<Option<CertificateStatus>, EngineError> {
+        if attempt.provider == job.provider || !self.checks_certificates_at_use() {
+            return Ok(None);
+        }
+        let status = self.certificate_status(&attempt.provider).await?;
+        if status.is_valid() {
+            return Ok(None);
+        }
+        let detail = status.refusal(&attempt.provider, Trigger::Dispatch);
+        self.note(job.id, Some(attempt.id), EventKind::FailoverRefused, detail)
+            .await;
+        Ok(Some(status))
+    }
+
+    /// Why an answer to an attempt on `provider` may not become a result:
+    /// off the job's `primary`, the answer must say it came from a model
+    /// the provider's certificate vouches for, checked against the
+    /// certificate the store holds when the answer is used. This is where
+    /// certified failover is enforced: whatever store latency, pause, crash
+    /// or clock fault came between a certificate check and the provider's
+    /// work, an uncertified model's output never reaches the
+    /// compare-and-swap. `None`: the answer may be used.
+    pub async fn answer_refusal(
+        &self,
+        primary: &str,
+        provider: &str,
+        model: Option<&str>,
+    ) -> Result<Option<FailureReason>, EngineError> {
+        if provider == primary || !self.checks_certificates_at_use() {
+            return Ok(None);
+        }
+        let vouched = match (self.stored_certificate(provider).await?, model) {
+            (Ok(certificate), Some(model)) => certificate.covers_answer_from(model),
+            _ => false,
+        };
+        Ok((!vouched).then(|| FailureReason::UncertifiedModel {
+            served_model: model.map(str::to_owned),
+        }))
+    }
+
+    /// Whether certificates are checked where they are used (at dispatch and
+    /// on the answer). Only the bench's designs that ignore certificates,
+    /// or revert this check, skip it.
+    fn checks_certificates_at_use(&self) -> bool {
+        #[cfg(feature = "bench")]
+        if self.runs(Design::BlindFailover) || self.runs(Design::ZooCertificateCheckedAtStart) {
+            return false;
+        }
+        true
     }
 
     /// The naive design's answer, kept out of the real path: every

@@ -126,6 +126,14 @@ impl Engine {
         .await
     }
 
+    /// The job, whoever owns it (the loops' view).
+    pub async fn job(&self, id: JobId) -> Result<Job, EngineError> {
+        self.store
+            .job(id)
+            .await?
+            .ok_or(EngineError::JobNotFound(id))
+    }
+
     /// The job, if it exists and belongs to `owner`. Another owner's job is
     /// reported as not found, so that existence does not leak.
     pub async fn job_for(&self, owner: &OwnerId, id: JobId) -> Result<Job, EngineError> {

@@ -64,6 +64,15 @@ pub enum FailureReason {
     Unreachable { detail: String },
     /// The provider answered with a definitive error: failed.
     ProviderError { detail: String },
+    /// The attempt's provider, off its job's primary, held no valid
+    /// certificate when the attempt was about to be dispatched: failed,
+    /// nothing sent. `certificate` says why (a [`CertificateStatus`] reason).
+    NotCertified { certificate: String },
+    /// The provider answered, but not from a model its certificate vouches
+    /// for (or did not say which model): the output is refused and the
+    /// attempt failed, so the job moves on. `served_model` is the model the
+    /// answer named.
+    UncertifiedModel { served_model: Option<String> },
 }
 
 impl FailureReason {
@@ -204,6 +213,9 @@ pub enum Trigger {
     Hedge,
     /// The user's backup button.
     Manual,
+    /// The check made in the step that dispatches an attempt already
+    /// started (see [`Engine::refusal_at_dispatch`]).
+    Dispatch,
 }
 
 /// The engine: stateless apart from its injected parts, so any number of

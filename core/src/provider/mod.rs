@@ -63,6 +63,18 @@ pub enum ProviderError {
     Unsupported(&'static str),
 }
 
+/// A provider's answer to a call: the output, and the model the provider
+/// says produced it (the `model` of an OpenAI chat completion). The model
+/// is what lets a failover be judged at the moment of use: a fallback's
+/// answer counts only if it came from the model its certificate was earned
+/// on, whatever happened between the certificate check and the answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub output: Document,
+    /// `None`: the provider did not say.
+    pub model: Option<String>,
+}
+
 /// What a provider says about a request, looked up by idempotency key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -71,6 +83,9 @@ pub enum RemoteStatus {
     Running,
     Succeeded {
         output: Document,
+        /// The model that produced it, if the provider says (see [`Answer`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     Failed {
         error: Value,
@@ -83,8 +98,8 @@ pub enum RemoteStatus {
 /// A connected provider, ready to take exactly one request.
 #[async_trait]
 pub trait Dispatch: Send {
-    /// Sends the call and waits for the output. The caller bounds the wait.
-    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Document, ProviderError>;
+    /// Sends the call and waits for the answer. The caller bounds the wait.
+    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Answer, ProviderError>;
 }
 
 /// A provider the engine can call.

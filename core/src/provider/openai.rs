@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::connect::Connector;
-use super::{Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
+use super::{Answer, Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
 use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest, Contract};
 use idem_model::document::Document;
 use idem_model::model::AttemptId;
@@ -434,7 +434,10 @@ struct ChatMessage {
 /// the provider says answered.
 fn answer_of(body: &[u8]) -> Result<ChatAnswer, ProviderError> {
     let response: ChatResponse = serde_json::from_slice(body).map_err(|error| {
-        ProviderError::Invalid(format!("not a chat-completion response: {error}"))
+        ProviderError::Invalid(format!(
+            "not a chat-completion response ({error}): {:?}",
+            excerpt(body)
+        ))
     })?;
     let content = response
         .choices
@@ -449,13 +452,16 @@ fn answer_of(body: &[u8]) -> Result<ChatAnswer, ProviderError> {
     })
 }
 
-/// The output of a successful chat completion: the first choice's content,
-/// which must be a JSON object.
-fn output_of(body: &[u8]) -> Result<Document, ProviderError> {
-    let content = answer_of(body)?
-        .content
+/// The answer of a successful chat completion: the first choice's content,
+/// which must be a JSON object, and the model the provider says answered.
+fn output_of(body: &[u8]) -> Result<Answer, ProviderError> {
+    let ChatAnswer { content, model } = answer_of(body)?;
+    let content = content
         .ok_or_else(|| ProviderError::Invalid("the first choice has no content".to_owned()))?;
-    object_of(&content)
+    Ok(Answer {
+        output: object_of(&content)?,
+        model,
+    })
 }
 
 /// `content` parsed as JSON, if it is a JSON object, its numbers exact (as
@@ -487,6 +493,9 @@ struct StatusBody {
     output: Option<Value>,
     #[serde(default)]
     error: Option<Value>,
+    /// The model that produced a succeeded execution, if the provider says.
+    #[serde(default)]
+    model: Option<String>,
 }
 
 fn remote_status_of(bytes: &[u8]) -> Result<RemoteStatus, ProviderError> {
@@ -500,6 +509,7 @@ fn remote_status_of(bytes: &[u8]) -> Result<RemoteStatus, ProviderError> {
         "succeeded" => match body.output {
             Some(Value::String(content)) => Ok(RemoteStatus::Succeeded {
                 output: object_of(&content)?,
+                model: body.model,
             }),
             // Exact when the strict reader takes the whole answer.
             Some(output @ Value::Object(_)) => Ok(RemoteStatus::Succeeded {
@@ -507,6 +517,7 @@ fn remote_status_of(bytes: &[u8]) -> Result<RemoteStatus, ProviderError> {
                     .ok()
                     .and_then(|all| all.get("output")))
                 .unwrap_or_else(|| Document::from(output)),
+                model: body.model,
             }),
             Some(other) => Err(ProviderError::Invalid(format!(
                 "the stored output is not a JSON object: {}",
@@ -744,7 +755,7 @@ impl OpenAiDispatch {
 
 #[async_trait]
 impl Dispatch for OpenAiDispatch {
-    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Document, ProviderError> {
+    async fn send(self: Box<Self>, call: ProviderCall) -> Result<Answer, ProviderError> {
         let shared = Arc::clone(&self.shared);
         let body = self.body(&call)?;
         let key = call.attempt_id.to_string();

@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_model::contract::{Certificate, CertificateKey};
 use idem_model::model::{
@@ -107,7 +107,7 @@ bounded_operations! {
     Write record_event(event: NewEvent) -> ();
     Read job(id: JobId) -> Option<Job>;
     Read job_by_key(owner: &OwnerId, key: &IdempotencyKey) -> Option<Job>;
-    Read jobs_needing_attempt(limit: u32) -> Vec<Job>;
+    Read jobs_needing_attempt(free: &FreeSlots) -> Vec<Job>;
     Read attempts_in_states(
         states: &[AttemptState],
         after: PageAfter<AttemptId>,

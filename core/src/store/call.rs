@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_model::store_fault::StoreOp;
 
@@ -138,7 +138,7 @@ store_operations! {
     job_by_key => JobByKey {
         owner: &OwnerId => OwnerId, key: &IdempotencyKey => IdempotencyKey
     } -> Option<Job>, Read;
-    jobs_needing_attempt => JobsNeedingAttempt { limit: u32 } -> Vec<Job>, Read;
+    jobs_needing_attempt => JobsNeedingAttempt { free: &FreeSlots => FreeSlots } -> Vec<Job>, Read;
     attempts_in_states => AttemptsInStates {
         states: &[AttemptState] => Vec<AttemptState>, after: PageAfter<AttemptId>, limit: u32
     } -> Vec<Attempt>, Read;

@@ -15,7 +15,7 @@ pub mod mem;
 pub mod pg;
 mod shared;
 
-pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX};
+pub use shared::{DIFFERING_POINTERS_MAX, REFUSAL_EVENTS_PER_JOB_MAX, next_provider};
 
 use std::collections::BTreeMap;
 
@@ -73,6 +73,10 @@ pub enum CreateOutcome {
     /// The key was known and bound to another body; nothing was written to the job.
     KeyReused {
         existing: JobId,
+        /// Every pointer that differs, sorted (bounded by the body limit).
+        /// The recorded `key_reused` event keeps the first
+        /// [`DIFFERING_POINTERS_MAX`] and the total; the API answers the
+        /// same (issue 36: it cut the list without saying so).
         differing_pointers: Vec<String>,
     },
 }
@@ -155,6 +159,46 @@ pub enum FailJobOutcome {
         state: JobState,
         version: i64,
     },
+}
+
+/// What a worker's poll can start, by provider: a job counts against its
+/// primary's free slots, so that one provider's backlog never fills the
+/// poll of another provider with free slots (issue 36). A job whose next
+/// attempt goes to a provider with no free slot (after a failed or
+/// cancelled attempt, see [`next_provider`]) is passed over: it could not
+/// start now, and would take a place another job can use.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeSlots {
+    /// At most this many jobs of each provider named (as their primary).
+    pub per_provider: BTreeMap<String, u32>,
+    /// At most this many jobs of each provider not named in `per_provider`.
+    pub others: u32,
+}
+
+impl FreeSlots {
+    /// Up to `limit` jobs of each provider: no provider is named.
+    pub fn any_provider(limit: u32) -> Self {
+        Self {
+            per_provider: BTreeMap::new(),
+            others: limit,
+        }
+    }
+
+    /// How many of `provider`'s jobs may be taken.
+    pub fn for_provider(&self, provider: &str) -> u32 {
+        self.per_provider
+            .get(provider)
+            .copied()
+            .unwrap_or(self.others)
+    }
+
+    /// The providers named with no free slot.
+    pub fn saturated(&self) -> impl Iterator<Item = &str> {
+        self.per_provider
+            .iter()
+            .filter(|(_, n)| **n == 0)
+            .map(|(provider, _)| provider.as_str())
+    }
 }
 
 /// Where a page of jobs or attempts resumes: the sort time and id of the
@@ -286,8 +330,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         key: &IdempotencyKey,
     ) -> Result<Option<Job>, StoreError>;
     /// Pending jobs with no attempt starting, running or unknown: the work
-    /// a worker may pick up. Oldest first; at most `limit`.
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError>;
+    /// a worker may pick up. For each primary provider, its oldest such
+    /// jobs, at most [`FreeSlots::for_provider`] of them, passing over
+    /// those whose next attempt ([`next_provider`]) goes to a provider
+    /// named with no free slot. All of them oldest first (by `created_at`,
+    /// then id).
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError>;
     /// Attempts in one of `states` after the attempt `after` names (by
     /// `started_at`, then id): what the reconciler looks at, all of it in
     /// one read per pass. Oldest first; at most `limit` of each state, so

@@ -12,9 +12,9 @@ use idem_model::model::{
 };
 use idem_model::transition;
 
-/// The most differing pointers a refused create reports and records: a
-/// body that differs everywhere is named by its first ones, not copied
-/// into the answer and the row.
+/// The most differing pointers a refused create records and the API
+/// answers, beside their total: a body that differs everywhere is named by
+/// its first ones, not copied into the answer and the row.
 pub const DIFFERING_POINTERS_MAX: usize = 16;
 
 /// The most refusal events (`key_reused`, `attempt_refused`,
@@ -48,10 +48,13 @@ pub(crate) fn found_key(
     if existing.request_fingerprint == new.request_fingerprint {
         return (CreateOutcome::Existing(existing.clone()), None);
     }
-    let mut differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
+    let differing_pointers = fingerprint::diff_exact(existing_request, &new.request.json());
     let differing_total = differing_pointers.len();
-    differing_pointers.truncate(DIFFERING_POINTERS_MAX);
-    let mut detail = json!({"differing_pointers": differing_pointers,
+    let recorded: Vec<&String> = differing_pointers
+        .iter()
+        .take(DIFFERING_POINTERS_MAX)
+        .collect();
+    let mut detail = json!({"differing_pointers": recorded,
                             "offered_fingerprint": new.request_fingerprint});
     if differing_total > DIFFERING_POINTERS_MAX {
         detail["differing_total"] = json!(differing_total);
@@ -68,6 +71,30 @@ pub(crate) fn found_key(
         differing_pointers,
     };
     (outcome, Some(event))
+}
+
+/// The provider a pending job's next attempt goes to, given its last
+/// attempt (by seq) and that attempt's state, as the worker chooses it when
+/// every fallback holds a valid certificate: the primary first; after an
+/// attempt failed or was cancelled, the provider after that attempt's in
+/// the job's order (primary, then fallbacks; wrapping round); after any
+/// other end, the same provider again. An attempt on a provider outside
+/// the job's order counts as one on the primary.
+///
+/// The store cannot see certificates, so this is the worker's choice only
+/// as far as certificates allow. It decides only whether a poll passes a
+/// job over (its next provider has no free slot), never whether an attempt
+/// may start.
+pub fn next_provider<'a>(job: &'a Job, last: Option<(&str, AttemptState)>) -> &'a str {
+    let Some((provider, state)) = last else {
+        return &job.provider;
+    };
+    let order: Vec<&'a str> = std::iter::once(job.provider.as_str())
+        .chain(job.fallbacks.iter().map(String::as_str))
+        .collect();
+    let at = order.iter().position(|p| *p == provider).unwrap_or(0);
+    let moves_on = matches!(state, AttemptState::Failed | AttemptState::Cancelled);
+    order[(at + usize::from(moves_on)) % order.len()]
 }
 
 /// The first event of a job's decision trace, `created`, which no store

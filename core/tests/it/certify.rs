@@ -198,11 +198,43 @@ async fn each_defect_fails_its_own_check_and_a_compliant_provider_certifies() ->
             must: &[Check::Consistency],
             may: &[Check::RoundTrip],
         },
+        // Issue 36: a provider serving another model than the one asked
+        // for certified, exit 0. A dated snapshot of the model asked for
+        // is that model, as OpenAI names its snapshots.
+        Case {
+            name: "another model served under the name asked",
+            behaviour: served("other-model"),
+            tokenizer,
+            must: &[Check::Model],
+            may: &[],
+        },
+        Case {
+            name: "a bigger sibling's name is another model",
+            behaviour: served("candidate-model-mini"),
+            tokenizer,
+            must: &[Check::Model],
+            may: &[],
+        },
+        Case {
+            name: "a dated snapshot of the model asked for",
+            behaviour: served("candidate-model-2024-08-06"),
+            tokenizer,
+            must: &[],
+            may: &[],
+        },
     ];
     for case in cases {
         check(case).await?;
     }
     Ok(())
+}
+
+/// A compliant provider that serves `model` whatever is asked for.
+fn served(model: &str) -> Behaviour {
+    Behaviour {
+        served_model: Some(model.to_owned()),
+        ..Behaviour::default()
+    }
 }
 
 #[tokio::test]
@@ -933,11 +965,123 @@ async fn unreachable_and_broken_providers_are_reported_plainly() -> TestResult {
     Ok(())
 }
 
+/// A server answering every request with `status`, `content_type` and
+/// `body`, whatever was asked.
+async fn answering(
+    status: u16,
+    content_type: &'static str,
+    body: &'static str,
+) -> Result<SocketAddr, Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let status = http::StatusCode::from_u16(status)?;
+    let app = axum::Router::new()
+        .fallback(move || async move { (status, [("content-type", content_type)], body) });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}
+
+/// Issue 36, item 3: a run that could not judge the provider's answers
+/// names what the provider answered, its status and the start of its body.
+/// (A provider answering 400 to every call was "inconclusive: 0 of 69
+/// calls got no answer"; 500s, HTML and definitive errors were "the first
+/// 4 calls got no answer".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certification_names_what_the_provider_answered() -> TestResult {
+    let json = "application/json";
+    let cases = [
+        (
+            400,
+            json,
+            r#"{"error":{"message":"response_format json_object is not supported"}}"#,
+            &[
+                "refused every call",
+                "status 400",
+                "json_object is not supported",
+            ][..],
+        ),
+        (
+            500,
+            "text/html",
+            "<html><body>upstream exploded</body></html>",
+            &["no usable answer", "status 500", "upstream exploded"],
+        ),
+        (
+            200,
+            "text/html",
+            "<html><body>welcome to nginx</body></html>",
+            &["not a chat completion", "welcome to nginx"],
+        ),
+        (
+            503,
+            json,
+            r#"{"error":{"definitive":true,"message":"overloaded"}}"#,
+            &["status 503", "overloaded"],
+        ),
+    ];
+    let limits = RunLimits {
+        concurrency: 4,
+        call_timeout_ms: 2_000,
+        call_tries_max: 2,
+    };
+    for (status, content_type, body, says) in cases {
+        let addr = answering(status, content_type, body).await?;
+        let config = OpenAiConfig::new(addr.to_string(), "candidate-model");
+        let outcome = certify_bounded(
+            Arc::new(OpenAiClient::new(TcpConnector, config)?),
+            Contract::shipped(),
+            &target(TokenizerProfile::default()),
+            &SeededIds::new(5),
+            limits,
+            RunBounds::product(30_000),
+        )
+        .await;
+        let said = outcome.err().map(|e| e.to_string()).unwrap_or_default();
+        for words in says {
+            assert!(said.contains(words), "{status}: {words:?} not in {said}");
+        }
+        assert!(!said.contains("got no answer"), "{status}: {said}");
+    }
+    Ok(())
+}
+
 /// `idem certify` as its binaries parse it.
 #[derive(Debug, clap::Parser)]
 struct CertifyCommand {
     #[command(flatten)]
     args: idem_core::cli::CertifyArgs,
+}
+
+/// Issue 36, item 3: a refused API key's message names the variable the
+/// key was read from, or says that none is configured and how to name one.
+#[test]
+fn a_refused_key_names_its_variable() -> TestResult {
+    use clap::Parser;
+    let servers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (addr, server) = servers.block_on(start_provider(Behaviour::default()))?;
+    server.require_api_key("sk-right");
+    let provider = format!("p=http://{addr}");
+    // HOME holds no API key, but it is set wherever tests run, and the
+    // message must name it, never its value.
+    for (key_flags, says) in [
+        (&["--api-key-env", "p=HOME"][..], "read from $HOME"),
+        (&[], "--api-key-env p=VARIABLE"),
+    ] {
+        let args = [&["certify", "--provider", &provider][..], key_flags].concat();
+        let parsed = CertifyCommand::try_parse_from(args)?;
+        let said = idem_core::cli::certify(parsed.args)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(said.contains(says), "{key_flags:?}: {said}");
+        assert!(said.contains("401"), "{key_flags:?}: {said}");
+        let home = std::env::var("HOME").unwrap_or_default();
+        assert!(home.len() < 4 || !said.contains(&home), "{said}");
+    }
+    Ok(())
 }
 
 /// Five providers a certification cannot learn anything from: one that
@@ -1034,6 +1178,16 @@ fn a_certification_that_learnt_nothing_leaves_the_certificate() -> TestResult {
         ])?;
         let outcome = idem_core::cli::certify(parsed.args);
         assert!(outcome.is_err(), "{provider_url}: {outcome:?}");
+        // Issue 36: HTTPS to a plain HTTP server says so plainly.
+        if provider_url.starts_with("https://127.0.0.1") {
+            let said = outcome
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(said.contains("did not answer in TLS"), "{said}");
+            assert!(said.contains("http://, not https://"), "{said}");
+        }
         if provider_url.starts_with("https://localhost") {
             let said = outcome
                 .as_ref()

@@ -102,6 +102,110 @@ fn an_operator_manages_certificates_from_the_command_line() -> TestResult {
     Ok(())
 }
 
+/// Issue 36, item 3: a certification shows its progress on stderr while
+/// stdout stays the verdict's, and with `--format json` a run that could
+/// not be made prints a JSON error (it printed nothing, exit 2).
+#[test]
+fn certify_shows_progress_and_answers_json_on_every_exit() -> TestResult {
+    let (_provider_runtime, addr) = compliant_provider(0)?;
+    let provider = format!("p=http://{addr}");
+    let certified = run(&["certify", "--provider", &provider, "--format", "json"])?;
+    assert_eq!(certified.status.code(), Some(0), "{}", stderr(&certified));
+    let verdict: Value = serde_json::from_slice(&certified.stdout)?;
+    assert_eq!(verdict["evidence"]["passed"], true, "{verdict}");
+    let progress = stderr(&certified);
+    assert!(
+        progress.contains(&format!("certifying p at http://{addr}: 69 calls")),
+        "{progress}"
+    );
+    assert!(
+        progress.contains("69/69 calls done, 0 without a usable answer"),
+        "{progress}"
+    );
+
+    let closed = format!("p=http://127.0.0.1:{}", free_port()?);
+    let failed = run(&["certify", "--provider", &closed, "--format", "json"])?;
+    assert_eq!(failed.status.code(), Some(2), "{}", stderr(&failed));
+    let error: Value = serde_json::from_slice(&failed.stdout)?;
+    assert_eq!(error["exit_code"], 2, "{error}");
+    let said = error["error"].as_str().unwrap_or_default();
+    assert!(said.contains("cannot be reached"), "{error}");
+    Ok(())
+}
+
+/// What a command wrote to stderr.
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Issue 36, item 4: `certificates` reads a schema that exists; a
+/// mistyped --database-schema is refused, and neither created nor
+/// migrated (read commands never write); a revocation must say why.
+#[test]
+fn certificates_commands_never_create_a_schema_and_revocations_say_why() -> TestResult {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let url = runtime.block_on(idem_core::testing::pg::cluster().fresh_database_url());
+    let migrated = run(&["migrate", "--database-url", &url])?;
+    assert_eq!(migrated.status.code(), Some(0), "{}", stderr(&migrated));
+    let schemas = || -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        Ok(runtime.block_on(async {
+            let pool = sqlx::PgPool::connect(&url).await?;
+            sqlx::query_scalar(
+                "select nspname::text from pg_namespace where nspname like 'id%' order by 1",
+            )
+            .fetch_all(&pool)
+            .await
+        })?)
+    };
+    assert_eq!(schemas()?, vec!["idem".to_owned()]);
+    for command in [
+        &["list"][..],
+        &["show", "--provider", "p"],
+        &["revoke", "--provider", "p", "--reason", "a test"],
+    ] {
+        let args = [
+            &[
+                "certificates",
+                "--database-url",
+                &url,
+                "--database-schema",
+                "idme",
+            ][..],
+            command,
+        ]
+        .concat();
+        let refused = run(&args)?;
+        let said = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(2), "{command:?}: {said}");
+        assert!(
+            said.contains("\"idme\" holds no idem tables"),
+            "{command:?}: {said}"
+        );
+    }
+    assert_eq!(schemas()?, vec!["idem".to_owned()], "no schema was created");
+    let listed = run(&["certificates", "--database-url", &url, "list"])?;
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    for blank in ["", "  "] {
+        let args = [
+            "certificates",
+            "--database-url",
+            &url,
+            "revoke",
+            "--provider",
+            "p",
+            "--reason",
+            blank,
+        ];
+        let refused = run(&args)?;
+        let said = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(2), "{blank:?}: {said}");
+        assert!(said.contains("say why"), "{blank:?}: {said}");
+    }
+    Ok(())
+}
+
 /// A port nothing listens on now.
 fn free_port() -> Result<u16, std::io::Error> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?

@@ -15,8 +15,8 @@ use idem_core::clock::micros_to_timestamp;
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
 use idem_core::store::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreError, TransitionOutcome,
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots, NewAttempt, NewJob,
+    StartOutcome, Store, StoreError, TransitionOutcome,
 };
 use idem_core::testing::pg::fresh_store;
 use idem_model::contract::{Certificate, CertificateKey};
@@ -1644,17 +1644,28 @@ async fn lookups_of_missing_rows_are_empty(store: &dyn Store) -> TestResult {
 async fn jobs_needing_attempt_order_and_limit(store: &dyn Store) -> TestResult {
     // Pending jobs without a starting, running or unknown attempt, by
     // (created_at, id). Ids are chosen so that id order differs from
-    // creation order at equal times.
+    // creation order at equal times. Each counts against its primary; its
+    // next attempt goes to the primary, or after a failed or cancelled
+    // attempt to the next in its order (primary, fallback), wrapping round.
     let mk = |n: u128, ms: i64| new_job_with(n, "alice", &format!("key-{n}"), body("x"), at(ms));
-    create(store, mk(9, 100)).await?; // no attempt
+    create(store, mk(9, 100)).await?; // no attempt: primary next
     create(store, mk(3, 100)).await?; // same time, smaller id: first
-    create(store, mk(7, 50)).await?; // earliest, attempt failed
+    create(store, mk(7, 50)).await?; // failed on primary: fallback next
     let failed = start(store, new_attempt(70, job_id(7), at(51))).await?;
     move_to(store, failed.id, Failed, at(52)).await?;
-    create(store, mk(5, 300)).await?; // attempt cancelled
+    create(store, mk(11, 60)).await?; // failed on the fallback: primary next
+    let wrapped = start(store, hedge(110, job_id(11), at(61))).await?;
+    move_to(store, wrapped.id, Failed, at(62)).await?;
+    create(store, mk(5, 300)).await?; // cancelled on primary: fallback next
     let cancelled = start(store, new_attempt(50, job_id(5), at(301))).await?;
     move_to(store, cancelled.id, Unknown, at(302)).await?;
     move_to(store, cancelled.id, Cancelled, at(303)).await?;
+    let on_fallback = NewJob {
+        provider: FALLBACK.to_owned(),
+        fallbacks: vec![],
+        ..mk(12, 40)
+    };
+    create(store, on_fallback).await?; // the earliest, the fallback's own
     // Excluded: open attempts, completed and failed jobs.
     create(store, mk(1, 10)).await?;
     start(store, new_attempt(10, job_id(1), at(11))).await?;
@@ -1672,17 +1683,55 @@ async fn jobs_needing_attempt_order_and_limit(store: &dyn Store) -> TestResult {
     let failed = store.fail_job(job_id(8), 0, json!({}), at(11)).await?;
     assert!(matches!(failed, FailJobOutcome::Failed(_)), "{failed:?}");
 
-    let expected_ids = [job_id(7), job_id(3), job_id(9), job_id(5)];
-    let mut expected = Vec::new();
-    for id in expected_ids {
-        expected.push(store.job(id).await?.ok_or("job exists")?);
-    }
+    let jobs = async |ids: &[u128]| -> Result<Vec<Job>, Box<dyn std::error::Error>> {
+        let mut jobs = Vec::new();
+        for id in ids {
+            jobs.push(store.job(job_id(*id)).await?.ok_or("job exists")?);
+        }
+        Ok(jobs)
+    };
+    let all = jobs(&[12, 7, 11, 3, 9, 5]).await?;
     for limit in [0_u32, 1, 2, 4, 100] {
         let limit_usize = usize::try_from(limit)?;
+        // Two primaries: up to `limit` of each.
+        let mut want: Vec<Job> = all
+            .iter()
+            .filter(|j| j.provider == FALLBACK)
+            .take(limit_usize)
+            .chain(
+                all.iter()
+                    .filter(|j| j.provider == PRIMARY)
+                    .take(limit_usize),
+            )
+            .cloned()
+            .collect();
+        want.sort_by_key(|j| (j.created_at, j.id));
         assert_eq!(
-            store.jobs_needing_attempt(limit).await?,
-            expected[..limit_usize.min(expected.len())],
+            store
+                .jobs_needing_attempt(&FreeSlots::any_provider(limit))
+                .await?,
+            want,
             "limit {limit}"
+        );
+    }
+    // Per provider: each job counts against its primary, and one whose
+    // next provider has no free slot is passed over.
+    let slots = |named: &[(&str, u32)], others: u32| FreeSlots {
+        per_provider: named.iter().map(|(p, n)| ((*p).to_owned(), *n)).collect(),
+        others,
+    };
+    for (free, want) in [
+        (slots(&[(PRIMARY, 1), (FALLBACK, 1)], 0), &[12, 7][..]),
+        (slots(&[(PRIMARY, 0), (FALLBACK, 2)], 9), &[12]),
+        (slots(&[(PRIMARY, 3)], 0), &[7, 11, 3]),
+        (slots(&[(PRIMARY, 2), (FALLBACK, 0)], 0), &[11, 3]),
+        (slots(&[(FALLBACK, 0)], 100), &[11, 3, 9]),
+        (slots(&[("elsewhere", 5)], 0), &[]),
+    ] {
+        assert_eq!(
+            store.jobs_needing_attempt(&free).await?,
+            jobs(want).await?,
+            "{free:?}"
         );
     }
     Ok(())
@@ -2236,5 +2285,54 @@ async fn check_nul(store: &dyn Store, n: u128, case: Nul, expected: &str) -> Tes
 
 fn check_code(got: &str, expected: &str) -> TestResult {
     assert_eq!(got, expected);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The naive designs' schemas (bench only), held equal in both stores.
+
+/// The global-key design's schema, `unique (idempotency_key)`: a key is
+/// found whoever's it is, in the in-process store as in PostgreSQL. Another
+/// owner's equal key with the same body is answered with the first owner's
+/// job, and with another body refused as a reused key.
+#[cfg(feature = "bench")]
+#[tokio::test]
+async fn global_key_schemas_find_a_key_whoever_s_it_is() -> TestResult {
+    use idem_core::design::Design;
+    use idem_core::store::mem::Constraints;
+
+    let constraints = Constraints::for_design(Design::GlobalKey);
+    let pg = fresh_store().await.with_constraints(constraints);
+    pg.drop_missing_constraints().await?;
+    // Run again, as each `idem serve` process does.
+    pg.drop_missing_constraints().await?;
+    let mem = MemStore::with_constraints(constraints);
+    for store in [&mem as &dyn Store, &pg] {
+        let bob = new_job_with(1, "bob", "shared", body("hello"), at(1));
+        assert_eq!(
+            store.create_job(bob.clone()).await?,
+            CreateOutcome::Created(job_row(&bob))
+        );
+        let alice_same = new_job_with(2, "alice", "shared", body("hello"), at(2));
+        assert_eq!(
+            store.create_job(alice_same).await?,
+            CreateOutcome::Existing(job_row(&bob)),
+            "alice is answered with bob's job"
+        );
+        let alice_other = new_job_with(3, "alice", "shared", body("bye"), at(3));
+        assert!(
+            matches!(
+                store.create_job(alice_other).await?,
+                CreateOutcome::KeyReused { existing, .. } if existing == bob.id
+            ),
+            "alice's own intent is refused as bob's key reused"
+        );
+        let carol = new_job_with(4, "carol", "own", body("hello"), at(4));
+        assert_eq!(
+            store.create_job(carol.clone()).await?,
+            CreateOutcome::Created(job_row(&carol))
+        );
+        assert_eq!(store.dump().await?.jobs.len(), 2);
+    }
     Ok(())
 }

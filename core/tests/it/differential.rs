@@ -5,7 +5,8 @@
 //!   (an opening that puts a job where the races are, then random steps)
 //!   over two owners, three keys, two request bodies per key (and, rarely,
 //!   a body PostgreSQL refuses), applied to both stores one at a time.
-//!   Every result and the final `dump()`, event seq included, must be equal.
+//!   Every result, a worker's poll for a grid of free slots after the
+//!   case, and the final `dump()`, event seq included, must be equal.
 //! * `differential_concurrent_pairs_match`: a generated prefix applied to
 //!   both, then two operations run at the same time on PostgreSQL; its
 //!   results and rows must equal one of the two serial orders on MemStore.
@@ -33,8 +34,8 @@ use idem_core::store::call::{self, StoreCall, StoreReply};
 use idem_core::store::mem::MemStore;
 use idem_core::store::pg::PgStore;
 use idem_core::store::{
-    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob, StartOutcome,
-    Store, StoreDump, StoreError, TransitionOutcome,
+    CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots, NewAttempt, NewJob,
+    StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_core::testing::pg::fresh_store;
 use idem_model::contract::{Certificate, CertificateKey};
@@ -86,17 +87,28 @@ fn at_ms(ms: i64) -> Timestamp {
     micros_to_timestamp(ORIGIN_US + ms * 1000)
 }
 
+/// A key's job's primary and fallback: the last key's jobs run on the
+/// fallback first, so that a worker's poll sees two primaries.
+fn providers_of(key: u8) -> (&'static str, &'static str) {
+    if usize::from(key) + 1 == KEYS.len() {
+        (PROVIDERS[1], PROVIDERS[0])
+    } else {
+        (PROVIDERS[0], PROVIDERS[1])
+    }
+}
+
 /// The request bodies of a key: two that differ in a scalar, an added key
 /// and numbers `numeric` rewrites; the third is refused (a NUL character).
 fn body(key: u8, variant: u8) -> Value {
     let prompt = KEYS[usize::from(key)];
+    let (primary, fallback) = providers_of(key);
     match variant {
-        0 => json!({"provider": "primary", "fallbacks": ["fallback"],
+        0 => json!({"provider": primary, "fallbacks": [fallback],
                     "params": {"prompt": prompt, "temperature": 0.1}}),
-        1 => json!({"provider": "primary", "fallbacks": ["fallback"],
+        1 => json!({"provider": primary, "fallbacks": [fallback],
                     "params": {"prompt": prompt, "temperature": 0.2,
                                "budget": 1e16, "weights": [-0.0, 1.5e-7]}}),
-        _ => json!({"provider": "primary", "params": {"prompt": "nul\u{0}"}}),
+        _ => json!({"provider": primary, "params": {"prompt": "nul\u{0}"}}),
     }
 }
 
@@ -130,8 +142,12 @@ enum Read {
         owner: u8,
         key: u8,
     },
+    /// Free slots of the primary and the fallback (`None`: not named,
+    /// so their jobs count against `others`).
     JobsNeedingAttempt {
-        limit: u32,
+        primary: Option<u32>,
+        fallback: Option<u32>,
+        others: u32,
     },
     /// States as a bit mask over `AttemptState::ALL`, after a cursor
     /// `back_ms` before now and an attempt's id.
@@ -252,11 +268,23 @@ fn reference() -> impl Strategy<Value = Ref> {
     ]
 }
 
+/// A provider's free slots in a poll: not named, none free (its jobs and
+/// those moving on to it are passed over), or a few.
+fn free_slots() -> impl Strategy<Value = Option<u32>> {
+    prop_oneof![Just(None), Just(Some(0)), (1..4_u32).prop_map(Some)]
+}
+
 fn read() -> impl Strategy<Value = Read> {
     prop_oneof![
         reference().prop_map(Read::Job),
         (0..2_u8, 0..3_u8).prop_map(|(owner, key)| Read::JobByKey { owner, key }),
-        (0..4_u32).prop_map(|limit| Read::JobsNeedingAttempt { limit }),
+        (free_slots(), free_slots(), 0..4_u32).prop_map(|(primary, fallback, others)| {
+            Read::JobsNeedingAttempt {
+                primary,
+                fallback,
+                others,
+            }
+        }),
         (
             any::<u8>(),
             prop::option::of((0..6_u8, reference())),
@@ -607,6 +635,7 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
             id,
         } => {
             let request = body(k, variant);
+            let (primary, fallback) = providers_of(k);
             StoreCall::CreateJob {
                 new: NewJob {
                     id: job_id(id.unwrap_or(o * 3 + k)),
@@ -614,8 +643,8 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                     idempotency_key: key(k),
                     request_fingerprint: fingerprint::fingerprint(&request),
                     request: fingerprint::Canonical::from_value(&request),
-                    provider: PROVIDERS[0].to_owned(),
-                    fallbacks: vec![PROVIDERS[1].to_owned()],
+                    provider: primary.to_owned(),
+                    fallbacks: vec![fallback.to_owned()],
                     at,
                 },
             }
@@ -706,7 +735,19 @@ fn resolve(op: Op, at: Timestamp, rows: &Rows) -> StoreCall {
                 owner: owner(o),
                 key: key(k),
             },
-            Read::JobsNeedingAttempt { limit } => StoreCall::JobsNeedingAttempt { limit },
+            Read::JobsNeedingAttempt {
+                primary,
+                fallback,
+                others,
+            } => StoreCall::JobsNeedingAttempt {
+                free: FreeSlots {
+                    per_provider: [(PROVIDERS[0], primary), (PROVIDERS[1], fallback)]
+                        .into_iter()
+                        .filter_map(|(provider, n)| Some((provider.to_owned(), n?)))
+                        .collect(),
+                    others,
+                },
+            },
             Read::AttemptsInStates {
                 states,
                 after,
@@ -804,6 +845,10 @@ impl Coverage {
             Err(StoreError::JobNotFound(_) | StoreError::AttemptNotFound(_)) => "not_found",
             Err(_) => "other_error",
         };
+        self.label(label);
+    }
+
+    fn label(&self, label: &'static str) {
         *self
             .counts
             .lock()
@@ -917,10 +962,66 @@ async fn dumps(mem: &MemStore, pg: &PgStore) -> Result<(StoreDump, StoreDump), S
     Ok((mem_dump, pg_dump))
 }
 
+/// Free slots for each pair of (primary's, fallback's) of a poll grid:
+/// not named, none free, one, a few.
+const POLL_GRID: [Option<u32>; 4] = [None, Some(0), Some(1), Some(3)];
+
+/// A worker's poll on both stores after a case, for every pair of free
+/// slots of [`POLL_GRID`] (and 0 or 2 for the providers not named): the
+/// random steps reach a poll of the right shape too rarely. Notes
+/// `poll_passed_over` when a job was passed over because its next provider
+/// had no free slot, so that the test fails if that never happens.
+async fn polls_match(mem: &MemStore, pg: &PgStore, coverage: &Coverage) -> Result<(), String> {
+    let poll = async |store: &dyn Store, free: &FreeSlots| {
+        comparable(call::apply(store, StoreCall::JobsNeedingAttempt { free: free.clone() }).await)
+    };
+    for primary in POLL_GRID {
+        for fallback in POLL_GRID {
+            for others in [0, 2] {
+                let free = FreeSlots {
+                    per_provider: [(PROVIDERS[0], primary), (PROVIDERS[1], fallback)]
+                        .into_iter()
+                        .filter_map(|(provider, n)| Some((provider.to_owned(), n?)))
+                        .collect(),
+                    others,
+                };
+                let from_mem = poll(mem, &free).await;
+                check_eq(
+                    &format!("a poll with {free:?}"),
+                    &from_mem,
+                    &poll(pg, &free).await,
+                )?;
+                if fallback == Some(0) && primary.is_some_and(|n| n > 0) {
+                    // The same poll with the fallback not named, and its
+                    // own jobs left out: nothing moving on to it is passed over.
+                    let mut unsaturated = FreeSlots {
+                        others: 0,
+                        ..free.clone()
+                    };
+                    unsaturated.per_provider.remove(PROVIDERS[1]);
+                    let primary_jobs = |reply: &Res| match reply {
+                        Ok(StoreReply::JobsNeedingAttempt(jobs)) => jobs
+                            .iter()
+                            .filter(|j| j.provider == PROVIDERS[0])
+                            .map(|j| j.id)
+                            .collect::<Vec<_>>(),
+                        _ => Vec::new(),
+                    };
+                    if primary_jobs(&from_mem) != primary_jobs(&poll(mem, &unsaturated).await) {
+                        coverage.label("poll_passed_over");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn sequential_case(pg: &PgStore, steps: &[Step], coverage: &Coverage) -> Result<(), String> {
     reset(pg).await?;
     let mem = MemStore::new();
     apply_both(&mem, pg, steps, coverage).await?;
+    polls_match(&mem, pg, coverage).await?;
     let (mem_dump, pg_dump) = dumps(&mem, pg).await?;
     // Everything, event seq included: serially, PostgreSQL's bigserial and
     // MemStore's counter draw the same numbers (a failed insert draws one
@@ -961,6 +1062,7 @@ fn differential_sequential_ops_match() -> Result<(), String> {
             "other_constraint",
             "refused_value",
             "not_found",
+            "poll_passed_over",
         ],
     )
 }

@@ -275,18 +275,23 @@ async fn raw_exchange(app: &App, raw: &[u8]) -> Result<String, Box<dyn std::erro
 async fn hypers_own_errors_are_problems(backend: Backend) -> TestResult {
     let app = app(backend, quiet_config()).await;
     let long_uri = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000));
-    let cases: Vec<(&str, Vec<u8>, &str, ProblemType)> = vec![
+    let many_headers: String = (0..120).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let many_headers = format!("GET /healthz HTTP/1.1\r\nhost: x\r\n{many_headers}\r\n");
+    let not_parsed = "could not be parsed as HTTP/1.1";
+    let cases: Vec<(&str, Vec<u8>, &str, ProblemType, &str)> = vec![
         (
             "a garbage request line",
             b"HELLO THERE\r\n\r\n".to_vec(),
             "400",
             ProblemType::BadRequest,
+            not_parsed,
         ),
         (
             "a bad Content-Length",
             b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n".to_vec(),
             "400",
             ProblemType::BadRequest,
+            not_parsed,
         ),
         (
             "two different Content-Lengths",
@@ -294,21 +299,40 @@ async fn hypers_own_errors_are_problems(backend: Backend) -> TestResult {
                 .to_vec(),
             "400",
             ProblemType::BadRequest,
+            not_parsed,
         ),
         (
             "a control character in a header",
             b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-bad: a\x01b\r\n\r\n".to_vec(),
             "400",
             ProblemType::BadRequest,
+            not_parsed,
         ),
         (
             "a URI over the limit",
             long_uri.into_bytes(),
             "414",
             ProblemType::UriTooLong,
+            "request target is longer",
+        ),
+        (
+            "more header fields than hyper reads",
+            many_headers.into_bytes(),
+            "431",
+            ProblemType::HeaderFieldsTooLarge,
+            "more header fields",
+        ),
+        // Issue 36: the body's framing is HTTP's, not JSON's.
+        (
+            "a bad chunk size",
+            b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer token-alice\r\nidempotency-key: k\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+                .to_vec(),
+            "400",
+            ProblemType::BadRequest,
+            "body could not be read",
         ),
     ];
-    for (what, raw, status, problem) in cases {
+    for (what, raw, status, problem, detail) in cases {
         let text = raw_exchange(&app, &raw).await?;
         assert!(
             text.starts_with(&format!("HTTP/1.1 {status}")),
@@ -317,6 +341,8 @@ async fn hypers_own_errors_are_problems(backend: Backend) -> TestResult {
         assert!(text.contains("application/problem+json"), "{what}: {text}");
         let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap_or(""))?;
         assert_eq!(body["type"], problem.uri(), "{what}: {body}");
+        let said = body["detail"].as_str().unwrap_or_default();
+        assert!(said.contains(detail), "{what}: {body}");
     }
     check_nothing_written(&app, "an unparseable request").await;
     Ok(())
@@ -389,6 +415,9 @@ async fn refusals_write_a_bounded_trace(backend: Backend) -> TestResult {
         check_problem("key reused", &reply, 409, ProblemType::IdempotencyKeyReused);
         let pointers = reply.body["differing_pointers"].as_array().map(Vec::len);
         assert_eq!(pointers, Some(idem_core::store::DIFFERING_POINTERS_MAX));
+        // Issue 36, item 5: the answer says how many there are in all (the
+        // 2,000 new keys and the one removed), as the recorded event does.
+        assert_eq!(reply.body["differing_total"], json!(2001), "{}", reply.body);
         assert!(reply.body.to_string().len() < 4096, "a bounded answer");
     }
     // The backup button pressed while an attempt is in flight, again and again.

@@ -59,6 +59,7 @@ both_stores! {
     server_errors_carry_a_request_id_and_no_internal_text,
     unknown_routes_methods_and_oversized_requests_get_problems,
     slow_clients_are_cut_off,
+    an_outage_is_logged_when_it_begins_and_when_it_ends,
 }
 
 /// How long the slow-client cases let a client dawdle.
@@ -464,6 +465,41 @@ async fn server_errors_carry_a_request_id_and_no_internal_text(backend: Backend)
         check_server_error("database error", &reply, 500, &log, "job_events");
         assert_eq!(reply.body["type"], ProblemType::Internal.uri());
     }
+    Ok(())
+}
+
+/// Issue 36, item 5: every `/readyz` 503 during an outage was logged at
+/// ERROR and every `/metrics` scrape at WARN. The outage is logged once
+/// when the probes first see it (WARN) and once when it ends (INFO); the
+/// probes' answers carry the rest.
+async fn an_outage_is_logged_when_it_begins_and_when_it_ends(backend: Backend) -> TestResult {
+    const PROBES: u32 = 5;
+    let (log, _guard) = capture_log();
+    let plan = FaultPlan::default();
+    // Every read of the outage: the readiness probes' and the scrapes'.
+    plan.add(FaultRule {
+        op: StoreOp::Read,
+        fault: StoreFault::FailBeforeApply,
+        first: 1,
+        count: 2 * PROBES,
+    });
+    let app = app_on(Arc::new(FaultyStore::new(backend.store().await, plan))).await;
+    for _ in 0..PROBES {
+        let ready = send(app.addr, "GET", "/readyz", &[], None).await;
+        assert_eq!(ready.status, 503, "{}", ready.body);
+        assert!(ready.body["request_id"].is_string(), "{}", ready.body);
+        let metrics = send(app.addr, "GET", "/metrics", &[], None).await;
+        assert_eq!(metrics.status, 200);
+        assert!(metrics.text.contains("idem_store_up 0"), "{}", metrics.text);
+    }
+    let ready = send(app.addr, "GET", "/readyz", &[], None).await;
+    assert_eq!(ready.status, 200, "the outage is over: {}", ready.body);
+    let text = log.text();
+    let lines = |level: &str| text.lines().filter(|l| l.contains(level)).count();
+    assert_eq!(lines(" ERROR "), 0, "{text}");
+    assert_eq!(lines(" WARN "), 1, "{text}");
+    assert!(text.contains("does not answer the probes"), "{text}");
+    assert!(text.contains("answers the probes again"), "{text}");
     Ok(())
 }
 

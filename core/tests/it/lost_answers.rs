@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::engine::{Engine, Policy, Trigger};
 use idem_core::provider::{
-    Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
+    Answer, Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
 use idem_core::reconciler::{AttemptAction, Reconciler, ReconcilerConfig};
 use idem_core::retention::{Pruner, RetentionConfig};
@@ -27,7 +27,6 @@ use idem_core::store::faults::{FaultPlan, FaultRule, FaultyStore, StoreFault, St
 use idem_core::store::mem::MemStore;
 use idem_core::worker::{Worker, WorkerConfig};
 use idem_model::contract::Providers;
-use idem_model::document::Document;
 use idem_model::model::{AttemptId, AttemptState, JobRequest};
 use serde_json::json;
 
@@ -76,6 +75,7 @@ impl Provider for Lookups {
         }
         Ok(RemoteStatus::Succeeded {
             output: json!({"answer": "done"}).into(),
+            model: None,
         })
     }
 
@@ -220,7 +220,7 @@ struct MuteDispatch;
 
 #[async_trait]
 impl Dispatch for MuteDispatch {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Answer, ProviderError> {
         std::future::pending().await
     }
 }

@@ -10,12 +10,16 @@
 //! configuration: the unit tests and the store conformance suite.
 
 #[cfg(feature = "bench")]
+mod certified_at_use;
+#[cfg(feature = "bench")]
 mod certify;
 #[cfg(feature = "bench")]
 mod cli;
 mod conformance;
 #[cfg(feature = "bench")]
 mod differential;
+#[cfg(feature = "bench")]
+mod document;
 #[cfg(feature = "bench")]
 mod hardening;
 #[cfg(feature = "bench")]

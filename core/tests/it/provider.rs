@@ -91,8 +91,8 @@ async fn send(
     call: ProviderCall,
 ) -> Result<Value, ProviderError> {
     let exchange = async {
-        let output = client.connect().await?.send(call).await?;
-        Ok(output.value().clone())
+        let answer = client.connect().await?.send(call).await?;
+        Ok(answer.output.value().clone())
     };
     timeout(Duration::from_millis(PROMPT_MS), exchange)
         .await
@@ -139,7 +139,8 @@ async fn valid_output_is_parsed_and_the_execution_billed() -> TestResult {
     assert_eq!(
         fixture.client.status(attempt(1)).await?,
         RemoteStatus::Succeeded {
-            output: output.into()
+            output: output.into(),
+            model: Some("test-model".to_owned()),
         }
     );
     Ok(())

@@ -1,12 +1,13 @@
 //! The worker under a stalled provider: quick jobs do not queue behind
-//! stalled ones.
+//! stalled ones, and a provider's backlog does not starve another's.
 //!
 //! Runs in tokio's paused (virtual) time, on the in-process store with
 //! in-process providers: nothing waits on the machine, so the bound below
 //! holds on a loaded CI machine exactly as on an idle one, and every run
 //! takes the same steps. (Time only advances when every task waits on a
 //! timer; a real socket would let it jump, which is why the providers are
-//! in-process here.)
+//! in-process here.) The backlog test also runs on PostgreSQL, in real
+//! time, with the same bound.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,13 +16,13 @@ use async_trait::async_trait;
 use idem_core::clock::{ManualClock, SeededIds};
 use idem_core::engine::{Engine, Policy};
 use idem_core::provider::{
-    Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
+    Answer, Dispatch, Provider, ProviderCall, ProviderError, ProviderSet, RemoteStatus,
 };
 use idem_core::store::Store;
 use idem_core::store::mem::MemStore;
+use idem_core::testing::pg::fresh_store;
 use idem_core::worker::{Worker, WorkerConfig};
 use idem_model::contract::Providers;
-use idem_model::document::Document;
 use idem_model::model::{AttemptId, AttemptState, JobId, JobRequest, JobState};
 use serde_json::json;
 
@@ -50,11 +51,14 @@ struct Connection {
 
 #[async_trait]
 impl Dispatch for Connection {
-    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Document, ProviderError> {
+    async fn send(self: Box<Self>, _call: ProviderCall) -> Result<Answer, ProviderError> {
         match self.latency_ms {
             Some(ms) => {
                 idem_core::timer::sleep(Duration::from_millis(ms)).await;
-                Ok(json!({"answer": "done"}).into())
+                Ok(Answer {
+                    output: json!({"answer": "done"}).into(),
+                    model: None,
+                })
             }
             None => std::future::pending().await,
         }
@@ -79,14 +83,24 @@ impl Provider for Scripted {
 }
 
 struct Bench {
-    store: Arc<MemStore>,
+    store: Arc<dyn Store>,
     engine: Engine,
     clock: Arc<ManualClock>,
     worker: Worker,
 }
 
 fn bench() -> Bench {
-    let store = Arc::new(MemStore::new());
+    let config = WorkerConfig {
+        poll_interval_ms: 20,
+        attempt_deadline_ms: DEADLINE_MS,
+        ..WorkerConfig::default()
+    };
+    bench_on(Arc::new(MemStore::new()), config)
+}
+
+/// A worker on `store` with `config`, and providers "quick" (answers in
+/// [`QUICK_MS`]) and "stuck" (never answers).
+fn bench_on(store: Arc<dyn Store>, config: WorkerConfig) -> Bench {
     let clock = Arc::new(ManualClock::default());
     let engine = Engine::new(
         store.clone(),
@@ -106,11 +120,6 @@ fn bench() -> Bench {
         "stuck".to_owned(),
         Arc::new(Scripted { latency_ms: None }) as Arc<dyn Provider>,
     );
-    let config = WorkerConfig {
-        poll_interval_ms: 20,
-        attempt_deadline_ms: DEADLINE_MS,
-        ..WorkerConfig::default()
-    };
     let worker = Worker::new(engine.clone(), providers, config);
     Bench {
         store,
@@ -164,6 +173,27 @@ impl Bench {
             idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
         }
         Err(format!("{} jobs did not all succeed", jobs.len()))
+    }
+
+    /// Waits until every one of `jobs` has succeeded, at most `bound_ms`;
+    /// about how long that took (looks of [`LOOK_MS`]).
+    async fn succeed_within(&self, jobs: &[JobId], bound_ms: u64) -> Result<u64, String> {
+        let all = async {
+            let mut looks = 0;
+            while !self.all_in(jobs, JobState::Succeeded).await {
+                idem_core::timer::sleep(Duration::from_millis(LOOK_MS)).await;
+                looks += 1;
+            }
+            looks * LOOK_MS
+        };
+        idem_core::timer::timeout(Duration::from_millis(bound_ms), all)
+            .await
+            .map_err(|_| {
+                format!(
+                    "{} jobs had not all succeeded after {bound_ms} ms",
+                    jobs.len()
+                )
+            })
     }
 
     async fn attempt_states(
@@ -313,4 +343,46 @@ async fn worker_a_cancelled_task_releases_its_job() -> TestResult {
         "the restarted worker ran the job"
     );
     Ok(())
+}
+
+/// Jobs on the stalled provider in issue 36's report: far more than its
+/// slots (32) and a poll's pick (16) together.
+const BACKLOG_JOBS: usize = 300;
+/// Jobs on the healthy provider, created after the backlog.
+const HEALTHY_JOBS: usize = 3;
+
+/// Issue 36, item 1: 300 jobs on a provider that never answers, then 3 on
+/// one that answers in [`QUICK_MS`]: the 3 are done within a second of
+/// that latency, whatever the backlog. (Before the fix a poll read the 16
+/// oldest pending jobs whatever their provider, all of them the stalled
+/// provider's, whose slots were full: the healthy jobs waited for the
+/// stalled attempts' deadline, 161 s in the report.)
+async fn healthy_jobs_beside_a_stalled_backlog(store: Arc<dyn Store>) -> TestResult {
+    let config = WorkerConfig {
+        // Far past the test's bound: no stalled slot frees meanwhile.
+        attempt_deadline_ms: 120_000,
+        ..WorkerConfig::default()
+    };
+    let bench = bench_on(store, config);
+    bench.create("stuck", BACKLOG_JOBS).await?;
+    let healthy = bench.create("quick", HEALTHY_JOBS).await?;
+    let worker = bench.worker.clone();
+    let running = tokio::spawn(async move { worker.run(std::future::pending()).await });
+    let done = bench.succeed_within(&healthy, QUICK_MS + 1_000).await;
+    running.abort();
+    let took_ms = done?;
+    println!(
+        "{HEALTHY_JOBS} healthy jobs behind {BACKLOG_JOBS} stalled: done in about {took_ms} ms (latency {QUICK_MS} ms)"
+    );
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn worker_a_stalled_backlog_does_not_starve_another_provider_in_memory() -> TestResult {
+    healthy_jobs_beside_a_stalled_backlog(Arc::new(MemStore::new())).await
+}
+
+#[tokio::test]
+async fn worker_a_stalled_backlog_does_not_starve_another_provider_on_postgres() -> TestResult {
+    healthy_jobs_beside_a_stalled_backlog(Arc::new(fresh_store().await)).await
 }

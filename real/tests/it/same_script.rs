@@ -362,6 +362,7 @@ async fn real(scenario: &Scenario, seed: u64, sim: &BTreeMap<String, User>) -> V
                 time: clock.clone(),
                 decisions: Default::default(),
                 recorder: recorder.clone(),
+                results_recorded: true,
             },
         };
         let user = tokio::spawn(run_client(ctx));

@@ -1,7 +1,7 @@
 //! How attempts started and moved: invariants 4 (guard), 5 (timeout means
 //! unknown) and 7 (certified failover).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use idem_model::ledger::ExecutionOutcome;
 use idem_model::model::{AttemptId, AttemptState, JobId};
@@ -233,31 +233,144 @@ fn hidden_work(
     }
 }
 
-/// Invariant 7: an attempt on a provider other than its job's primary needs
-/// a certificate that was valid when it started: the provider passed its
-/// certification, and had not switched since to another model than the
-/// one it was certified on (a `provider_model_change` fault in the trace
-/// before the attempt started). And no provider whose profile declares a
-/// contract defect ever passes certification.
+/// Invariant 7, judged where certification is used, not where it was once
+/// checked: an attempt on a provider other than its job's primary needs a
+/// provider that passed certification, and an output that provider's
+/// certified model did not produce never reaches the compare-and-swap.
+/// Which model produced an output is the provider's own record (the
+/// ledger's `served_model`), so no store latency, pause or clock fault
+/// between a certificate check and the provider's work can hide a switch.
+/// And no provider whose profile declares a contract defect ever passes
+/// certification.
 fn certified_failover(run: &RunIndex<'_>, findings: &mut Findings) {
     defective_certified(run, findings);
-    let mut failover = FailoverCheck {
-        run,
-        changes: model_changes(run),
-        seen: BTreeSet::new(),
-    };
-    for start in &run.replay.starts {
-        failover.check_attempt(
-            findings,
+    let mut seen = BTreeSet::new();
+    let starts = run.replay.starts.iter().map(|start| {
+        (
             start.job,
             start.attempt,
-            &start.provider,
+            start.provider.as_str(),
             Some(start.seq),
-        );
+        )
+    });
+    let rows = run
+        .input
+        .dump
+        .attempts
+        .iter()
+        .map(|row| (row.job_id, row.id, row.provider.as_str(), None));
+    for (job, attempt, provider, seq) in starts.chain(rows) {
+        if seen.insert(attempt) {
+            uncertified_start(run, findings, (job, attempt, provider), seq);
+        }
     }
-    for row in &run.input.dump.attempts {
-        failover.check_attempt(findings, row.job_id, row.id, &row.provider, None);
+    for execution in &run.executions {
+        uncertified_output_offered(run, findings, execution);
     }
+}
+
+/// An attempt off its job's primary that started on a provider holding no
+/// certificate; judged once per attempt, from its first start in the trace,
+/// else from its row.
+fn uncertified_start(
+    run: &RunIndex<'_>,
+    findings: &mut Findings,
+    (job, attempt, provider): (JobId, AttemptId, &str),
+    seq: Option<u64>,
+) {
+    let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
+        return;
+    };
+    if provider == primary || run.input.facts.certified.contains(provider) {
+        return;
+    }
+    let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
+    findings.report(
+        Invariant::CertifiedFailover,
+        format!(
+            "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
+        ),
+        seq,
+    );
+}
+
+/// An execution on a provider off its job's primary, run by another model
+/// than the one the provider was certified on, whose output the engine
+/// offered to the compare-and-swap anyway (its attempt ended succeeded or
+/// lost) instead of refusing the answer.
+fn uncertified_output_offered(
+    run: &RunIndex<'_>,
+    findings: &mut Findings,
+    execution: &ExecutionRecord<'_>,
+) {
+    let Some(served) = execution.served_model else {
+        return;
+    };
+    let provider = execution.provider;
+    let certified = run.input.facts.certified_models.get(provider);
+    if certified.is_some_and(|model| model == served) {
+        return;
+    }
+    let Ok(attempt) = execution.key.parse::<AttemptId>() else {
+        return;
+    };
+    let Some(row) = run.attempts.get(&attempt) else {
+        return;
+    };
+    let Some(primary) = run.jobs.get(&row.job_id).map(|j| j.provider.as_str()) else {
+        return;
+    };
+    let state = run.final_state(attempt);
+    if provider == primary || !matches!(state, Some(AttemptState::Succeeded | AttemptState::Lost)) {
+        return;
+    }
+    let certified = certified.map_or("none", String::as_str);
+    let won = run.jobs.get(&row.job_id).and_then(|j| j.completed_by) == Some(attempt);
+    let how = if won {
+        "and its output became the job's result"
+    } else {
+        "and its output was offered to the compare-and-swap (it lost)"
+    };
+    let switched = model_switch(run, provider, served, execution.seen.first().copied());
+    let since = switched.map_or(String::new(), |seq| {
+        format!(" since the fault at seq {seq}")
+    });
+    findings.report(
+        Invariant::CertifiedFailover,
+        format!(
+            "job {}: attempt {attempt} on {provider} (primary {primary}) was run by model {served}{since}, not the certified {certified} (execution {} at {}), {how}",
+            row.job_id,
+            execution.exec_seq,
+            seqs_text(&execution.seen),
+        ),
+        switched.into_iter().chain(execution.seen.iter().copied()),
+    );
+}
+
+/// The `seq` of the last `provider_model_change` fault that switched
+/// `provider` to `model` before `before`: the cause an explanation cites
+/// beside the execution it made uncertified.
+fn model_switch(
+    run: &RunIndex<'_>,
+    provider: &str,
+    model: &str,
+    before: Option<u64>,
+) -> Option<u64> {
+    run.input
+        .trace
+        .events
+        .iter()
+        .take_while(|event| before.is_none_or(|seq| event.seq < seq))
+        .filter(|event| match &event.body {
+            TraceBody::Fault { name, detail } => {
+                name == "provider_model_change"
+                    && detail.get("provider").and_then(Value::as_str) == Some(provider)
+                    && detail.get("model").and_then(Value::as_str) == Some(model)
+            }
+            _ => false,
+        })
+        .map(|event| event.seq)
+        .last()
 }
 
 /// A provider whose profile declares a contract defect must never pass
@@ -280,90 +393,6 @@ fn defective_certified(run: &RunIndex<'_>, findings: &mut Findings) {
                     defects.join(", ")
                 ),
                 [event.seq],
-            );
-        }
-    }
-}
-
-/// Each provider's model changes (`provider_model_change` faults) as
-/// (seq, model), in trace order: what can make a certificate stale.
-fn model_changes<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, String)>> {
-    let mut changes: BTreeMap<&str, Vec<(u64, String)>> = BTreeMap::new();
-    for event in &run.input.trace.events {
-        let TraceBody::Fault { name, detail } = &event.body else {
-            continue;
-        };
-        if name != "provider_model_change" {
-            continue;
-        }
-        let provider = detail.get("provider").and_then(Value::as_str);
-        let model = detail.get("model").and_then(Value::as_str);
-        if let (Some(provider), Some(model)) = (provider, model) {
-            changes
-                .entry(provider)
-                .or_default()
-                .push((event.seq, model.to_owned()));
-        }
-    }
-    changes
-}
-
-/// Invariant 7 attempt by attempt: each attempt judged once, from its
-/// first start in the trace, else from its row.
-struct FailoverCheck<'r, 'a> {
-    run: &'r RunIndex<'a>,
-    /// See [`model_changes`].
-    changes: BTreeMap<&'a str, Vec<(u64, String)>>,
-    /// The attempts already judged.
-    seen: BTreeSet<AttemptId>,
-}
-
-impl FailoverCheck<'_, '_> {
-    /// The model change that made `provider`'s certificate stale before
-    /// `seq` (any change, when `seq` is unknown: the attempt left no start).
-    fn stale_by(&self, provider: &str, seq: Option<u64>) -> Option<u64> {
-        let certified_model = self.run.input.facts.certified_models.get(provider);
-        self.changes.get(provider)?.iter().find_map(|(at, model)| {
-            let before = seq.is_none_or(|s| *at < s);
-            (before && certified_model != Some(model)).then_some(*at)
-        })
-    }
-
-    /// An attempt off its job's primary started without a certificate, or
-    /// with one a model change had made stale.
-    fn check_attempt(
-        &mut self,
-        findings: &mut Findings,
-        job: JobId,
-        attempt: AttemptId,
-        provider: &str,
-        seq: Option<u64>,
-    ) {
-        if !self.seen.insert(attempt) {
-            return;
-        }
-        let Some(primary) = self.run.jobs.get(&job).map(|j| j.provider.as_str()) else {
-            return;
-        };
-        if provider == primary {
-            return;
-        }
-        let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
-        if !self.run.input.facts.certified.contains(provider) {
-            findings.report(
-                Invariant::CertifiedFailover,
-                format!(
-                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, and {provider} holds no certificate"
-                ),
-                seq,
-            );
-        } else if let Some(changed) = self.stale_by(provider, seq) {
-            findings.report(
-                Invariant::CertifiedFailover,
-                format!(
-                    "job {job}: attempt {attempt} started on {provider} (primary {primary}) at {at}, after {provider} switched models at seq {changed}: its certificate was stale"
-                ),
-                seq.into_iter().chain([changed]),
             );
         }
     }

@@ -19,6 +19,10 @@ use crate::trace::{TraceBody, TraceEvent};
 /// contract). Restated from the engine's schema, not imported.
 pub(super) const PROVIDER_ERROR_REASON: &str = "provider_error";
 
+/// The error `reason` of an answer refused because its model is not one the
+/// provider's certificate vouches for.
+pub(super) const UNCERTIFIED_MODEL_REASON: &str = "uncertified_model";
+
 /// The error `reason` of a provider call that outlived its deadline.
 pub(super) const DEADLINE_REASON: &str = "deadline";
 
@@ -39,6 +43,12 @@ pub(super) struct Exchange<'a> {
     pub(super) response_seq: u64,
     pub(super) status: u16,
     pub(super) job_id: Option<JobId>,
+    /// `Idempotent-Replayed: true`.
+    pub(super) replayed: bool,
+    /// The problem `type` of an error answer.
+    pub(super) problem: Option<&'a str>,
+    /// The fingerprint of the job result the answer showed.
+    pub(super) result: Option<&'a str>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +63,21 @@ pub(super) struct Request<'a> {
 impl<'a> Exchange<'a> {
     pub(super) fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
+    }
+
+    /// A 4xx: the service refused the request for what it is, not for
+    /// its own trouble (a 5xx, which a user may retry).
+    pub(super) fn is_refusal(&self) -> bool {
+        (400..500).contains(&self.status)
+    }
+
+    /// The body fingerprint of a create.
+    pub(super) fn create_fingerprint(&self) -> Option<&'a str> {
+        if self.is_create() {
+            self.request.and_then(|r| r.body_fingerprint)
+        } else {
+            None
+        }
     }
 
     /// `POST /v1/jobs`, ignoring a query string or a trailing slash.
@@ -110,6 +135,8 @@ pub(super) struct ExecutionRecord<'a> {
     pub(super) billed: bool,
     pub(super) outcome: ExecutionOutcome,
     pub(super) output: Option<&'a Value>,
+    /// The model that really ran it, when not the one asked for.
+    pub(super) served_model: Option<&'a str>,
     /// The trace events that showed it, in order.
     pub(super) seen: Vec<u64>,
     /// The trace event that first showed it succeeded.
@@ -143,6 +170,10 @@ pub(super) struct RunIndex<'a> {
     pub(super) attempts_by_job: BTreeMap<JobId, Vec<&'a Attempt>>,
     /// `job_created` events by job (one each, unless something is wrong).
     pub(super) created: BTreeMap<JobId, Vec<JobCreation<'a>>>,
+    /// For each job a 2xx create answered as new (not replayed), the
+    /// first such exchange (an index into `exchanges`): whose job it is,
+    /// as its users were told.
+    answered_new: BTreeMap<JobId, usize>,
     /// Ordered by (provider, ledger seq).
     pub(super) executions: Vec<ExecutionRecord<'a>>,
     executions_by_key: BTreeMap<&'a str, Vec<usize>>,
@@ -183,8 +214,11 @@ impl<'a> RunIndex<'a> {
             }
         }
         let (executions, executions_by_key) = index_executions(input);
+        let exchanges = pair_exchanges(input);
+        let answered_new = first_new_job_answers(&exchanges);
         Self {
-            exchanges: pair_exchanges(input),
+            exchanges,
+            answered_new,
             jobs,
             attempts,
             attempts_by_job,
@@ -211,6 +245,13 @@ impl<'a> RunIndex<'a> {
                 .and_then(|c| c.first())
                 .map(|c| c.owner),
         }
+    }
+
+    /// The first exchange that answered a create with `job` as a new job
+    /// (a 2xx without `Idempotent-Replayed`): whose job it is, from what
+    /// its users were told, when the store's rows are not seen.
+    pub(super) fn answered_new(&self, job: JobId) -> Option<&Exchange<'a>> {
+        self.answered_new.get(&job).map(|&i| &self.exchanges[i])
     }
 
     /// The fingerprint the job was created with: its row, or the trace.
@@ -289,12 +330,30 @@ impl<'a> RunIndex<'a> {
         let Some(failure) = self.failure(attempt) else {
             return false;
         };
-        failure.reason.as_deref() == Some(PROVIDER_ERROR_REASON)
-            && matches!(
-                (execution.succeeded_seq, failure.seq),
-                (Some(done), Some(failed)) if done < failed
-            )
+        matches!(
+            failure.reason.as_deref(),
+            Some(PROVIDER_ERROR_REASON | UNCERTIFIED_MODEL_REASON)
+        ) && matches!(
+            (execution.succeeded_seq, failure.seq),
+            (Some(done), Some(failed)) if done < failed
+        )
     }
+}
+
+/// For each job a 2xx create answered as new (not replayed), the index of
+/// the first such exchange.
+fn first_new_job_answers(exchanges: &[Exchange<'_>]) -> BTreeMap<JobId, usize> {
+    let mut first = BTreeMap::new();
+    for (i, exchange) in exchanges.iter().enumerate() {
+        if let (Some(job), true, false) = (
+            exchange.job_id,
+            exchange.is_success() && exchange.is_create(),
+            exchange.replayed,
+        ) {
+            first.entry(job).or_insert(i);
+        }
+    }
+    first
 }
 
 /// Pairs every response with its request by (client, request id).
@@ -309,6 +368,9 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
             request_id,
             status,
             job_id,
+            replayed,
+            problem,
+            result_sha256,
             ..
         } = &event.body
         {
@@ -325,6 +387,9 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
                 response_seq: event.seq,
                 status: *status,
                 job_id: *job_id,
+                replayed: *replayed,
+                problem: problem.as_deref(),
+                result: result_sha256.as_deref(),
             });
         }
     }
@@ -387,6 +452,7 @@ fn merge_trace_executions<'a>(input: OracleInput<'a>, merged: &mut MergedExecuti
             exec_seq,
             billed,
             outcome,
+            served_model,
         } = &event.body
         {
             let record = merged
@@ -399,6 +465,7 @@ fn merge_trace_executions<'a>(input: OracleInput<'a>, merged: &mut MergedExecuti
                     billed: *billed,
                     outcome: *outcome,
                     output: None,
+                    served_model: served_model.as_deref(),
                     seen: Vec::new(),
                     succeeded_seq: None,
                 });
@@ -427,10 +494,12 @@ fn merge_ledgers<'a>(input: OracleInput<'a>, merged: &mut MergedExecutions<'a>) 
                     billed: false,
                     outcome: execution.outcome,
                     output: None,
+                    served_model: None,
                     seen: Vec::new(),
                     succeeded_seq: None,
                 });
             record.key = &execution.key;
+            record.served_model = execution.served_model.as_deref();
             record.job_id = execution.job_id.as_deref();
             record.billed = execution.billed;
             record.outcome = execution.outcome;

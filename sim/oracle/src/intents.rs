@@ -1,20 +1,20 @@
 //! What clients were told about their intents: invariants 1 (one job per
-//! intent), 2 (mismatch rejected), 8 (owner isolation) and 11 (nothing
-//! lost). An intent is an (owner, idempotency key); the owner of a request
-//! is the owner of the client that sent it, never anything in the body.
+//! intent), 8 (owner isolation) and 11 (nothing lost); 2 (mismatch
+//! rejected) is [`super::mismatch`]'s. An intent is an (owner, idempotency
+//! key); the owner of a request is the owner of the client that sent it,
+//! never anything in the body.
 
 use std::collections::BTreeMap;
 
 use idem_model::model::JobId;
 
 use super::Invariant;
-use super::findings::{Findings, seqs_text, short};
+use super::findings::{Findings, seqs_text};
 use super::index::{JobCreation, RunIndex};
 use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     one_job_per_intent(run, findings);
-    mismatch_rejected(run, findings);
     owner_isolation(run, findings);
     nothing_lost(run, findings);
 }
@@ -31,8 +31,11 @@ struct Sightings {
 
 /// The create requests each owner sent, in trace order:
 /// (seq, the key the client sent, the body's fingerprint).
-fn create_requests<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>> {
-    let mut requests: BTreeMap<&str, Vec<(u64, &str, &str)>> = BTreeMap::new();
+pub(super) type CreatesByOwner<'a> = BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>>;
+
+/// Every create request of the run, by owner ([`CreatesByOwner`]).
+pub(super) fn create_requests<'a>(run: &RunIndex<'a>) -> CreatesByOwner<'a> {
+    let mut requests = CreatesByOwner::new();
     for event in run.events() {
         let TraceBody::HttpRequest {
             client,
@@ -64,10 +67,7 @@ fn create_requests<'a>(run: &RunIndex<'a>) -> BTreeMap<&'a str, Vec<(u64, &'a st
 /// the stored key is that key; a design that rewrites keys (scoping them to
 /// a session, say) stores another, so the job is traced back to the latest
 /// earlier request of its owner with the same body.
-fn intent_key<'a>(
-    requests: &BTreeMap<&'a str, Vec<(u64, &'a str, &'a str)>>,
-    created: &JobCreation<'a>,
-) -> &'a str {
+fn intent_key<'a>(requests: &CreatesByOwner<'a>, created: &JobCreation<'a>) -> &'a str {
     let Some(sent) = requests.get(created.owner) else {
         return created.key;
     };
@@ -180,122 +180,41 @@ fn describe_sightings(jobs: &BTreeMap<JobId, Sightings>) -> Vec<String> {
         .collect()
 }
 
-/// The body each intent is bound to: (job, fingerprint, seq of its
-/// `job_created` if the trace shows it).
-type Bindings<'a> = BTreeMap<(&'a str, &'a str), (JobId, &'a str, Option<u64>)>;
-
-/// Invariant 2. A create whose body differs from the one its key is bound
-/// to never gets a 2xx, and the store never replays a job for it.
-fn mismatch_rejected(run: &RunIndex<'_>, findings: &mut Findings) {
-    let bound = bindings(run);
-    mismatch_acknowledged(run, &bound, findings);
-    mismatch_replayed(run, findings);
-}
-
-/// The body each intent is bound to: its first `job_created`, else the
-/// row in the store.
-fn bindings<'a>(run: &RunIndex<'a>) -> Bindings<'a> {
-    let mut bound: Bindings<'a> = BTreeMap::new();
-    for job in run.jobs.values() {
-        bound.insert(
-            (job.owner_id.0.as_str(), job.idempotency_key.as_str()),
-            (job.id, job.request_fingerprint.as_str(), None),
-        );
-    }
-    let mut created: Vec<_> = run.created.values().flatten().collect();
-    created.sort_by_key(|c| c.seq);
-    for c in created.iter().rev() {
-        // Reverse order: the earliest creation is inserted last and stays.
-        bound.insert((c.owner, c.key), (c.job, c.fingerprint, Some(c.seq)));
-    }
-    bound
-}
-
-/// A 2xx to a create whose body is not the one bound to its intent, or to
-/// the job the answer named: it had to be 409.
-fn mismatch_acknowledged(run: &RunIndex<'_>, bound: &Bindings<'_>, findings: &mut Findings) {
-    for exchange in &run.exchanges {
-        let Some(request) = exchange.request else {
-            continue;
-        };
-        let (Some(key), Some(offered), true) = (
-            exchange.create_key(),
-            request.body_fingerprint,
-            exchange.is_success(),
-        ) else {
-            continue;
-        };
-        // The intent's binding, then the binding of the job the answer named.
-        let intent_binding = bound.get(&(exchange.owner, key)).copied();
-        let named_binding = exchange.job_id.and_then(|job| {
-            run.fingerprint_of_job(job)
-                .map(|fp| (job, fp, run.created_seqs(job).first().copied()))
-        });
-        let mismatch = [intent_binding, named_binding]
-            .into_iter()
-            .flatten()
-            .find(|(_, fingerprint, _)| *fingerprint != offered);
-        if let Some((job, fingerprint, created_seq)) = mismatch {
-            findings.report(
-                Invariant::MismatchRejected,
-                format!(
-                    "{} to a create with key {key:?} and body {}, but the key is bound to job {job} with body {}: it must be 409",
-                    exchange.describe(),
-                    short(offered),
-                    short(fingerprint)
-                ),
-                exchange.seqs().into_iter().chain(created_seq),
-            );
-        }
-    }
-}
-
-/// The store replaying a job for a create whose body is not the job's.
-fn mismatch_replayed(run: &RunIndex<'_>, findings: &mut Findings) {
-    for event in run.events() {
-        let TraceBody::JobReplayed {
-            job_id,
-            offered_fingerprint,
-        } = &event.body
-        else {
-            continue;
-        };
-        let Some(fingerprint) = run.fingerprint_of_job(*job_id) else {
-            continue;
-        };
-        if fingerprint != offered_fingerprint {
-            findings.report(
-                Invariant::MismatchRejected,
-                format!(
-                    "the store replayed job {job_id} (body {}) for a create with body {} at seq {}",
-                    short(fingerprint),
-                    short(offered_fingerprint),
-                    event.seq
-                ),
-                run.created_seqs(*job_id).into_iter().chain([event.seq]),
-            );
-        }
-    }
-}
-
-/// Invariant 8. A successful answer names only jobs of the client's owner.
+/// Invariant 8. A successful answer names only jobs of the client's owner:
+/// the owner of the job's row (or `job_created`), or, where the run does
+/// not see the store (a service judged from outside), the owner whose
+/// create the job was first answered to as a new job.
 fn owner_isolation(run: &RunIndex<'_>, findings: &mut Findings) {
     for exchange in &run.exchanges {
         let (Some(job), true) = (exchange.job_id, exchange.is_success()) else {
             continue;
         };
-        // A job known nowhere is invariant 11's to report.
-        let Some(owner) = run.owner_of_job(job) else {
+        if let Some(owner) = run.owner_of_job(job) {
+            if owner != exchange.owner {
+                findings.report(
+                    Invariant::OwnerIsolation,
+                    format!(
+                        "{} naming job {job}, which belongs to owner {owner}",
+                        exchange.describe()
+                    ),
+                    exchange.seqs(),
+                );
+            }
+            continue;
+        }
+        // A job known nowhere else is its first new-job answer's owner's.
+        let Some(first) = run.answered_new(job) else {
             continue;
         };
-        if owner != exchange.owner {
+        if first.owner != exchange.owner {
             findings.report(
                 Invariant::OwnerIsolation,
                 format!(
-                    "{} naming job {job}, which belongs to owner {owner}",
-                    exchange.describe()
+                    "{} naming job {job}, which {} as a new job",
+                    exchange.describe(),
+                    first.describe()
                 ),
-                exchange.seqs(),
+                exchange.seqs().into_iter().chain(first.seqs()),
             );
         }
     }

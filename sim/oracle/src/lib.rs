@@ -16,8 +16,10 @@
 //!   writes it).
 //! - [`index`]: the trace, dump and ledgers indexed once.
 //! - [`replay`]: the attempt states replayed in trace order.
-//! - [`intents`]: 1 one job per intent, 2 mismatch rejected, 8 owner
-//!   isolation, 11 nothing lost (what clients were told).
+//! - [`intents`]: 1 one job per intent, 8 owner isolation, 11 nothing
+//!   lost (what clients were told).
+//! - [`mismatch`]: 2 mismatch rejected, and only a mismatch: from the
+//!   bodies users sent and the answers they got, and the store's bindings.
 //! - [`completions`]: 3 one winner, 6 losers discarded.
 //! - [`attempts`]: 4 guard, 5 timeout means unknown, 7 certified failover.
 //! - [`effects`]: 9 side effects (billed work, and executions at once),
@@ -37,6 +39,7 @@ mod effects;
 mod findings;
 mod index;
 mod intents;
+mod mismatch;
 mod read_back;
 mod replay;
 pub mod trace;
@@ -173,6 +176,7 @@ pub fn judge(input: OracleInput<'_>) -> Judgement {
     let run = index::RunIndex::build(input);
     let mut findings = findings::Findings::default();
     intents::check(&run, &mut findings);
+    mismatch::check(&run, &mut findings);
     completions::check(&run, &mut findings);
     attempts::check(&run, &mut findings);
     effects::check(&run, &mut findings);

@@ -1,7 +1,7 @@
 //! Invariants 3 (one winner), 6 (losers discarded) and 10 (liveness) for
 //! a service judged from outside, whose store is its own: each job its
 //! users were told of, read back through its API once the run settled,
-//! against the providers' ledgers.
+//! against the providers' ledgers and what users were shown before.
 //!
 //! The rules restated for what can be seen: the job ends (10, with the
 //! same excuses as the store's rule: its provider is still working on it,
@@ -9,9 +9,16 @@
 //! act); a job answered succeeded holds a result, and that result is the
 //! output of one billed execution made for this job (3: the service wrote
 //! the work of one winner, not a made-up result nor another job's); no
-//! other execution's output is merged into it (6). Which execution won a
-//! race, and whether a loser kept its output or was recorded, only the
-//! store shows: a result that is one execution's output holds.
+//! other execution's output is merged into it (6: a result that merges
+//! several executions' outputs breaks this one, since the work is the
+//! job's own); and the result is written once (3: once a user was shown a
+//! result, by an answer during the run or a read at the end, every later
+//! answer and read shows the same one, so a late result written over the
+//! winner's is seen though both are the job's own work). Which execution
+//! won a race, and whether a loser kept its output or was recorded, only
+//! the store shows: a result that is one execution's output holds.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -51,10 +58,19 @@ pub enum ReadAnswer {
 }
 
 /// The violations of invariants 3, 6 and 10 the read-back jobs show.
+/// `reads` may hold a job more than once, in the order it was read: the
+/// first read is judged whole, and every read is held to the results
+/// users saw before it ([`ReadCheck::result_kept`]). Jobs are judged in
+/// id order.
 pub fn judge_read_backs(input: OracleInput<'_>, reads: &[ReadBack]) -> Vec<Violation> {
     let run = RunIndex::build(input);
     let mut findings = Findings::default();
+    let mut by_job: BTreeMap<JobId, Vec<&ReadBack>> = BTreeMap::new();
     for read in reads {
+        by_job.entry(read.job_id).or_default().push(read);
+    }
+    for all in by_job.values() {
+        let read = all[0];
         let check = ReadCheck { run: &run, read };
         match &read.answer {
             ReadAnswer::NotFound => check.gone(&mut findings),
@@ -66,6 +82,7 @@ pub fn judge_read_backs(input: OracleInput<'_>, reads: &[ReadBack]) -> Vec<Viola
                 }
             }
         }
+        check.result_kept(all, &mut findings);
     }
     findings.into_violations()
 }
@@ -162,7 +179,9 @@ impl<'a> ReadCheck<'_, 'a> {
     }
 
     /// Invariant 3: the result is the output of a billed execution of this
-    /// job; invariant 6: no other execution's output is merged into it.
+    /// job; invariant 6: no other execution's output is merged into it. A
+    /// result that merges the outputs of several executions breaks 6, not
+    /// 3: the work is the job's own, and the losers' is in it.
     fn result_is_one_execution(&self, result: &Value, findings: &mut Findings) {
         let billed: Vec<&ExecutionRecord<'a>> =
             self.executions().filter(|e| e.billed_success()).collect();
@@ -171,24 +190,80 @@ impl<'a> ReadCheck<'_, 'a> {
             .copied()
             .filter(|e| e.output.is_some_and(|o| is_output(result, o)))
             .collect();
-        if winners.is_empty() {
+        let merged: Vec<&ExecutionRecord<'a>> = billed
+            .iter()
+            .copied()
+            .filter(|e| {
+                !winners.iter().any(|w| w.output == e.output)
+                    && e.output
+                        .is_some_and(|o| contains_value(result, o, RESULT_DEPTH_MAX))
+            })
+            .collect();
+        if winners.is_empty() && merged.len() < 2 {
+            // Not one execution's output, nor several merged: made up,
+            // another job's, or one output changed.
             let message = self.no_winner(result, &billed);
             self.report(findings, Invariant::OneWinner, message);
+            return;
         }
-        for loser in billed.iter().filter(|e| {
-            !winners.iter().any(|w| w.output == e.output)
-                && e.output
-                    .is_some_and(|o| contains_value(result, o, RESULT_DEPTH_MAX))
-        }) {
+        let whose = if winners.is_empty() {
+            "which is one of several outputs merged into the result"
+        } else {
+            "which is not the job's result"
+        };
+        for loser in merged {
             self.report(
                 findings,
                 Invariant::LosersDiscarded,
-                format!(
-                    "the output of {}, which is not the job's result, appears in it",
-                    describe(loser)
-                ),
+                format!("the output of {}, {whose}, appears in it", describe(loser)),
             );
         }
+    }
+
+    /// Invariant 3: a result is written once and never changes. Every
+    /// result the job was shown with (users' answers during the run, in
+    /// order, then each read at the end) is the first one shown, and a job
+    /// once shown with a result still holds it when read at the end.
+    fn result_kept(&self, reads: &[&ReadBack], findings: &mut Findings) {
+        let job = Some(self.read.job_id);
+        let mut shown = self
+            .run
+            .exchanges
+            .iter()
+            .filter(|e| e.job_id == job && e.is_success())
+            .filter_map(|e| {
+                let place = format!("the {} at seq {}", e.status, e.response_seq);
+                e.result.map(|fp| (Some(fp.to_owned()), place, e.seqs()))
+            })
+            .chain(reads.iter().enumerate().filter_map(|(i, read)| {
+                let ReadAnswer::Job { result, .. } = &read.answer else {
+                    return None;
+                };
+                let place = format!("read {} at the end", i + 1);
+                Some((result.as_ref().map(fingerprint), place, Vec::new()))
+            }));
+        let Some((Some(first), first_place, mut evidence)) =
+            shown.find(|(result, ..)| result.is_some())
+        else {
+            return;
+        };
+        let Some((later, later_place, later_seqs)) =
+            shown.find(|(r, ..)| r.as_ref() != Some(&first))
+        else {
+            return;
+        };
+        let later = later.map_or("no result".to_owned(), |r| format!("result {}", short(&r)));
+        evidence.extend(later_seqs);
+        findings.report(
+            Invariant::OneWinner,
+            format!(
+                "job {} (read back at the end with client {}'s token): its result changed after a user was shown it: {first_place} showed result {}, {later_place} shows {later}; a result is written once",
+                self.read.job_id,
+                self.read.client,
+                short(&first)
+            ),
+            evidence,
+        );
     }
 
     /// Why no execution of the job is the winner: the result is another
@@ -281,23 +356,31 @@ mod tests {
             billed: succeeded,
             outcome,
             output: succeeded.then(|| output(seq)),
+            served_model: None,
         }
     }
 
     /// The answer that told alice of the job, and `ledger` as provider
     /// primary's.
     fn judged(ledger: Vec<Execution>, reconciler: bool, answer: ReadAnswer) -> Vec<Violation> {
-        let event = |seq: u64, body| TraceEvent {
-            seq,
-            t_ms: seq,
-            host: "client-alice".into(),
-            caller: None,
-            body,
-        };
+        judged_reads(ledger, reconciler, None, vec![answer])
+    }
+
+    /// [`judged`] with the result the answer that told alice of the job
+    /// showed (`shown`), and the job read back once per `answers`.
+    fn judged_reads(
+        ledger: Vec<Execution>,
+        reconciler: bool,
+        shown: Option<&Value>,
+        answers: Vec<ReadAnswer>,
+    ) -> Vec<Violation> {
         let trace = Trace {
-            events: vec![event(
-                0,
-                TraceBody::HttpResponse {
+            events: vec![TraceEvent {
+                seq: 0,
+                t_ms: 0,
+                host: "client-alice".into(),
+                caller: None,
+                body: TraceBody::HttpResponse {
                     client: "alice".into(),
                     request_id: 0,
                     status: 201,
@@ -306,8 +389,9 @@ mod tests {
                     replayed: false,
                     problem: None,
                     blocking_attempt: None,
+                    result_sha256: shown.map(fingerprint),
                 },
-            )],
+            }],
         };
         let facts = WorldFacts {
             client_owners: [("alice".to_owned(), "alice".to_owned())].into(),
@@ -325,12 +409,15 @@ mod tests {
             executions: &executions,
             facts: &facts,
         };
-        let read = ReadBack {
-            job_id: job(JOB),
-            client: "alice".into(),
-            answer,
-        };
-        judge_read_backs(input, &[read])
+        let reads: Vec<ReadBack> = answers
+            .into_iter()
+            .map(|answer| ReadBack {
+                job_id: job(JOB),
+                client: "alice".into(),
+                answer,
+            })
+            .collect();
+        judge_read_backs(input, &reads)
     }
 
     fn succeeded(result: Value) -> ReadAnswer {
@@ -381,14 +468,69 @@ mod tests {
         use ExecutionOutcome::Succeeded;
         let ledger = vec![execution(1, JOB, Succeeded), execution(2, JOB, Succeeded)];
         let merged = json!({"first": output(1), "second": output(2)});
+        let found = judged(ledger.clone(), true, succeeded(merged));
+        // The work is the job's own: the merge breaks 6 alone.
         assert_eq!(
-            fired(&judged(ledger, true, succeeded(merged))),
-            [
-                Invariant::OneWinner,
-                Invariant::LosersDiscarded,
-                Invariant::LosersDiscarded
-            ]
+            fired(&found),
+            [Invariant::LosersDiscarded, Invariant::LosersDiscarded]
         );
+        assert!(
+            found[0].message.contains("several outputs merged"),
+            "{found:?}"
+        );
+        // One output, wrapped: the result is no execution's output.
+        let wrapped = json!({"first": output(1)});
+        assert_eq!(
+            fired(&judged(ledger.clone(), true, succeeded(wrapped))),
+            [Invariant::OneWinner]
+        );
+        // The winner's output with a loser's inside it.
+        let mut winner = output(1);
+        winner["also"] = output(2);
+        let ledger = vec![
+            Execution {
+                output: Some(winner.clone()),
+                ..execution(1, JOB, Succeeded)
+            },
+            execution(2, JOB, Succeeded),
+        ];
+        let found = judged(ledger, true, succeeded(winner));
+        assert_eq!(fired(&found), [Invariant::LosersDiscarded]);
+        assert!(
+            found[0].message.contains("not the job's result"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_result_that_changes_after_a_user_saw_it_breaks_one_winner() {
+        use ExecutionOutcome::Succeeded;
+        let two = || vec![execution(1, JOB, Succeeded), execution(2, JOB, Succeeded)];
+        // Shown the first output, read back with the second: each is the
+        // job's own work, and the first was overwritten.
+        let found = judged_reads(two(), true, Some(&output(1)), vec![succeeded(output(2))]);
+        assert_eq!(fired(&found), [Invariant::OneWinner]);
+        assert!(
+            found[0].message.contains("changed after a user"),
+            "{found:?}"
+        );
+        assert_eq!(found[0].evidence, [0]);
+        // Read twice at the end, the result changing in between.
+        let reads = vec![succeeded(output(1)), succeeded(output(2))];
+        let found = judged_reads(two(), true, None, reads);
+        assert_eq!(fired(&found), [Invariant::OneWinner]);
+        assert!(found[0].message.contains("read 2 at the end"), "{found:?}");
+        // Shown a result, then read back without one.
+        let failed = ReadAnswer::Job {
+            state: JobState::Failed,
+            result: None,
+        };
+        let found = judged_reads(two(), true, Some(&output(1)), vec![failed]);
+        assert_eq!(fired(&found), [Invariant::OneWinner]);
+        assert!(found[0].message.contains("shows no result"), "{found:?}");
+        // The same result everywhere holds, however often it is read.
+        let same = vec![succeeded(output(1)), succeeded(output(1))];
+        assert_eq!(judged_reads(two(), true, Some(&output(1)), same), []);
     }
 
     #[test]

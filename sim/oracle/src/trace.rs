@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use idem_model::ledger::ExecutionOutcome;
+use idem_model::ledger::{Execution, ExecutionOutcome};
 use idem_model::model::{AttemptId, AttemptState, EventKind, JobId};
 use idem_model::store_fault::{StoreFault, StoreOp};
 
@@ -59,6 +59,15 @@ pub enum TraceBody {
         /// The problem `type`, for error responses.
         problem: Option<String>,
         blocking_attempt: Option<AttemptId>,
+        /// The fingerprint of the job `result` the answer showed, if it
+        /// showed one: what a user saw of a job's outcome, so that a
+        /// result that changes after a user read it is seen from outside
+        /// (invariant 3, [`crate::judge_read_backs`]). Real mode's clients
+        /// record it; the simulator's judge results by the store's
+        /// history, and leave it out of their traces, which stay byte for
+        /// byte as they were.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result_sha256: Option<String>,
     },
     /// No response: timed out, or the connection failed.
     HttpFailed {
@@ -161,6 +170,9 @@ pub enum TraceBody {
         exec_seq: u64,
         billed: bool,
         outcome: ExecutionOutcome,
+        /// The model that really ran it, when not the one asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        served_model: Option<String>,
     },
 
     // ---- the certifier: the runs before any client clicks ----
@@ -197,6 +209,20 @@ pub fn says_blocked(detail: &Value) -> bool {
 }
 
 impl TraceBody {
+    /// What a provider's ledger entry records in the trace, in either
+    /// world: the simulated providers' observer and real mode's alike.
+    pub fn provider_execution(provider: &str, execution: &Execution) -> Self {
+        Self::ProviderExecution {
+            provider: provider.to_owned(),
+            key: execution.key.clone(),
+            job_id: execution.job_id.clone(),
+            exec_seq: execution.seq,
+            billed: execution.billed,
+            outcome: execution.outcome,
+            served_model: execution.served_model.clone(),
+        }
+    }
+
     /// The attempt this event's reconciler note says is blocked, if it is
     /// one.
     pub fn blocked_attempt(&self) -> Option<AttemptId> {

@@ -116,11 +116,11 @@ async fn chat_completions(
         Ok(request) => request,
         Err(message) => return invalid_request(message),
     };
-    match server.admit(&key, request.job_id, &request.user_content) {
+    match server.admit(&key, request.job_id, &request.model, &request.user_content) {
         Admission::LedgerFull => ledger_full(),
         Admission::Replay(index, outcome) => {
             finished(outcome).await;
-            server.answer(index, &request.model).await
+            server.answer(index).await
         }
         Admission::Execute {
             index,
@@ -147,7 +147,7 @@ async fn chat_completions(
                 });
             }
             finished(outcome).await;
-            server.answer(index, &request.model).await
+            server.answer(index).await
         }
     }
 }
@@ -172,6 +172,7 @@ async fn execution_status(
     match execution.outcome {
         ExecutionOutcome::Succeeded => {
             body["output"] = execution.output.clone().unwrap_or(Value::Null);
+            body["model"] = shared.ledger.records[index].model.clone().into();
         }
         ExecutionOutcome::Failed => {
             body["error"] = json!({"type": "server_error", "definitive": true});
@@ -202,9 +203,13 @@ async fn cancel_execution(
             if shared.ledger.is_full() {
                 return ledger_full();
             }
-            shared
-                .ledger
-                .push(&key, None, ExecutionOutcome::Cancelled, String::new());
+            shared.ledger.push(
+                &key,
+                None,
+                ExecutionOutcome::Cancelled,
+                String::new(),
+                (None, ""),
+            );
             true
         }
         Some(index) => match shared.ledger.records[index].execution.outcome {
@@ -263,9 +268,10 @@ async fn authenticate(
 }
 
 impl ProviderServer {
-    /// The answer for a finished execution, unless the provider hangs.
-    async fn answer(&self, index: usize, model: &str) -> Response {
-        let (hang, outcome, content, seq, served) = {
+    /// The answer for a finished execution, unless the provider hangs. It
+    /// names the model that ran the execution, as a chat completion does.
+    async fn answer(&self, index: usize) -> Response {
+        let (hang, outcome, content, seq, model) = {
             let shared = self.lock();
             let record = &shared.ledger.records[index];
             (
@@ -273,10 +279,9 @@ impl ProviderServer {
                 record.execution.outcome,
                 record.content.clone(),
                 record.execution.seq,
-                shared.behaviour.served_model.clone(),
+                record.model.clone(),
             )
         };
-        let model = served.as_deref().unwrap_or(model);
         if hang {
             // Never answer. The future is dropped when the client hangs up.
             std::future::pending::<()>().await;

@@ -83,6 +83,8 @@ pub(super) struct Record {
     pub(super) execution: Execution,
     /// The content text as produced, answered verbatim.
     pub(super) content: String,
+    /// The model that ran it, named in every answer about it.
+    pub(super) model: String,
     /// Lets replays of a running execution wait for it to finish.
     outcome: watch::Sender<ExecutionOutcome>,
 }
@@ -100,12 +102,16 @@ pub(super) struct Ledger {
 }
 
 impl Ledger {
+    /// Enters an execution of `key`: `ran` is the model that runs it, and
+    /// `asked` the model the request named (`None`: no request, a
+    /// tombstone).
     pub(super) fn push(
         &mut self,
         key: &str,
         job_id: Option<String>,
         outcome: ExecutionOutcome,
         content: String,
+        (asked, ran): (Option<&str>, &str),
     ) -> usize {
         assert!(
             self.records.len() < self.records_max,
@@ -120,8 +126,10 @@ impl Ledger {
                 billed: false,
                 outcome,
                 output: None,
+                served_model: asked.filter(|asked| *asked != ran).map(|_| ran.to_owned()),
             },
             content,
+            model: ran.to_owned(),
             outcome: watch::Sender::new(outcome),
         });
         self.latest_by_key.insert(key.to_owned(), index);
@@ -364,7 +372,15 @@ impl ProviderServer {
             .map(|index| shared.ledger.records[index].execution.clone())
     }
 
-    pub(super) fn admit(&self, key: &str, job_id: Option<String>, user_content: &str) -> Admission {
+    /// Admits a chat request under `key` for `model`: a replay of the
+    /// key's execution, or a new one, run by the model served now.
+    pub(super) fn admit(
+        &self,
+        key: &str,
+        job_id: Option<String>,
+        model: &str,
+        user_content: &str,
+    ) -> Admission {
         let mut shared = self.lock();
         let behaviour = shared.behaviour.clone();
         if behaviour.honour_idempotency_keys
@@ -391,9 +407,14 @@ impl ProviderServer {
         let deviates =
             behaviour.deviate_one_in > 0 && seq.is_multiple_of(u64::from(behaviour.deviate_one_in));
         let content = content_for(behaviour.contract, &tag, user_content, deviates);
-        let index = shared
-            .ledger
-            .push(key, job_id, ExecutionOutcome::Running, content);
+        let ran = behaviour.served_model.as_deref().unwrap_or(model);
+        let index = shared.ledger.push(
+            key,
+            job_id,
+            ExecutionOutcome::Running,
+            content,
+            (Some(model), ran),
+        );
         Admission::Execute {
             outcome: shared.ledger.records[index].outcome.subscribe(),
             index,

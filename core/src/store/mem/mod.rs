@@ -22,26 +22,28 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-#[cfg(feature = "bench")]
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+#[cfg(feature = "bench")]
+mod constraints;
 pub mod pg_value;
 mod tables;
+
+#[cfg(feature = "bench")]
+pub use self::constraints::Constraints;
 
 use self::pg_value::{jsonb, jsonb_document, jsonb_text, text, timestamptz};
 pub use self::tables::MemTables;
 
 use super::shared::{
     assert_transition_target, completion_allowed, created_event, found_key, lost_event,
-    refusal_event, transition_event, won_events,
+    next_provider, refusal_event, transition_event, won_events,
 };
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome, constraint,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    constraint,
 };
-#[cfg(feature = "bench")]
-use crate::design::Design;
 use idem_model::contract::{Certificate, CertificateKey};
 use idem_model::document::Document;
 use idem_model::fingerprint::Canonical;
@@ -50,49 +52,6 @@ use idem_model::model::{
     NewEvent, OwnerId, Timestamp,
 };
 use idem_model::transition;
-
-/// Which constraints the store enforces. All of them, unless a naive design
-/// under test removes one (the simulator's mutants), exactly as dropping the
-/// constraint would in PostgreSQL. Only the bench can drop one.
-#[cfg(feature = "bench")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Constraints {
-    /// `unique (owner_id, idempotency_key)` on jobs.
-    pub owner_key_unique: bool,
-    /// The partial unique index `attempts_one_open`.
-    pub one_open_attempt: bool,
-    /// The completion's `WHERE version = $2 AND completed_by IS NULL`.
-    /// Without it the last writer wins.
-    pub completion_cas: bool,
-    /// The planted bug: `completed_by IS NOT NULL` instead of `IS NULL`.
-    pub completion_cas_swapped: bool,
-}
-
-#[cfg(feature = "bench")]
-impl Default for Constraints {
-    fn default() -> Self {
-        Self {
-            owner_key_unique: true,
-            one_open_attempt: true,
-            completion_cas: true,
-            completion_cas_swapped: false,
-        }
-    }
-}
-
-#[cfg(feature = "bench")]
-impl Constraints {
-    /// What the schema of `design` enforces: a naive design that does
-    /// without a constraint runs against a store that lacks it.
-    pub fn for_design(design: Design) -> Self {
-        Self {
-            owner_key_unique: design != Design::CheckThenInsert,
-            one_open_attempt: design != Design::UnguardedAttempts,
-            completion_cas: design != Design::LastWriterWins,
-            completion_cas_swapped: design == Design::PlantedSwappedCas,
-        }
-    }
-}
 
 /// The in-process store.
 #[derive(Debug, Default)]
@@ -116,6 +75,10 @@ impl MemStore {
         self.constraints.owner_key_unique
     }
 
+    fn key_global(&self) -> bool {
+        self.constraints.key_global
+    }
+
     fn one_open_attempt(&self) -> bool {
         self.constraints.one_open_attempt
     }
@@ -134,6 +97,10 @@ impl MemStore {
 impl MemStore {
     fn owner_key_unique(&self) -> bool {
         true
+    }
+
+    fn key_global(&self) -> bool {
+        false
     }
 
     fn one_open_attempt(&self) -> bool {
@@ -169,6 +136,16 @@ impl MemStore {
     fn lock(&self) -> MutexGuard<'_, MemTables> {
         self.tables.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The job that holds `new`'s key: the owner's (or, for a schema
+    /// whose key is global, anyone's).
+    fn key_holder<'t>(&self, t: &'t MemTables, new: &NewJob) -> Option<&'t Job> {
+        if self.key_global() {
+            t.first_by_key_alone(&new.idempotency_key)
+        } else {
+            t.first_by_key(&new.owner_id, &new.idempotency_key)
+        }
+    }
 }
 
 #[async_trait]
@@ -189,12 +166,10 @@ impl Store for MemStore {
         // The insert fails on the primary key (checked first) or on the
         // (owner, key) constraint; either way the job of the key is read
         // back. Without the constraint only the primary key stops it.
-        let refused = t.jobs.contains_key(&new.id)
-            || (self.owner_key_unique()
-                && t.first_by_key(&new.owner_id, &new.idempotency_key)
-                    .is_some());
+        let holder = self.key_holder(&t, &new).cloned();
+        let refused = t.jobs.contains_key(&new.id) || (self.owner_key_unique() && holder.is_some());
         if refused {
-            return refused_create(&mut t, &new, at);
+            return refused_create(&mut t, &new, holder, at);
         }
         let job = Job {
             id: new.id,
@@ -435,7 +410,7 @@ impl Store for MemStore {
         Ok(self.lock().first_by_key(owner, key).cloned())
     }
 
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError> {
         let t = self.lock();
         let mut jobs: Vec<&Job> = t
             .jobs
@@ -447,7 +422,19 @@ impl Store for MemStore {
             })
             .collect();
         jobs.sort_by_key(|j| (j.created_at, j.id));
-        Ok(jobs.into_iter().take(limit as usize).cloned().collect())
+        let saturated: Vec<&str> = free.saturated().collect();
+        let mut taken: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut chosen = Vec::new();
+        for job in jobs {
+            let last = t.job_attempts(job.id).last();
+            let next = next_provider(job, last.map(|a| (a.provider.as_str(), a.state)));
+            let count = taken.entry(job.provider.as_str()).or_default();
+            if *count < free.for_provider(&job.provider) && !saturated.contains(&next) {
+                *count += 1;
+                chosen.push(job.clone());
+            }
+        }
+        Ok(chosen)
     }
 
     async fn attempts_in_states(
@@ -639,16 +626,17 @@ fn certificate_key(key: &CertificateKey) -> Result<(), StoreError> {
     text(&key.schema_version)
 }
 
-/// A create whose insert was refused: the job that holds the key is
-/// replayed, or its other body refused with an event, as the PostgreSQL
-/// store reads it back. When the id is another key's job there is nothing
-/// to replay: the primary key's error.
+/// A create whose insert was refused: the job that holds the key
+/// (`holder`) is replayed, or its other body refused with an event, as
+/// the PostgreSQL store reads it back. When the id is another key's job
+/// there is nothing to replay: the primary key's error.
 fn refused_create(
     t: &mut MemTables,
     new: &NewJob,
+    holder: Option<Job>,
     at: Timestamp,
 ) -> Result<CreateOutcome, StoreError> {
-    let Some(existing) = t.first_by_key(&new.owner_id, &new.idempotency_key).cloned() else {
+    let Some(existing) = holder else {
         // The id is another key's job: nothing to replay.
         return Err(StoreError::Constraint {
             constraint: constraint::JOBS_PKEY.to_owned(),

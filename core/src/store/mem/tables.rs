@@ -113,6 +113,17 @@ impl MemTables {
             .and_then(|id| self.jobs.get(id))
     }
 
+    /// The first job of `key`, whoever's it is: what a schema whose key is
+    /// global (the bench's global-key design) finds. A scan: only that
+    /// naive design asks.
+    pub(super) fn first_by_key_alone(&self, key: &IdempotencyKey) -> Option<&Job> {
+        self.jobs_by_key
+            .iter()
+            .filter(|((_, k), _)| k == key)
+            .filter_map(|(_, ids)| ids.first().and_then(|id| self.jobs.get(id)))
+            .min_by_key(|job| (job.created_at, job.id))
+    }
+
     pub(super) fn job_attempts(&self, job_id: JobId) -> impl Iterator<Item = &Attempt> {
         self.attempts_by_job
             .get(&job_id)

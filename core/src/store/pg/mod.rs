@@ -20,8 +20,8 @@ use sqlx::{Postgres, Row, Transaction};
 
 use super::shared::{assert_transition_target, completion_allowed, transition_event};
 use super::{
-    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, NewAttempt, NewJob,
-    PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
+    AttemptCensus, CompleteOutcome, Completion, CreateOutcome, FailJobOutcome, FreeSlots,
+    NewAttempt, NewJob, PageAfter, StartOutcome, Store, StoreDump, StoreError, TransitionOutcome,
 };
 use idem_model::contract::{Certificate, CertificateKey};
 use idem_model::model::{
@@ -82,13 +82,18 @@ pub fn migrator(schema: &str) -> sqlx::migrate::Migrator {
 }
 
 /// Connection options for `url` whose every connection resolves idem's
-/// tables in `schema` (its `search_path` is that schema alone).
+/// tables in `schema` (its `search_path` is that schema alone), with
+/// PostgreSQL's JIT compiler off: idem's statements each read or write a
+/// few rows, and JIT compiles any plan whose estimated cost passes
+/// `jit_above_cost`, which a worker's poll reaches with its per-provider
+/// limits unknown when planned (measured: 58 ms of compiling for a read
+/// that takes 0.34 ms without it).
 pub fn connect_options(url: &str, schema: &str) -> Result<PgConnectOptions, StoreError> {
     check_schema(schema).map_err(StoreError::Unavailable)?;
     let options: PgConnectOptions = url
         .parse()
         .map_err(|e: sqlx::Error| StoreError::Unavailable(format!("database URL: {e}")))?;
-    Ok(options.options([("search_path", schema)]))
+    Ok(options.options([("search_path", schema), ("jit", "off")]))
 }
 
 /// The pool a server opens: at most `connections_max` connections, and no
@@ -118,6 +123,55 @@ const CONTENTION_TRIES_MAX: u32 = 4;
 
 /// The advisory lock that serializes prunes: "idem" and "prune" in ASCII.
 const PRUNE_LOCK_KEY: i64 = 0x6964_656d_7072_756e;
+
+/// Where a schema stands against this build's migrations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaState {
+    /// Every migration of this build is applied.
+    Current,
+    /// No idem tables: the schema, or its migrations' bookkeeping, is not
+    /// there.
+    Missing,
+    /// Some of this build's migrations are not applied yet.
+    Behind { pending: usize },
+}
+
+/// A worker's poll ([`Store::jobs_needing_attempt`]): every provider with
+/// pending jobs (a skip scan of `jobs_pending_by_provider`, one index
+/// descent per provider), then each one's oldest pending jobs without an
+/// open attempt, up to its free slots (`$1`, `$2`; `$3` for providers not
+/// named), through the same index; a job whose next attempt goes to a
+/// provider in `$4` (no free slot; after a failed or cancelled attempt:
+/// `store::next_provider`) is passed over. A poll reads about the rows it
+/// returns, whatever the backlog.
+const JOBS_NEEDING_ATTEMPT_SQL: &str = "with recursive primaries (provider) as (
+               (select provider from jobs where state = 'pending' order by provider limit 1)
+               union all
+               select (select j.provider from jobs j
+                        where j.state = 'pending' and j.provider > p.provider
+                        order by j.provider limit 1)
+                 from primaries p where p.provider is not null)
+             select j.* from primaries p
+             left join unnest($1::text[], $2::int8[]) as free (provider, n)
+               on free.provider = p.provider
+             cross join lateral (
+               select j.* from jobs j
+               where j.state = 'pending' and j.provider = p.provider
+                 and not exists (select 1 from attempts a
+                                  where a.job_id = j.id
+                                    and a.state in ('starting', 'running', 'unknown'))
+                 and not exists (
+                   select 1 from (select a.provider, a.state from attempts a
+                                   where a.job_id = j.id order by a.seq desc limit 1) last
+                   cross join lateral (select array_prepend(j.provider, j.fallbacks) as candidates) o
+                   where o.candidates[(coalesce(array_position(o.candidates, last.provider), 1) - 1
+                                       + case when last.state in ('failed', 'cancelled')
+                                              then 1 else 0 end)
+                                      % cardinality(o.candidates) + 1] = any($4::text[]))
+               order by j.created_at, j.id
+               limit coalesce(free.n, $3)) j
+             where p.provider is not null
+             order by j.created_at, j.id";
 
 /// The store on a PostgreSQL pool.
 #[derive(Clone, Debug)]
@@ -166,6 +220,35 @@ impl PgStore {
     /// Applies the embedded migrations in the store's schema.
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
         migrator(&self.schema).run(&self.pool).await
+    }
+
+    /// Where the store's schema stands against this build's migrations,
+    /// read without writing anything (a command that only reads must not
+    /// create a mistyped schema: issue 36).
+    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+        // The pool's search_path is the schema alone (see
+        // `connect_options`): unqualified names resolve there, or nowhere.
+        let exists: bool = sqlx::query_scalar("select to_regclass('_sqlx_migrations') is not null")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(classify)?;
+        if !exists {
+            return Ok(SchemaState::Missing);
+        }
+        let applied: Vec<i64> =
+            sqlx::query_scalar("select version from _sqlx_migrations where success")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(classify)?;
+        let pending = MIGRATOR
+            .iter()
+            .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
+            .count();
+        Ok(if pending == 0 {
+            SchemaState::Current
+        } else {
+            SchemaState::Behind { pending }
+        })
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -443,18 +526,19 @@ impl Store for PgStore {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    async fn jobs_needing_attempt(&self, limit: u32) -> Result<Vec<Job>, StoreError> {
+    async fn jobs_needing_attempt(&self, free: &FreeSlots) -> Result<Vec<Job>, StoreError> {
+        let (providers, limits): (Vec<&str>, Vec<i64>) = free
+            .per_provider
+            .iter()
+            .map(|(provider, n)| (provider.as_str(), i64::from(*n)))
+            .unzip();
+        let saturated: Vec<&str> = free.saturated().collect();
         fetch_decoded(
-            sqlx::query(
-                "select * from jobs j
-              where j.state = 'pending'
-                and not exists (select 1 from attempts a
-                                 where a.job_id = j.id
-                                   and a.state in ('starting', 'running', 'unknown'))
-              order by j.created_at, j.id
-              limit $1",
-            )
-            .bind(i64::from(limit)),
+            sqlx::query(JOBS_NEEDING_ATTEMPT_SQL)
+                .bind(providers)
+                .bind(limits)
+                .bind(i64::from(free.others))
+                .bind(saturated),
             &self.pool,
             job_from_row,
         )

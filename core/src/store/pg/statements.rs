@@ -11,9 +11,16 @@ use crate::store::StoreError;
 use crate::store::mem::Constraints;
 
 /// The create-or-get statement (see [`PgStore::try_create`]), with the
-/// `ON CONFLICT` arbiter it names.
+/// `ON CONFLICT` arbiter it names and the condition that finds the row
+/// holding the key.
 macro_rules! create_job_sql {
     ($arbiter:literal) => {
+        create_job_sql!(
+            $arbiter,
+            "found.owner_id = $2 and found.idempotency_key = $3"
+        )
+    };
+    ($arbiter:literal, $holder:literal) => {
         concat!(
             "with ins as (
                insert into jobs (id, owner_id, idempotency_key, request_fingerprint, request,
@@ -30,7 +37,9 @@ macro_rules! create_job_sql {
                     case when found.request_fingerprint = $4 then null
                          else found.request::text end
                from jobs found
-              where found.owner_id = $2 and found.idempotency_key = $3
+              where ",
+            $holder,
+            "
                 and not exists (select from ins)"
         )
     };
@@ -68,6 +77,10 @@ impl PgStore {
     }
 }
 
+/// The global-key design's unique index: the key alone.
+#[cfg(feature = "bench")]
+const JOBS_KEY_GLOBAL: &str = "jobs_key_global";
+
 /// The bench's stores for naive designs, whose schema lacks a constraint
 /// (as [`MemStore::with_constraints`](crate::store::mem::MemStore::with_constraints)
 /// does in process): `idem real --design` runs them against PostgreSQL.
@@ -82,15 +95,22 @@ impl PgStore {
     }
 
     /// Drops from the migrated schema what this store's constraints lack:
-    /// `unique (owner_id, idempotency_key)` (check-then-insert) and the
-    /// partial unique index `attempts_one_open` (unguarded-attempts). The
-    /// compare-and-swap lives in a statement, not in the schema.
+    /// `unique (owner_id, idempotency_key)` (check-then-insert; made
+    /// `unique (idempotency_key)` for global-key) and the partial unique
+    /// index `attempts_one_open` (unguarded-attempts). The
+    /// compare-and-swap lives in a statement, not in the schema. Every
+    /// statement may run again (each `idem serve` process runs them).
     pub async fn drop_missing_constraints(&self) -> Result<(), StoreError> {
         let mut ddl = Vec::new();
-        if !self.constraints.owner_key_unique {
+        if !self.constraints.owner_key_unique || self.constraints.key_global {
             ddl.push(format!(
                 "alter table jobs drop constraint if exists {}",
                 crate::store::constraint::JOBS_OWNER_KEY
+            ));
+        }
+        if self.constraints.owner_key_unique && self.constraints.key_global {
+            ddl.push(format!(
+                "create unique index if not exists {JOBS_KEY_GLOBAL} on jobs (idempotency_key)"
             ));
         }
         if !self.constraints.one_open_attempt {
@@ -109,11 +129,15 @@ impl PgStore {
     }
 
     pub(super) fn create_job_sql(&self) -> &'static str {
-        if self.constraints.owner_key_unique {
-            CREATE_JOB_SQL
-        } else {
+        match (
+            self.constraints.owner_key_unique,
+            self.constraints.key_global,
+        ) {
+            (true, false) => CREATE_JOB_SQL,
+            // The key is anyone's: its row is found whoever's it is.
+            (true, true) => create_job_sql!("(idempotency_key)", "found.idempotency_key = $3"),
             // No arbiter to name: only the primary key stops an insert.
-            create_job_sql!("")
+            (false, _) => create_job_sql!(""),
         }
     }
 

@@ -165,6 +165,7 @@ impl Run {
                 replayed: status == 200 && job.is_some(),
                 problem: (status >= 400).then(|| "urn:idem:problem:test".to_owned()),
                 blocking_attempt: None,
+                result_sha256: None,
             },
         )
     }
@@ -260,6 +261,7 @@ impl Run {
             billed: false,
             outcome: ExecutionOutcome::Running,
             output: None,
+            served_model: None,
         });
         let started = self.execution_event(provider, exec_seq);
         Exec {
@@ -297,6 +299,7 @@ impl Run {
             exec_seq,
             billed: entry.billed,
             outcome: entry.outcome,
+            served_model: entry.served_model.clone(),
         };
         self.push(&format!("provider-{provider}"), body)
     }
@@ -381,6 +384,27 @@ impl Run {
             .expect("the attempt has a row")
     }
 
+    /// The run as a service judged from outside shows it: what its users
+    /// sent and got back, and the providers' ledgers; no event of the
+    /// store host and no row (every other event keeps its seq).
+    fn outside(&self) -> Run {
+        Run {
+            trace: Trace {
+                events: self
+                    .trace
+                    .events
+                    .iter()
+                    .filter(|e| e.host != "store")
+                    .cloned()
+                    .collect(),
+            },
+            dump: StoreDump::default(),
+            ledgers: self.ledgers.clone(),
+            facts: self.facts.clone(),
+            next_request: self.next_request.clone(),
+        }
+    }
+
     fn judge(&self) -> Judgement {
         judge(OracleInput {
             trace: &self.trace,
@@ -394,15 +418,38 @@ impl Run {
 /// What a run must be judged to be. `fires` lists every invariant that
 /// must be violated (and no other may be), each with trace `seq`s one of
 /// its violations must cite. `windows`, when given, lists every window
-/// reached; the others must be zero.
+/// reached; the others must be zero. `outside`: the run as a service
+/// judged from outside shows it ([`Run::outside`]), where only the
+/// invariants judged from the trace alone ([`FROM_ANSWERS`]) are
+/// compared.
 #[derive(Debug, Default)]
 struct Expect<'a> {
     fires: &'a [(Invariant, &'a [u64])],
     windows: Option<&'a [(Window, u32)]>,
+    outside: bool,
 }
 
+/// What the oracle judges from the users' requests and answers and the
+/// providers' ledgers alone (the rest needs the store, or the jobs read
+/// back at the end).
+const FROM_ANSWERS: &[Invariant] = &[
+    Invariant::OneJobPerIntent,
+    Invariant::MismatchRejected,
+    Invariant::OwnerIsolation,
+    Invariant::SideEffects,
+];
+
 fn check(run: &Run, expect: Expect<'_>) -> Judgement {
-    let judgement = run.judge();
+    let mut judgement = if expect.outside {
+        run.outside().judge()
+    } else {
+        run.judge()
+    };
+    if expect.outside {
+        judgement
+            .violations
+            .retain(|v| FROM_ANSWERS.contains(&v.invariant));
+    }
     let fired: BTreeSet<Invariant> = judgement.violations.iter().map(|v| v.invariant).collect();
     let wanted: BTreeSet<Invariant> = expect.fires.iter().map(|(i, _)| *i).collect();
     assert_eq!(
@@ -448,6 +495,7 @@ fn passes(run: &Run, windows: &[(Window, u32)]) -> Judgement {
         Expect {
             fires: &[],
             windows: Some(windows),
+            outside: false,
         },
     )
 }
@@ -458,6 +506,19 @@ fn fires(run: &Run, fires: &[(Invariant, &[u64])]) -> Judgement {
         Expect {
             fires,
             windows: None,
+            outside: false,
+        },
+    )
+}
+
+/// [`fires`] for the run as a service judged from outside shows it.
+fn fires_outside(run: &Run, fires: &[(Invariant, &[u64])]) -> Judgement {
+    check(
+        run,
+        Expect {
+            fires,
+            windows: None,
+            outside: true,
         },
     )
 }
@@ -478,6 +539,7 @@ struct Hedged {
     first_started: u64,
     first_exec: Exec,
     hedge_started: u64,
+    hedge_exec: Exec,
     hedge_won: u64,
     first_done: u64,
     first_lost: u64,
@@ -559,6 +621,7 @@ fn hedged_run() -> Hedged {
         first_started,
         first_exec,
         hedge_started,
+        hedge_exec,
         hedge_won,
         first_done,
         first_lost,
@@ -931,6 +994,94 @@ fn mismatch_rejected_fires_on_a_2xx_for_another_body() {
 }
 
 #[test]
+fn mismatch_rejected_fires_from_the_answers_alone() {
+    let mut hedged = hedged_run();
+    let (job, run) = (hedged.job, &mut hedged.run);
+    fires_outside(run, &[]);
+    // no-fingerprint behind a black box: no store event says what the key
+    // is bound to, the first 2xx for it does.
+    let (_, other_fp) = body("goodbye");
+    let (click, request) = run.create(ALICE, "order-1", &other_fp);
+    let response = run.respond(ALICE, click, 200, Some(job));
+    let judgement = fires_outside(
+        run,
+        &[(
+            Invariant::MismatchRejected,
+            &[
+                request,
+                response,
+                hedged.create_request,
+                hedged.create_response,
+            ],
+        )],
+    );
+    assert_eq!(judgement.violations.len(), 1, "{:#?}", judgement.violations);
+    let message = &judgement.violations[0].message;
+    assert!(
+        message.contains(&format!("by the 201 at seq {}", hedged.create_response)),
+        "the message says which answer bound the key: {message}"
+    );
+    // Another key of alice's, answered with the same job: the job is bound
+    // to its first body too.
+    let (click, request) = run.create(ALICE, "order-9", &other_fp);
+    let response = run.respond(ALICE, click, 201, Some(job));
+    let judgement = run.outside().judge();
+    assert!(
+        judgement
+            .violations
+            .iter()
+            .any(|v| v.invariant == Invariant::MismatchRejected
+                && v.evidence.contains(&request)
+                && v.evidence.contains(&response)
+                && v.evidence.contains(&hedged.create_response)),
+        "{:#?}",
+        judgement.violations
+    );
+}
+
+#[test]
+fn a_fresh_intent_refused_breaks_mismatch_rejected() {
+    let mut hedged = hedged_run();
+    let run = &mut hedged.run;
+    // The owner's own key with another body is refused, as it must be.
+    let (_, goodbye) = body("goodbye");
+    let (click, _) = run.create(ALICE, "order-1", &goodbye);
+    run.respond(ALICE, click, 409, None);
+    fires(run, &[]);
+    fires_outside(run, &[]);
+    // Bob's first create with the key alice used: keys scoped globally.
+    let (_, lamp) = body("lamp");
+    let (click, request) = run.create(BOB, "order-1", &lamp);
+    let response = run.respond(BOB, click, 409, None);
+    let cited: &[u64] = &[request, response, hedged.create_request];
+    let judgement = fires(run, &[(Invariant::MismatchRejected, cited)]);
+    let message = &judgement.violations[0].message;
+    assert!(
+        message.contains("a fresh intent refused")
+            && message.contains(&format!(
+                "the same key was sent by owner {}",
+                owner_of(ALICE)
+            )),
+        "{message}"
+    );
+    fires_outside(run, &[(Invariant::MismatchRejected, cited)]);
+    // Any refusal of a key nobody sent before.
+    let mut hedged = hedged_run();
+    let (_, fp) = body("new");
+    let (click, request) = hedged.run.create(ALICE, "order-8", &fp);
+    let response = hedged.run.respond(ALICE, click, 422, None);
+    fires(
+        &hedged.run,
+        &[(Invariant::MismatchRejected, &[request, response])],
+    );
+    // A 5xx is the service's trouble, not a refusal: the user retries.
+    let mut hedged = hedged_run();
+    let (click, _) = hedged.run.create(ALICE, "order-8", &fp);
+    hedged.run.respond(ALICE, click, 503, None);
+    fires(&hedged.run, &[]);
+}
+
+#[test]
 fn one_winner_fires_when_two_attempts_win() {
     let mut hedged = hedged_run();
     let (job, first, run) = (hedged.job, hedged.first, &mut hedged.run);
@@ -1176,6 +1327,7 @@ fn losers_discarded_fires_without_a_race_event() {
                 &[hedged.first_started, hedged.first_lost],
             )],
             windows: Some(&[(Window::DuplicateCreate, 1), (Window::HedgeFired, 1)]),
+            outside: false,
         },
     );
 }
@@ -1240,59 +1392,62 @@ fn insert(run: &mut Run, seq: u64, host: &str, body: TraceBody) {
     }
 }
 
-fn model_change(model: &str) -> TraceBody {
-    TraceBody::Fault {
-        name: "provider_model_change".to_owned(),
-        detail: json!({"fault": "provider_model_change", "provider": FALLBACK, "model": model}),
+/// Says, in `provider`'s ledger and in every trace event of execution
+/// `exec_seq`, that `model` really ran it; the events' seqs.
+fn served_by(run: &mut Run, provider: &str, exec_seq: u64, model: &str) -> Vec<u64> {
+    let index = usize::try_from(exec_seq - 1).expect("small seq");
+    run.ledgers
+        .get_mut(provider)
+        .expect("provider has a ledger")[index]
+        .served_model = Some(model.to_owned());
+    let mut seqs = Vec::new();
+    for event in &mut run.trace.events {
+        if let TraceBody::ProviderExecution {
+            provider: p,
+            exec_seq: s,
+            served_model,
+            ..
+        } = &mut event.body
+            && p == provider
+            && *s == exec_seq
+        {
+            *served_model = Some(model.to_owned());
+            seqs.push(event.seq);
+        }
     }
+    seqs
 }
 
+/// Invariant 7 at the moment of use: the hedge's provider had switched
+/// models, so the execution that answered it was run by an uncertified
+/// model. Its output won: a violation, whenever the switch happened
+/// relative to the hedge's start. An execution run by the model that was
+/// certified is none.
 #[test]
-fn certified_failover_fires_on_a_hedge_after_a_model_switch() {
+fn certified_failover_fires_when_an_uncertified_model_answered_a_hedge() {
     let mut hedged = hedged_run();
     hedged
         .run
         .facts
         .certified_models
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
-    // The switch comes just before the hedge: its certificate was stale.
-    let changed = hedged.hedge_started;
-    insert(
-        &mut hedged.run,
-        changed,
-        "driver",
-        model_change("fallback-model-v2"),
-    );
-    fires(
-        &hedged.run,
-        &[(
-            Invariant::CertifiedFailover,
-            &[changed, hedged.hedge_started + 1],
-        )],
+    let exec_seq = hedged.hedge_exec.exec_seq;
+    let seen = served_by(&mut hedged.run, FALLBACK, exec_seq, "fallback-model-v2");
+    let judgement = fires(&hedged.run, &[(Invariant::CertifiedFailover, &seen)]);
+    assert!(
+        judgement.violations[0]
+            .message
+            .contains("became the job's result"),
+        "{:#?}",
+        judgement.violations
     );
 
-    // After the hedge started, the same switch is no violation...
-    let mut later = hedged_run();
-    let end = later.run.trace.events.len() as u64;
-    insert(
-        &mut later.run,
-        end,
-        "driver",
-        model_change("fallback-model-v2"),
-    );
-    fires(&later.run, &[]);
-    // ...nor, before it, a "switch" to the model that was certified.
     let mut same = hedged_run();
     same.run
         .facts
         .certified_models
         .insert(FALLBACK.to_owned(), "fallback-model".to_owned());
-    insert(
-        &mut same.run,
-        same.hedge_started,
-        "driver",
-        model_change("fallback-model"),
-    );
+    served_by(&mut same.run, FALLBACK, exec_seq, "fallback-model");
     fires(&same.run, &[]);
 }
 
@@ -1337,6 +1492,7 @@ fn owner_isolation_fires_when_a_client_sees_another_owners_job() {
             replayed: false,
             problem: None,
             blocking_attempt: None,
+            result_sha256: None,
         },
     );
     fires(
@@ -1345,6 +1501,58 @@ fn owner_isolation_fires_when_a_client_sees_another_owners_job() {
             Invariant::OwnerIsolation,
             &[hedged.probe_request, hedged.probe_response],
         )],
+    );
+}
+
+#[test]
+fn owner_isolation_fires_from_the_answers_alone() {
+    let mut hedged = hedged_run();
+    let job = hedged.job;
+    // Bob reads alice's job, and a replay answers bob with it as well.
+    hedged.run.replace(
+        hedged.probe_response,
+        TraceBody::HttpResponse {
+            client: BOB.into(),
+            request_id: 1,
+            status: 200,
+            job_id: Some(job),
+            attempt_id: None,
+            replayed: false,
+            problem: None,
+            blocking_attempt: None,
+            result_sha256: None,
+        },
+    );
+    let (_, fp) = body("hello");
+    let (click, request) = hedged.run.create(BOB, "order-1", &fp);
+    let response = hedged.run.respond(BOB, click, 200, Some(job));
+    let judgement = fires_outside(
+        &hedged.run,
+        &[(
+            Invariant::OwnerIsolation,
+            &[
+                hedged.probe_request,
+                hedged.probe_response,
+                hedged.create_request,
+                hedged.create_response,
+            ],
+        )],
+    );
+    assert!(
+        judgement
+            .violations
+            .iter()
+            .any(|v| v.evidence.contains(&request) && v.evidence.contains(&response)),
+        "{:#?}",
+        judgement.violations
+    );
+    assert!(
+        judgement.violations[0].message.contains(&format!(
+            "got 201 at seq {} as a new job",
+            hedged.create_response
+        )),
+        "{:#?}",
+        judgement.violations
     );
 }
 
