@@ -227,7 +227,9 @@ fn sim_a_model_switch_makes_the_certificate_stale() {
         .collect();
     assert_eq!(stale.len(), 1, "{:?}", blind.report.violations);
     assert!(
-        stale[0].message.contains("not the certified fallback-model"),
+        stale[0]
+            .message
+            .contains("not the certified fallback-model"),
         "{}",
         stale[0].message
     );
