@@ -436,15 +436,7 @@ impl Judged<'_> {
         let content = match &answer.answer {
             Ok(ChatAnswer { content, model }) => {
                 self.served_models.extend(model.iter().cloned());
-                if let Some(served) = model {
-                    if !names_the_model(self.asked, served) {
-                        row.record(Check::Transport, true);
-                        let asked = self.asked;
-                        let detail = format!("answered by model {served:?}, not {asked:?}");
-                        return Err((Check::Model, detail));
-                    }
-                    row.record(Check::Model, true);
-                }
+                model_check(self.asked, model.as_deref(), row)?;
                 content
             }
             Err((_, detail)) => {
@@ -542,4 +534,30 @@ fn excerpt(text: &str) -> String {
         out.push('…');
     }
     format!("{out:?}")
+}
+
+/// Whether an answer names the model asked for. An answer must name its
+/// model: failover checks, at use, that the model that ran a job is the
+/// certified one and refuses an answer that does not say (the engine's
+/// `answer_refusal`), so a provider whose answers never name one could be
+/// certified and never serve a failover.
+fn model_check(
+    asked: &str,
+    model: Option<&str>,
+    row: &mut InputRow,
+) -> Result<(), (Check, String)> {
+    let Some(served) = model else {
+        row.record(Check::Transport, true);
+        let detail = "the answer names no model, so which one ran it cannot be checked";
+        return Err((Check::Model, detail.to_owned()));
+    };
+    if !names_the_model(asked, served) {
+        row.record(Check::Transport, true);
+        return Err((
+            Check::Model,
+            format!("answered by model {served:?}, not {asked:?}"),
+        ));
+    }
+    row.record(Check::Model, true);
+    Ok(())
 }
