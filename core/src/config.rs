@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_spanned::Spanned;
 
-use crate::certify::{Encoding, SpecialTokens, TokenizerProfile};
 use crate::provider::tls::{TlsRoots, TlsSettings};
+use idem_contract::tokenizer::{Encoding, SpecialTokens, TokenizerProfile};
 
 /// The largest configuration file read, in bytes.
 pub const CONFIG_LEN_MAX_BYTES: usize = 1024 * 1024;

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_core::certify::report::Certification;
+use idem_contract::report::Certification;
 use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::service::ServiceConfig;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde_spanned::Spanned;
 
-use idem_core::certify::{Encoding, SpecialTokens};
+use idem_contract::tokenizer::{Encoding, SpecialTokens};
 use idem_core::design::Design;
 use idem_core::provider::server::ContractMode;
 use idem_core::store::faults::StoreOp;

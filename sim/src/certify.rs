@@ -17,8 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
-use idem_core::certify::report::{Certification, Check, Failure};
-use idem_core::certify::{ChatEndpoint, Contract, RunLimits, Target, certify};
+use idem_contract::report::Target;
+use idem_contract::report::{Certification, Check, Failure};
+use idem_contract::spec::Contract;
+use idem_core::certify::{ChatEndpoint, RunLimits, certify};
 use idem_core::clock::{FIXED_EPOCH_US, SeededIds};
 use idem_core::provider::openai::{OpenAiClient, OpenAiConfig};
 use idem_core::provider::server::ProviderServer;

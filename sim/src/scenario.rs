@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use idem_core::certify::TokenizerProfile;
+use idem_contract::tokenizer::TokenizerProfile;
 use idem_core::engine::Policy;
 use idem_core::provider::server::Behaviour;
 use idem_core::reconciler::ReconcilerConfig;

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 
-use idem_core::certify::SpecialTokens;
+use idem_contract::tokenizer::SpecialTokens;
 use idem_core::engine::Policy;
 use idem_core::provider::server::ContractMode;
 use idem_sim::scenario::{

@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
 
-use idem_core::certify::{SpecialTokens, TokenizerProfile};
+use idem_contract::tokenizer::{SpecialTokens, TokenizerProfile};
 use idem_core::engine::Policy;
 use idem_core::provider::server::{Behaviour, ContractMode};
 use idem_model::model::JobRequest;

@@ -8,8 +8,8 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::spec::RenderedPrompt;
 use crate::provider::ProviderError;
+use idem_contract::spec::RenderedPrompt;
 
 /// One chat completion as the certifier (and the worker) sends it.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
-use super::report::Certification;
 use crate::store::{Store, StoreError};
+use idem_contract::report::Certification;
 use idem_model::contract::{Certificate, CertificateKey, Providers};
 use idem_model::model::Timestamp;
 

@@ -23,11 +23,11 @@ use serde_json::Value;
 
 use super::calls::{Answers, Call, Deadline, Progress, SampleAnswer, run_calls, what_came_back};
 pub use super::endpoint::{ChatAnswer, ChatEndpoint, ChatRequest, RunBounds, RunLimits, describe};
-use super::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
-use super::spec::{Contract, CorpusInput, RenderedPrompt};
-use super::tokenizer;
 use crate::clock::IdSource;
 use crate::provider::ProviderError;
+use idem_contract::report::{Certification, Check, CheckOutcome, Failure, InputRow, Target};
+use idem_contract::spec::{Contract, CorpusInput, RenderedPrompt};
+use idem_contract::tokenizer;
 
 /// Schema errors kept per failing sample.
 const SCHEMA_ERRORS_MAX: usize = 3;

@@ -13,11 +13,12 @@ use super::providers::{
 };
 use super::{OutputFormat, ServerCliError, connect_and_migrate, runtime};
 use crate::certify::{
-    self, CERTIFY_DEADLINE_MS_DEFAULT, Certification, CertifyError, ChatEndpoint, Contract,
-    Progress, RunBounds, RunLimits, Target,
+    self, CERTIFY_DEADLINE_MS_DEFAULT, CertifyError, ChatEndpoint, Progress, RunBounds, RunLimits,
 };
 use crate::clock::{Clock, SystemClock, UuidV7Ids};
 use crate::store::pg::SCHEMA_DEFAULT;
+use idem_contract::report::{Certification, Target};
+use idem_contract::spec::Contract;
 
 /// The longest a deadline or call timeout may be set to, in ms: a day.
 const TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1000;

@@ -45,7 +45,7 @@ pub enum ServerCliError {
     Io(#[from] std::io::Error),
     /// A contract file that cannot be used, as `path:line:col: message` lines.
     #[error("{0}")]
-    Contract(#[from] crate::certify::ContractError),
+    Contract(#[from] idem_contract::spec::ContractError),
     /// A configuration file that cannot be used.
     #[error("{0}")]
     Config(#[from] crate::config::ConfigFileError),

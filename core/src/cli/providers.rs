@@ -9,12 +9,14 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::{ServerCliError, split_pair};
-use crate::certify::{ChatEndpoint, Contract, Encoding, SpecialTokens, TokenizerProfile};
+use crate::certify::ChatEndpoint;
 use crate::config::{Config, Endpoint, ProviderFile, parse_url};
 use crate::provider::Provider;
 use crate::provider::connect::TcpConnector;
 use crate::provider::openai::{ApiKey, OpenAiClient, OpenAiConfig, check_model};
 use crate::provider::tls::{TlsConnector, TlsSettings, client_config};
+use idem_contract::spec::Contract;
+use idem_contract::tokenizer::{Encoding, SpecialTokens, TokenizerProfile};
 use idem_model::contract::{ProviderSpec, Providers};
 
 /// Where providers and the operating contract come from: a configuration

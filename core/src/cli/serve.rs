@@ -22,6 +22,7 @@ use crate::store::Store;
 use crate::store::bounded::Bounded;
 use crate::store::mem::MemStore;
 use crate::store::pg::SCHEMA_DEFAULT;
+use idem_contract::spec::Contract;
 use idem_model::contract::{Certificate, Providers};
 
 /// Bounds of the numeric flags: past them no service would do what was
@@ -253,7 +254,7 @@ fn service_config(args: &ServeArgs) -> ServiceConfig {
 
 /// The providers, their clients and their certification endpoints.
 struct Clients {
-    contract: Arc<certify::Contract>,
+    contract: Arc<Contract>,
     resolved: BTreeMap<String, super::ResolvedProvider>,
     providers: Providers,
     clients: ProviderSet,

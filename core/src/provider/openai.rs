@@ -1,7 +1,7 @@
 //! A client for OpenAI-compatible chat-completions providers.
 //!
 //! Every prompt is rendered from the operating contract
-//! ([`crate::certify::Contract`], the shipped one unless another is given):
+//! ([`idem_contract::spec::Contract`], the shipped one unless another is given):
 //! its system template as the system message, its user template over the
 //! job's `params` as the user message, at the contract's temperature and
 //! output budget, and the provider is asked for a JSON object. The same
@@ -37,7 +37,8 @@ use serde_json::{Value, json};
 
 use super::connect::Connector;
 use super::{Answer, Dispatch, Provider, ProviderCall, ProviderError, RemoteStatus};
-use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest, Contract};
+use crate::certify::{ChatAnswer, ChatEndpoint, ChatRequest};
+use idem_contract::spec::Contract;
 use idem_model::document::Document;
 use idem_model::model::AttemptId;
 

@@ -9,9 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_contract::report::{Certification, Check, Target};
+use idem_contract::spec::Contract;
+use idem_contract::tokenizer::{Encoding, SpecialTokens, TokenizerProfile};
 use idem_core::certify::{
-    Certification, CertifyError, ChatEndpoint, Check, Contract, Encoding, RunBounds, RunLimits,
-    SpecialTokens, Target, TokenizerProfile, certify, certify_bounded,
+    CertifyError, ChatEndpoint, RunBounds, RunLimits, certify, certify_bounded,
 };
 use idem_core::clock::{Clock, ManualClock, SeededIds, SystemClock, UuidV7Ids};
 use idem_core::engine::{Engine, EngineError, ModelProbes, Policy, Trigger};

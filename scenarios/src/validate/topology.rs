@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_spanned::Spanned;
 
-use idem_core::certify::TokenizerProfile;
+use idem_contract::tokenizer::TokenizerProfile;
 use idem_core::provider::server::Behaviour;
 use idem_sim::scenario::{API_REPLICAS_MAX, PROVIDERS_MAX, ProviderProfile, Topology, WORKERS_MAX};
 

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use idem_core::certify::{Check, SpecialTokens, TokenizerProfile};
+use idem_contract::report::Check;
+use idem_contract::tokenizer::{SpecialTokens, TokenizerProfile};
 use idem_core::design::Design;
 use idem_core::engine::Policy;
 use idem_core::provider::server::{Behaviour, ContractMode};

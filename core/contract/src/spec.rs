@@ -1,6 +1,6 @@
 //! A contract as data: the files a person writes (a TOML file naming a
 //! prompt template, an output JSON Schema, a business type and a corpus),
-//! read, checked and compiled once (by [`super::compile`]) into a
+//! read, checked and compiled once (by [`crate::compile`]) into a
 //! [`Contract`], with its bounds and its errors.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +12,7 @@ use serde_json::Value;
 use idem_model::document::Document;
 use idem_model::json::{Json, WideInteger};
 
-use super::business::BusinessType;
+use crate::business::BusinessType;
 
 /// The highest sampling temperature a contract may be certified at: above
 /// it, a provider that shares the contract may still answer differently

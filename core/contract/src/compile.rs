@@ -1,5 +1,5 @@
 //! Reading, checking and compiling a contract's files into a
-//! [`Contract`] (its types are in [`super::spec`]).
+//! [`Contract`] (its types are in [`crate::spec`]).
 //!
 //! Every problem in a contract's files is reported with `path:line:col`, all
 //! of them at once (up to [`PROBLEMS_MAX`]), so that one edit-and-run cycle
@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_spanned::Spanned;
 
-use super::business::BusinessType;
-use super::spec::{
+use crate::business::BusinessType;
+use crate::spec::{
     CORPUS_INPUTS_MAX, CORPUS_INPUTS_MIN, Contract, ContractError, ContractProblem, CorpusInput,
     FILE_LEN_MAX_BYTES, MAX_OUTPUT_TOKENS_MAX, NAME_LEN_MAX, PROBLEMS_MAX, SAMPLES_PER_INPUT_MAX,
     SHIPPED_DIR, Source, TEMPERATURE_MAX, display_problems,

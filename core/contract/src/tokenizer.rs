@@ -24,7 +24,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
 
-use super::spec::RenderedPrompt;
+use crate::spec::RenderedPrompt;
 
 /// Tokens a chat message costs beyond its content (role and separators),
 /// and tokens that prime the reply, as OpenAI's chat format counts them.

@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::tokenizer::TokenizerProfile;
+use crate::tokenizer::TokenizerProfile;
 
 /// Failures listed under the table; past it, one line says how many more.
 pub const FAILURE_LINES_MAX: usize = 40;
@@ -111,7 +111,7 @@ pub struct InputRow {
 }
 
 impl InputRow {
-    pub(super) fn new(input: &str) -> Self {
+    pub fn new(input: &str) -> Self {
         Self {
             input: input.to_owned(),
             cells: BTreeMap::new(),
@@ -120,7 +120,7 @@ impl InputRow {
     }
 
     /// One sample's outcome of `check`: a failure sticks.
-    pub(super) fn record(&mut self, check: Check, passed: bool) {
+    pub fn record(&mut self, check: Check, passed: bool) {
         let cell = self.cells.entry(check).or_insert(CheckOutcome::Pass);
         if !passed {
             *cell = CheckOutcome::Fail;
@@ -146,7 +146,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub(super) fn new(check: Check, input: &str, sample: Option<u32>, detail: String) -> Self {
+    pub fn new(check: Check, input: &str, sample: Option<u32>, detail: String) -> Self {
         let mut detail: String = detail.chars().take(DETAIL_CHARS_MAX).collect();
         if detail.chars().count() == DETAIL_CHARS_MAX {
             detail.push('…');
