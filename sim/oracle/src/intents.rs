@@ -4,7 +4,7 @@
 //! key); the owner of a request is the owner of the client that sent it,
 //! never anything in the body.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use idem_model::model::JobId;
 
@@ -15,6 +15,7 @@ use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
     one_job_per_intent(run, findings);
+    billed_jobs_within_intents(run, findings);
     owner_isolation(run, findings);
     nothing_lost(run, findings);
 }
@@ -112,6 +113,53 @@ fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
             .flat_map(|s| s.created.iter().chain(&s.acknowledged).copied());
         findings.report(Invariant::OneJobPerIntent, message, evidence);
     }
+}
+
+/// Invariant 1 from the providers' side: every job that did billed work
+/// belongs to an intent a user sent, so more distinct jobs billed than
+/// intents sent is work done for nobody (a job made for a retry and never
+/// answered, keys kept in one process's memory). The ledgers name each
+/// call's job (`metadata.job_id`) whatever the service keeps, so this is
+/// judged from outside too, where a store's rows are not seen and answers
+/// name only the jobs users were told about.
+fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
+    let intents: BTreeSet<(&str, &str)> = create_requests(run)
+        .iter()
+        .flat_map(|(owner, sent)| sent.iter().map(move |(_, key, _)| (*owner, *key)))
+        .collect();
+    let mut billed: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for execution in run.executions.iter().filter(|e| e.billed) {
+        if let Some(job) = execution.job_id {
+            let seqs = billed.entry(job).or_default();
+            seqs.extend(execution.succeeded_seq.or(execution.seen.last().copied()));
+        }
+    }
+    if billed.len() <= intents.len() {
+        return;
+    }
+    let answered: BTreeSet<String> = run
+        .exchanges
+        .iter()
+        .filter(|e| e.is_success())
+        .filter_map(|e| e.job_id.map(|job| job.to_string()))
+        .collect();
+    let unanswered: Vec<&str> = billed
+        .keys()
+        .copied()
+        .filter(|job| !answered.contains(*job))
+        .collect();
+    let named = if unanswered.is_empty() {
+        String::new()
+    } else {
+        format!("; never answered to a user: {}", unanswered.join(", "))
+    };
+    let message = format!(
+        "{} jobs did billed work at the providers for {} intents sent{named}",
+        billed.len(),
+        intents.len()
+    );
+    let evidence = billed.values().flatten().copied();
+    findings.report(Invariant::OneJobPerIntent, message, evidence);
 }
 
 /// Every job the run associates with each intent, and where: the store's

@@ -963,6 +963,32 @@ fn one_job_per_intent_fires_when_one_key_answers_two_jobs() {
     );
 }
 
+/// Work done for nobody: a service that keeps keys in one process's memory
+/// makes a second job for a retry that reached another instance, runs it,
+/// and answers nobody with it. Judged from outside, where neither the
+/// store's rows nor its history are seen: the providers' ledgers name a
+/// job for which no user sent an intent.
+#[test]
+fn one_job_per_intent_fires_when_more_jobs_did_billed_work_than_intents_were_sent() {
+    let mut hedged = hedged_run();
+    let run = &mut hedged.run;
+    let twin = job_id(2);
+    let exec = run.execute(PRIMARY, attempt_id(9), twin);
+    let billed = run.finish(exec, ExecutionOutcome::Succeeded);
+    let judgement = fires_outside(run, &[(Invariant::OneJobPerIntent, &[billed])]);
+    let message = &judgement.violations[0].message;
+    assert!(
+        message.contains("2 jobs did billed work at the providers for 1 intents sent")
+            && message.contains(&format!("never answered to a user: {twin}")),
+        "{message}"
+    );
+    // Work billed to the intent's own job is not work for nobody.
+    let mut own = hedged_run();
+    let exec = own.run.execute(PRIMARY, attempt_id(9), own.job);
+    own.run.finish(exec, ExecutionOutcome::Failed);
+    fires_outside(&own.run, &[]);
+}
+
 #[test]
 fn mismatch_rejected_fires_on_a_2xx_for_another_body() {
     let mut hedged = hedged_run();
