@@ -153,10 +153,13 @@ fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
     } else {
         format!("; never answered to a user: {}", unanswered.join(", "))
     };
+    let sent = match intents.len() {
+        1 => "1 intent".to_owned(),
+        n => format!("{n} intents"),
+    };
     let message = format!(
-        "{} jobs did billed work at the providers for {} intents sent{named}",
-        billed.len(),
-        intents.len()
+        "{} jobs did billed work at the providers for {sent} sent{named}",
+        billed.len()
     );
     let evidence = billed.values().flatten().copied();
     findings.report(Invariant::OneJobPerIntent, message, evidence);

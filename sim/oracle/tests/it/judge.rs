@@ -978,7 +978,7 @@ fn one_job_per_intent_fires_when_more_jobs_did_billed_work_than_intents_were_sen
     let judgement = fires_outside(run, &[(Invariant::OneJobPerIntent, &[billed])]);
     let message = &judgement.violations[0].message;
     assert!(
-        message.contains("2 jobs did billed work at the providers for 1 intents sent")
+        message.contains("2 jobs did billed work at the providers for 1 intent sent")
             && message.contains(&format!("never answered to a user: {twin}")),
         "{message}"
     );
