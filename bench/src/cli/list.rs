@@ -10,7 +10,7 @@ use super::run::Format;
 use super::{CliError, Exit};
 use crate::record::window_name;
 use idem_scenarios::catalog;
-use idem_scenarios::load::load_catalog;
+use idem_scenarios::load::{load, load_catalog};
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -20,7 +20,7 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
-    /// A catalogue name.
+    /// A catalogue name, or a scenario file's path.
     pub scenario: String,
 }
 
@@ -76,13 +76,17 @@ pub fn list(args: ListArgs) -> Result<Exit, CliError> {
 }
 
 pub fn show(args: ShowArgs) -> Result<Exit, CliError> {
-    let text = catalog::entry(&args.scenario).ok_or_else(|| {
-        CliError::Usage(format!(
-            "no catalogue scenario {:?} (`idem list` shows them)",
-            args.scenario
-        ))
-    })?;
-    emit(text);
+    if let Some(text) = catalog::entry(&args.scenario) {
+        emit(text);
+        return Ok(Exit::Pass);
+    }
+    // A file `idem run` and `idem real` accept is shown as it stands, once
+    // it loads as they load it (the same errors, with path, line and
+    // column, for one they refuse).
+    load(&args.scenario)?;
+    let text = std::fs::read_to_string(&args.scenario)
+        .map_err(|e| CliError::Usage(format!("{}: cannot be read: {e}", args.scenario)))?;
+    emit(&text);
     Ok(Exit::Pass)
 }
 

@@ -137,6 +137,28 @@ fn the_same_seed_gives_the_same_trace() -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
+/// `idem show` takes what `idem run` takes: a catalogue name, or a file
+/// (printed as it stands), and refuses a broken file the way `run` does.
+#[test]
+fn show_prints_a_file_that_run_accepts() -> Result<(), Box<dyn std::error::Error>> {
+    let file = "../scenarios/regressions/correct-edab21ea-seed-8800000134.toml";
+    let output = idem(&["show", file]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), std::fs::read_to_string(file)?);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("broken.toml");
+    std::fs::write(&path, "[[clients]]\nname = 'a'\n[timing]\ntick_ms = 0\n")?;
+    let path = path.to_str().ok_or("utf-8 path")?;
+    let output = idem(&["show", path]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).starts_with(&format!("{path}:4:11:")),
+        "{}",
+        stderr(&output)
+    );
+    Ok(())
+}
+
 #[test]
 fn a_malformed_file_exits_2_with_its_position() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
