@@ -121,7 +121,9 @@ fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
 /// answered, keys kept in one process's memory). The ledgers name each
 /// call's job (`metadata.job_id`) whatever the service keeps, so this is
 /// judged from outside too, where a store's rows are not seen and answers
-/// name only the jobs users were told about.
+/// name only the jobs users were told about. Reported when a billed job is
+/// tied to no intent at all; an excess of jobs each tied to one is already
+/// [`one_job_per_intent`]'s finding.
 fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
     let intents: BTreeSet<(&str, &str)> = create_requests(run)
         .iter()
@@ -134,25 +136,21 @@ fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
             seqs.extend(execution.succeeded_seq.or(execution.seen.last().copied()));
         }
     }
-    if billed.len() <= intents.len() {
-        return;
-    }
-    let answered: BTreeSet<String> = run
-        .exchanges
-        .iter()
-        .filter(|e| e.is_success())
-        .filter_map(|e| e.job_id.map(|job| job.to_string()))
+    // Jobs the run ties to an intent (a row, a creation, an answer): an
+    // excess among them is already one intent with two jobs.
+    let sighted: BTreeSet<String> = sightings_by_intent(run)
+        .values()
+        .flat_map(|jobs| jobs.keys().map(ToString::to_string))
         .collect();
-    let unanswered: Vec<&str> = billed
+    let unsighted: Vec<&str> = billed
         .keys()
         .copied()
-        .filter(|job| !answered.contains(*job))
+        .filter(|job| !sighted.contains(*job))
         .collect();
-    let named = if unanswered.is_empty() {
-        String::new()
-    } else {
-        format!("; never answered to a user: {}", unanswered.join(", "))
-    };
+    if billed.len() <= intents.len() || unsighted.is_empty() {
+        return;
+    }
+    let named = format!("; never answered to a user: {}", unsighted.join(", "));
     let sent = match intents.len() {
         1 => "1 intent".to_owned(),
         n => format!("{n} intents"),
