@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use idem_sim::scenario::{Fault, Scenario, host};
+use idem_sim::scenario::{Fault, Scenario, TriggerKind, When, host};
 use idem_sim::world::client_token;
 
 use super::procs::{ProcessSpec, Readiness};
@@ -71,6 +71,14 @@ impl TargetConfig {
     }
 }
 
+/// The name a scenario file gives `kind` (`job_created`).
+pub fn trigger_name(kind: TriggerKind) -> String {
+    match serde_json::to_value(kind) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => panic!("a trigger kind serializes to its name, not {other:?}"),
+    }
+}
+
 /// `command` with `{port}` and `{config}` replaced.
 pub fn expand(command: &str, port: u16, config: &Path) -> String {
     command
@@ -108,10 +116,37 @@ fn processless(name: &str) -> bool {
     name.starts_with("worker-") || name == host::RECONCILER
 }
 
+/// Whether a target shows the `kind` of event a fault may wait for: a
+/// create answered as a new job is its `job_created`
+/// ([`super::answers`]), and the providers' ledgers show an execution
+/// starting; the attempts' moves and the compare-and-swap are events of
+/// idem's store history, which a target's own store does not give.
+pub fn shows(kind: TriggerKind) -> bool {
+    match kind {
+        TriggerKind::JobCreated | TriggerKind::ProviderExecutionStarted => true,
+        TriggerKind::AttemptStarted
+        | TriggerKind::AttemptDispatched
+        | TriggerKind::AttemptUnknown
+        | TriggerKind::CompletionWon => false,
+    }
+}
+
 /// The first fault of `scenario` a black-box target cannot take, and why.
 pub fn refusal(scenario: &Scenario) -> Option<String> {
     scenario.faults.iter().find_map(|spec| {
         let kind = spec.fault.kind();
+        if let When::After { kind: trigger, .. } = spec.when
+            && !shows(trigger)
+        {
+            return Some(format!(
+                "fault {} after {} with --target: that event is one of idem's store history \
+                 (an attempt's move or a completion), which a black-box target's own store \
+                 does not show; a target's faults may wait for job_created (a create answered \
+                 as a new job) or provider_execution_started (the providers' ledgers)",
+                kind.name(),
+                trigger_name(trigger)
+            ));
+        }
         let why = match &spec.fault {
             Fault::StoreLoseAck { .. }
             | Fault::StoreFailBeforeApply { .. }
@@ -183,5 +218,24 @@ mod tests {
             .scenario;
         let why = refusal(&crash).expect("refused");
         assert!(why.contains("worker-1 is no process"), "{why}");
+        for name in ["lost-response-retry", "store-restart"] {
+            let scenario = idem_scenarios::load(name).expect("catalogue").scenario;
+            assert_eq!(refusal(&scenario), None, "{name}: job_created shows");
+        }
+        let mut dispatched = double_click;
+        dispatched.faults = crash.faults.clone();
+        dispatched.faults[0].fault = Fault::Crash {
+            host: host::api(1),
+            restart_after_ms: None,
+        };
+        dispatched.faults[0].when = When::After {
+            kind: TriggerKind::AttemptDispatched,
+            nth: 1,
+        };
+        let why = refusal(&dispatched).expect("refused");
+        assert!(
+            why.starts_with("fault crash after attempt_dispatched with --target"),
+            "{why}"
+        );
     }
 }

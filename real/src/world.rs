@@ -161,6 +161,9 @@ impl RealWorld {
             target: command.is_some(),
             instances: Vec::new(),
         };
+        if world.target {
+            world.store_plan.gate().history_unread();
+        }
         world
             .start(scenario, options, dir, command.as_deref())
             .await?;
@@ -197,9 +200,15 @@ impl RealWorld {
         (client, server): (&str, &str),
         upstream: SocketAddr,
     ) -> Result<SocketAddr, RealError> {
-        // A target's statements are its own: no store operation to name.
-        let tap = (server == host::STORE && !self.target)
-            .then(|| self.store_plan.tap(client, &self.recorder));
+        // A target's statements are its own: no store operation to name;
+        // its creates' answers are its `job_created` (`super::answers`).
+        let tap = if server == host::STORE && !self.target {
+            Some(self.store_plan.tap(client, &self.recorder))
+        } else if self.target && client.starts_with(&host::client("")) {
+            Some(super::answers::tap(&self.recorder, self.store_plan.gate()))
+        } else {
+            None
+        };
         let spec = LinkSpec {
             client: client.to_owned(),
             server: server.to_owned(),

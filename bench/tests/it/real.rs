@@ -253,6 +253,53 @@ fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
     }
 }
 
+/// A fault triggered by `job_created` fires against a target too: its
+/// create's answer, a 201, is its `job_created` (`idem_real::answers`), held
+/// at the link until the fault fired. The hold swallows the answer, the
+/// retry is answered with the job again, and that window is judged from the
+/// answer. (It used to wait for an event of idem's store history that a
+/// target never gives: the run had no fault, reached no window and said
+/// PASS.) A trigger a target cannot show is refused by name.
+#[test]
+fn a_job_created_fault_fires_on_a_target_s_answer_and_its_window_is_judged() {
+    let (code, record, text) = real_with(
+        "lost-response-retry",
+        &["--seed", "0", "--target", &idem_as_target()],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let faults = record["faults"].as_array().expect("the planned faults");
+    assert!(!faults.is_empty(), "{record}");
+    for fault in faults {
+        assert_eq!(fault["when"], "after job_created #1", "{fault}");
+        assert!(fault["took_effect_ms"].as_u64().is_some(), "{text}");
+    }
+    assert!(
+        record["windows"]["duplicate_create"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{text}"
+    );
+    assert_eq!(record["design"], "target", "{record}");
+    assert!(text.contains(" target `"), "{text}");
+    assert!(!text.contains("design correct"), "{text}");
+    assert!(text.contains("took effect at"), "{text}");
+    assert!(!text.contains("never took effect"), "{text}");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("dispatched.toml");
+    std::fs::write(
+        &file,
+        "description = \"x\"\n[[clients]]\nname = \"a\"\nactions = [{ action = \"click\", key = \"k\", params = {} }]\n\
+         [[faults]]\nfault = \"crash\"\nafter = { kind = \"attempt_dispatched\", nth = 1 }\nhost = \"api-1\"\n",
+    )
+    .expect("writes");
+    let (code, _, text) = real_with(&file.display().to_string(), &["--target", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("fault crash after attempt_dispatched with --target"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_naive_black_box_target_is_caught_for_real() {
     let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));

@@ -57,7 +57,7 @@ use idem_model::policy::Policy;
 
 use crate::trace::Trace;
 pub use read_back::{ReadAnswer, ReadBack, judge_read_backs};
-pub use windows::Window;
+pub use windows::{Window, count_from_answers};
 
 /// The invariants, numbered as in docs/MODEL.md; the twelfth says that
 /// rules comparing timestamps stay safe when clocks are wrong.
