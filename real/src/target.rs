@@ -22,6 +22,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use idem_core::engine::Policy;
 use idem_sim::scenario::{Fault, Scenario, TriggerKind, When, host};
 use idem_sim::world::client_token;
 
@@ -41,15 +42,30 @@ pub struct TargetConfig {
     pub providers: BTreeMap<String, String>,
     /// Each provider's name and the model to ask it for.
     pub models: BTreeMap<String, String>,
+    /// The providers whose contract certification passed before the run,
+    /// each with the model it was certified on: work may leave a job's
+    /// primary only for one of these, and only while it answers with that
+    /// model (the answer's `model`).
+    pub certified: BTreeMap<String, String>,
+    /// How long one provider call may take before its outcome is unknown.
+    pub attempt_deadline_ms: u64,
+    /// Attempts per job, retries and failovers included.
+    pub attempts_max: u32,
+    /// Whether attempts of one job may overlap: `{"kind": "strict"}`, or
+    /// `{"kind": "hedged", "hedge_after_ms": N}` (a second attempt on a
+    /// certified fallback once the first is silent that long).
+    pub policy: Policy,
 }
 
 impl TargetConfig {
-    /// The configuration of one instance.
+    /// The configuration of one instance; `certified`: each certified
+    /// provider and its model (`idem_oracle::WorldFacts::certified_models`).
     pub fn new(
         scenario: &Scenario,
         port: u16,
         database_url: String,
         providers: &[(String, String, SocketAddr)],
+        certified: &BTreeMap<String, String>,
     ) -> Self {
         Self {
             listen: format!("127.0.0.1:{port}"),
@@ -67,6 +83,10 @@ impl TargetConfig {
                 .iter()
                 .map(|(name, model, _)| (name.clone(), model.clone()))
                 .collect(),
+            certified: certified.clone(),
+            attempt_deadline_ms: scenario.topology.worker.attempt_deadline_ms,
+            attempts_max: scenario.topology.worker.attempts_max,
+            policy: scenario.policy,
         }
     }
 }
@@ -197,6 +217,28 @@ mod tests {
         let script = script(&command);
         assert!(script.contains("( python3 svc.py"), "{script}");
         assert!(script.contains("kill -KILL 0"), "{script}");
+    }
+
+    #[test]
+    fn the_config_carries_the_scenario_s_settings() {
+        let scenario = idem_scenarios::load("out-of-order-completion")
+            .expect("catalogue")
+            .scenario;
+        let link = SocketAddr::from(([127, 0, 0, 1], 9));
+        let providers = [("fallback".to_owned(), "m-f".to_owned(), link)];
+        let certified = BTreeMap::from([("fallback".to_owned(), "m-f".to_owned())]);
+        let config = TargetConfig::new(&scenario, 1, "postgres://x".into(), &providers, &certified);
+        let json = serde_json::to_value(&config).expect("serializes");
+        assert_eq!(json["certified"], serde_json::json!({"fallback": "m-f"}));
+        assert_eq!(
+            json["policy"],
+            serde_json::json!({"kind": "hedged", "hedge_after_ms": 500})
+        );
+        assert_eq!(
+            json["attempt_deadline_ms"],
+            scenario.topology.worker.attempt_deadline_ms
+        );
+        assert_eq!(json["attempts_max"], scenario.topology.worker.attempts_max);
     }
 
     #[test]

@@ -411,6 +411,15 @@ const MISTAKES: &[Mistake] = &[
         breaks: &[9],
         says: "",
     },
+    // The fallback failed its certification (it answers in prose), and the
+    // config says so; the mistake fails over to it all the same.
+    Mistake {
+        mode: "blind-failover",
+        story: Story::Catalogue("uncertified-fallback"),
+        seed: 0,
+        breaks: &[7],
+        says: "and fallback holds no certificate",
+    },
     Mistake {
         mode: "never-finish",
         story: Story::File(ONE_CLICK),
@@ -496,6 +505,35 @@ fn mistakes_about_results_are_caught_from_outside() {
 #[test]
 fn mistakes_about_owners_work_and_ends_are_caught_from_outside() {
     check_mistakes(&[8, 9, 10]);
+}
+
+/// The scenario's certified set reaches the target (its config's
+/// `certified`), and invariant 7 is judged from the ledgers: failing over to
+/// a provider whose certification failed is caught, and idem's engine on the
+/// same seed passes. (Invariant 7 was listed not judged, and a PASS said
+/// nothing of it.)
+#[test]
+fn mistakes_about_certified_failover_are_caught_from_outside() {
+    check_mistakes(&[7]);
+}
+
+/// A model switched under a certified fallback: the naive failover's
+/// output from the new model became bob's job's result.
+#[test]
+fn blind_failover_after_a_model_change_is_caught_from_outside() {
+    let (code, record, text) = real_with(
+        "model-change",
+        &["--seed", "0", "--target", &naive_in("blind-failover")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 7);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("not the certified fallback-model")
+                && m.contains("its output became the job's result")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -314,6 +314,7 @@ mod tests {
             policy: Policy::Strict,
             reconciler: true,
             reconciler_config: None,
+            primaries: BTreeMap::new(),
         };
         let counts = count_from_answers(OracleInput {
             trace: &trace,
