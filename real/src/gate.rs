@@ -14,6 +14,11 @@
 //! and the driver has looked twice (once to arm the fault, once to fire
 //! it); only then does the answer go on to the engine. Nothing waits once
 //! no trigger fault is pending, and a wait is bounded.
+//!
+//! A black-box target has no store history real mode reads: its
+//! `job_created` is the create's answer itself, counted as it crosses the
+//! user's link (`super::answers`), so the gate there waits for the
+//! driver's looks only ([`TriggerGate::history_unread`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +37,9 @@ const DRIVER_LOOKS: u64 = 3;
 struct Inner {
     /// A trigger fault of the plan waits for its event.
     pending: AtomicBool,
+    /// Nobody reads the store's history: an answer's trigger is counted
+    /// before it reaches the gate, so only the driver's looks are awaited.
+    unread: AtomicBool,
     /// Asks the history's reader to read now.
     read_wanted: Notify,
     /// Reads of the history done so far.
@@ -59,6 +67,7 @@ impl Default for TriggerGate {
     fn default() -> Self {
         Self(Arc::new(Inner {
             pending: AtomicBool::new(false),
+            unread: AtomicBool::new(false),
             read_wanted: Notify::new(),
             reads: watch::Sender::new(0),
             look_wanted: Notify::new(),
@@ -71,6 +80,12 @@ impl TriggerGate {
     /// Whether an answer that ends a write must wait.
     pub fn pending(&self) -> bool {
         self.0.pending.load(Ordering::SeqCst)
+    }
+
+    /// Nobody will read the store's history (a black-box target's store
+    /// is its own): [`Self::pass`] waits for the driver's looks only.
+    pub fn history_unread(&self) {
+        self.0.unread.store(true, Ordering::SeqCst);
     }
 
     /// The driver has looked at the run (`pending`: a trigger fault still
@@ -99,12 +114,14 @@ impl TriggerGate {
     /// looked at it often enough to fire what it triggered (bounded).
     pub async fn pass(&self) {
         let wait = async {
-            let mut reads = self.0.reads.subscribe();
-            let before = *reads.borrow_and_update();
-            self.0.read_wanted.notify_one();
-            // A read under way may have begun before the answer came: wait
-            // for one that began after.
-            let _ = reads.wait_for(|n| *n >= before + 2).await;
+            if !self.0.unread.load(Ordering::SeqCst) {
+                let mut reads = self.0.reads.subscribe();
+                let before = *reads.borrow_and_update();
+                self.0.read_wanted.notify_one();
+                // A read under way may have begun before the answer came:
+                // wait for one that began after.
+                let _ = reads.wait_for(|n| *n >= before + 2).await;
+            }
             let mut looks = self.0.looks.subscribe();
             for _ in 0..DRIVER_LOOKS {
                 self.0.look_wanted.notify_one();
@@ -148,6 +165,23 @@ mod tests {
             .expect("passes well within the bound")
             .expect("no panic");
         assert!(!gate.pending());
+    }
+
+    #[tokio::test]
+    async fn without_a_history_an_answer_waits_for_the_driver_only() {
+        let gate = TriggerGate::default();
+        gate.history_unread();
+        gate.looked(true);
+        let driver = gate.clone();
+        tokio::spawn(async move {
+            loop {
+                driver.look_wanted().await;
+                driver.looked(false);
+            }
+        });
+        idem_core::timer::timeout(Duration::from_millis(500), gate.pass())
+            .await
+            .expect("passes without any read of a history");
     }
 
     #[tokio::test]

@@ -12,7 +12,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use idem_oracle::{Invariant, Judgement, OracleInput, ReadBack, judge as oracle, judge_read_backs};
+use idem_oracle::{
+    Invariant, Judgement, OracleInput, ReadBack, Window, count_from_answers, judge as oracle,
+    judge_read_backs,
+};
 
 /// What real mode observed of a run, besides what it always sees (the
 /// clients' requests and answers, the providers' ledgers, its own faults).
@@ -91,10 +94,13 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
             needs_ends.then_some(if observed.store_history { rows } else { ends })
         }
         Invariant::NothingLost => needs_rows.then_some(rows),
-        Invariant::Guard
-        | Invariant::TimeoutMeansUnknown
-        | Invariant::CertifiedFailover
-        | Invariant::WaitsInTrueTime => needs_history.then_some(history),
+        // From outside: a target is told the certified set (and models),
+        // and the ledgers show where its work ran, for which job
+        // (`idem_oracle::judge_read_backs`).
+        Invariant::CertifiedFailover => (needs_history && !observed.read_back).then_some(history),
+        Invariant::Guard | Invariant::TimeoutMeansUnknown | Invariant::WaitsInTrueTime => {
+            needs_history.then_some(history)
+        }
         Invariant::OneWinner | Invariant::LosersDiscarded => {
             if observed.read_back && needs_rows {
                 None
@@ -105,6 +111,20 @@ pub fn unjudged(invariant: Invariant, observed: Observed) -> Option<&'static str
             }
         }
     }
+}
+
+/// The windows a run that `observed` this much cannot see, if any: without
+/// the store's history, all but those the users' answers show
+/// ([`Window::FROM_ANSWERS`]).
+pub fn windows_unseen(observed: Observed) -> Vec<Window> {
+    if observed.store_history {
+        return Vec::new();
+    }
+    Window::ALL
+        .iter()
+        .copied()
+        .filter(|w| !Window::FROM_ANSWERS.contains(w))
+        .collect()
 }
 
 /// The snake_case name serde gives an invariant.
@@ -130,10 +150,20 @@ pub fn judge(
         // Stable: each invariant's violations stay in the order found.
         judgement.violations.sort_by_key(|v| v.invariant);
     }
+    if !observed.store_history {
+        // Without the store's history, the windows the users' answers show.
+        judgement.windows = count_from_answers(input);
+    }
     judgement
         .violations
         .retain(|v| unjudged(v.invariant, observed).is_none());
-    let verdicts = Invariant::ALL
+    let verdicts = verdicts(&judgement, observed);
+    (judgement, verdicts)
+}
+
+/// Every invariant's verdict, from the judgement of those judged.
+fn verdicts(judgement: &Judgement, observed: Observed) -> Vec<InvariantVerdict> {
+    Invariant::ALL
         .iter()
         .map(|&invariant| {
             let verdict = match unjudged(invariant, observed) {
@@ -161,8 +191,7 @@ pub fn judge(
                 verdict,
             }
         })
-        .collect();
-    (judgement, verdicts)
+        .collect()
 }
 
 #[cfg(test)]
@@ -180,7 +209,7 @@ mod tests {
             .filter(|i| unjudged(**i, outside).is_some())
             .map(|i| i.number())
             .collect();
-        assert_eq!(unjudged_outside, [4, 5, 7, 11, 12]);
+        assert_eq!(unjudged_outside, [4, 5, 11, 12]);
         let unread = Observed {
             read_back: false,
             ..outside

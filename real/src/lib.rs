@@ -45,6 +45,7 @@
 //! `RunReport` of the same scenario and seed, and [`System`] is where a
 //! system under test other than idem's processes goes.
 
+pub mod answers;
 pub mod clock;
 pub mod compare;
 pub mod faults;
@@ -147,6 +148,9 @@ pub struct RealOutcome {
     pub report: RunReport,
     /// Every invariant, held, violated or not judged with the reason.
     pub invariants: Vec<InvariantVerdict>,
+    /// What real mode could observe of the system (the windows it could
+    /// see follow: [`judge::windows_unseen`]).
+    pub observed: Observed,
     pub trace: Trace,
     pub dump: StoreDump,
     pub executions: BTreeMap<String, Vec<Execution>>,

@@ -420,9 +420,10 @@ async fn pump(
             () = wait(wait_us) => {
                 let Some(pending) = queue.chunks.pop_front() else { continue };
                 queue.bytes -= pending.bytes.len();
-                if let Some(gate) = &pending.barrier {
-                    gate.pass().await;
-                }
+                let Some(pending) = past_barrier(pending, &faults, direction, &conn, &mut queue).await
+                else {
+                    continue;
+                };
                 if to.write_all(&pending.bytes).await.is_err() || pending.close_after {
                     conn.cut.send_replace(true);
                     return;
@@ -437,6 +438,37 @@ async fn pump(
             _ = cut.changed() => return,
         }
     }
+}
+
+/// A chunk due for delivery, once past its barrier ([`super::gate`]):
+/// what the answer triggered may hold or cut the link by then, and the
+/// answer meets it as if it had not left yet (put back while held,
+/// dropped while cut): `None` then.
+async fn past_barrier(
+    pending: Pending,
+    faults: &watch::Receiver<Faults>,
+    direction: Direction,
+    conn: &Conn,
+    queue: &mut Queue,
+) -> Option<Pending> {
+    let Some(gate) = &pending.barrier else {
+        return Some(pending);
+    };
+    gate.pass().await;
+    let now = faults.borrow().clone();
+    if now.cut(direction) {
+        conn.lost.store(true, Ordering::SeqCst);
+        return None;
+    }
+    if now.holds > 0 {
+        queue.bytes += pending.bytes.len();
+        queue.chunks.push_front(Pending {
+            barrier: None,
+            ..pending
+        });
+        return None;
+    }
+    Some(pending)
 }
 
 /// Sleeps `wait_us`, or forever when there is nothing to deliver.

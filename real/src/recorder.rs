@@ -102,6 +102,12 @@ impl RealRecorder {
         });
     }
 
+    /// Counts one `kind` trigger the trace shows no event of (a black-box
+    /// target's create answered as a new job: its `job_created`).
+    pub fn saw_trigger(&self, kind: TriggerKind) {
+        self.lock().triggers.add(kind);
+    }
+
     /// The stamp of the latest event from `source`, if any.
     pub fn latest(&self, source: Source) -> Option<i64> {
         self.lock().floor_us.get(&source).copied()

@@ -451,6 +451,7 @@ impl Judged {
             decisions,
             report,
             invariants,
+            observed,
             trace: self.trace,
             dump: self.dump,
             executions: self.executions,

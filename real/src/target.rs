@@ -22,7 +22,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use idem_sim::scenario::{Fault, Scenario, host};
+use idem_core::engine::Policy;
+use idem_sim::scenario::{Fault, Scenario, TriggerKind, When, host};
 use idem_sim::world::client_token;
 
 use super::procs::{ProcessSpec, Readiness};
@@ -41,15 +42,30 @@ pub struct TargetConfig {
     pub providers: BTreeMap<String, String>,
     /// Each provider's name and the model to ask it for.
     pub models: BTreeMap<String, String>,
+    /// The providers whose contract certification passed before the run,
+    /// each with the model it was certified on: work may leave a job's
+    /// primary only for one of these, and only while it answers with that
+    /// model (the answer's `model`).
+    pub certified: BTreeMap<String, String>,
+    /// How long one provider call may take before its outcome is unknown.
+    pub attempt_deadline_ms: u64,
+    /// Attempts per job, retries and failovers included.
+    pub attempts_max: u32,
+    /// Whether attempts of one job may overlap: `{"kind": "strict"}`, or
+    /// `{"kind": "hedged", "hedge_after_ms": N}` (a second attempt on a
+    /// certified fallback once the first is silent that long).
+    pub policy: Policy,
 }
 
 impl TargetConfig {
-    /// The configuration of one instance.
+    /// The configuration of one instance; `certified`: each certified
+    /// provider and its model (`idem_oracle::WorldFacts::certified_models`).
     pub fn new(
         scenario: &Scenario,
         port: u16,
         database_url: String,
         providers: &[(String, String, SocketAddr)],
+        certified: &BTreeMap<String, String>,
     ) -> Self {
         Self {
             listen: format!("127.0.0.1:{port}"),
@@ -67,7 +83,19 @@ impl TargetConfig {
                 .iter()
                 .map(|(name, model, _)| (name.clone(), model.clone()))
                 .collect(),
+            certified: certified.clone(),
+            attempt_deadline_ms: scenario.topology.worker.attempt_deadline_ms,
+            attempts_max: scenario.topology.worker.attempts_max,
+            policy: scenario.policy,
         }
+    }
+}
+
+/// The name a scenario file gives `kind` (`job_created`).
+pub fn trigger_name(kind: TriggerKind) -> String {
+    match serde_json::to_value(kind) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => panic!("a trigger kind serializes to its name, not {other:?}"),
     }
 }
 
@@ -108,10 +136,37 @@ fn processless(name: &str) -> bool {
     name.starts_with("worker-") || name == host::RECONCILER
 }
 
+/// Whether a target shows the `kind` of event a fault may wait for: a
+/// create answered as a new job is its `job_created`
+/// ([`super::answers`]), and the providers' ledgers show an execution
+/// starting; the attempts' moves and the compare-and-swap are events of
+/// idem's store history, which a target's own store does not give.
+pub fn shows(kind: TriggerKind) -> bool {
+    match kind {
+        TriggerKind::JobCreated | TriggerKind::ProviderExecutionStarted => true,
+        TriggerKind::AttemptStarted
+        | TriggerKind::AttemptDispatched
+        | TriggerKind::AttemptUnknown
+        | TriggerKind::CompletionWon => false,
+    }
+}
+
 /// The first fault of `scenario` a black-box target cannot take, and why.
 pub fn refusal(scenario: &Scenario) -> Option<String> {
     scenario.faults.iter().find_map(|spec| {
         let kind = spec.fault.kind();
+        if let When::After { kind: trigger, .. } = spec.when
+            && !shows(trigger)
+        {
+            return Some(format!(
+                "fault {} after {} with --target: that event is one of idem's store history \
+                 (an attempt's move or a completion), which a black-box target's own store \
+                 does not show; a target's faults may wait for job_created (a create answered \
+                 as a new job) or provider_execution_started (the providers' ledgers)",
+                kind.name(),
+                trigger_name(trigger)
+            ));
+        }
         let why = match &spec.fault {
             Fault::StoreLoseAck { .. }
             | Fault::StoreFailBeforeApply { .. }
@@ -165,6 +220,28 @@ mod tests {
     }
 
     #[test]
+    fn the_config_carries_the_scenario_s_settings() {
+        let scenario = idem_scenarios::load("out-of-order-completion")
+            .expect("catalogue")
+            .scenario;
+        let link = SocketAddr::from(([127, 0, 0, 1], 9));
+        let providers = [("fallback".to_owned(), "m-f".to_owned(), link)];
+        let certified = BTreeMap::from([("fallback".to_owned(), "m-f".to_owned())]);
+        let config = TargetConfig::new(&scenario, 1, "postgres://x".into(), &providers, &certified);
+        let json = serde_json::to_value(&config).expect("serializes");
+        assert_eq!(json["certified"], serde_json::json!({"fallback": "m-f"}));
+        assert_eq!(
+            json["policy"],
+            serde_json::json!({"kind": "hedged", "hedge_after_ms": 500})
+        );
+        assert_eq!(
+            json["attempt_deadline_ms"],
+            scenario.topology.worker.attempt_deadline_ms
+        );
+        assert_eq!(json["attempts_max"], scenario.topology.worker.attempts_max);
+    }
+
+    #[test]
     fn faults_a_target_cannot_take_are_refused_by_name() {
         let double_click = idem_scenarios::load("double-click")
             .expect("catalogue")
@@ -183,5 +260,24 @@ mod tests {
             .scenario;
         let why = refusal(&crash).expect("refused");
         assert!(why.contains("worker-1 is no process"), "{why}");
+        for name in ["lost-response-retry", "store-restart"] {
+            let scenario = idem_scenarios::load(name).expect("catalogue").scenario;
+            assert_eq!(refusal(&scenario), None, "{name}: job_created shows");
+        }
+        let mut dispatched = double_click;
+        dispatched.faults = crash.faults.clone();
+        dispatched.faults[0].fault = Fault::Crash {
+            host: host::api(1),
+            restart_after_ms: None,
+        };
+        dispatched.faults[0].when = When::After {
+            kind: TriggerKind::AttemptDispatched,
+            nth: 1,
+        };
+        let why = refusal(&dispatched).expect("refused");
+        assert!(
+            why.starts_with("fault crash after attempt_dispatched with --target"),
+            "{why}"
+        );
     }
 }

@@ -24,7 +24,7 @@ use idem_sim::certify::{certifications, certified_models, file_certifications};
 use idem_sim::decisions::Decisions;
 use idem_sim::net::{Skew, child_seed};
 use idem_sim::scenario::{ProviderProfile, Scenario, host};
-use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of, lanes};
+use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of, lanes, primaries_of};
 
 use super::clock::{RunClock, now_us};
 use super::pgwire::StorePlan;
@@ -135,7 +135,7 @@ impl RealWorld {
         let decisions = Decisions::recording();
         let clock = RunClock::start();
         let certifications = certifications_of(scenario)?;
-        let facts = facts_of(scenario, certified_models(&certifications));
+        let facts = world_facts(scenario, &certifications, command.is_some());
         // idem's processes read certificates from, and write their history
         // to, idem's schema; a black-box target has a schema of its own.
         let history = match command {
@@ -161,6 +161,9 @@ impl RealWorld {
             target: command.is_some(),
             instances: Vec::new(),
         };
+        if world.target {
+            world.store_plan.gate().history_unread();
+        }
         world
             .start(scenario, options, dir, command.as_deref())
             .await?;
@@ -197,9 +200,15 @@ impl RealWorld {
         (client, server): (&str, &str),
         upstream: SocketAddr,
     ) -> Result<SocketAddr, RealError> {
-        // A target's statements are its own: no store operation to name.
-        let tap = (server == host::STORE && !self.target)
-            .then(|| self.store_plan.tap(client, &self.recorder));
+        // A target's statements are its own: no store operation to name;
+        // its creates' answers are its `job_created` (`super::answers`).
+        let tap = if server == host::STORE && !self.target {
+            Some(self.store_plan.tap(client, &self.recorder))
+        } else if self.target && client.starts_with(&host::client("")) {
+            Some(super::answers::tap(&self.recorder, self.store_plan.gate()))
+        } else {
+            None
+        };
         let spec = LinkSpec {
             client: client.to_owned(),
             server: server.to_owned(),
@@ -286,7 +295,13 @@ impl RealWorld {
                 .push(SocketAddr::from(([127, 0, 0, 1], port)));
             let (store_link, providers) = self.engine_links(scenario, options.seed, &name).await?;
             let database_url = with_address(self.store.url(), store_link);
-            let config = TargetConfig::new(scenario, port, database_url, &providers);
+            let config = TargetConfig::new(
+                scenario,
+                port,
+                database_url,
+                &providers,
+                &self.facts.certified_models,
+            );
             let path = dir.join(format!("{name}.target.json"));
             std::fs::write(
                 &path,
@@ -488,6 +503,20 @@ fn certifications_of(
     std::thread::spawn(move || certifications(&scenario))
         .join()
         .map_err(|_| RealError::Start("the providers could not be certified".to_owned()))
+}
+
+/// The facts the oracle is told, the simulator's; a black-box target's
+/// jobs have no rows, so their primaries are the bodies' (`target`).
+fn world_facts(
+    scenario: &Scenario,
+    certifications: &[(ProviderProfile, Arc<Certification>)],
+    target: bool,
+) -> WorldFacts {
+    let mut facts = facts_of(scenario, certified_models(certifications));
+    if target {
+        facts.primaries = primaries_of(scenario);
+    }
+    facts
 }
 
 /// The design a world runs; a black-box target is judged as the correct

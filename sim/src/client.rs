@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use idem_core::provider::connect::Connector;
 use idem_model::fingerprint::{canonicalize, fingerprint};
-use idem_model::model::{AttemptId, JobId};
+use idem_model::model::{AttemptId, JobId, JobRequest};
 
 use crate::decisions::{Decisions, Subject};
 use crate::scenario::{Action, ClientSpec};
@@ -316,7 +316,7 @@ impl<P: UserPort> Client<P> {
                 retry_after_ms,
                 ..
             } => {
-                let body = serde_json::to_value(&request).expect("a job request serializes");
+                let body = create_body(&request);
                 self.click(&key, &body, retries, retry_after_ms).await;
                 let mut pending = self
                     .clicks_pending
@@ -569,6 +569,17 @@ fn http_request(
     builder
         .body(Full::new(bytes::Bytes::from(bytes)))
         .map_err(|e| format!("request: {e}"))
+}
+
+/// The body of a create for `request`.
+pub fn create_body(request: &JobRequest) -> Value {
+    serde_json::to_value(request).expect("a job request serializes")
+}
+
+/// The fingerprint the trace gives a create's body for `request`
+/// (`body_fingerprint`).
+pub fn create_fingerprint(request: &JobRequest) -> String {
+    fingerprint(&canonicalize(&create_body(request)))
 }
 
 /// One HTTP/1 exchange over a fresh connection to `authority`.

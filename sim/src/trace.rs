@@ -70,6 +70,13 @@ impl Triggers {
         }
     }
 
+    /// Counts one event of `kind` a world saw where the trace has no event
+    /// of that kind for it (real mode: a black-box target's create answered
+    /// as a new job is its `job_created`, its store being its own).
+    pub fn add(&mut self, kind: TriggerKind) {
+        *self.0.entry(kind).or_insert(0) += 1;
+    }
+
     /// How many events of `kind` were seen.
     pub fn count(&self, kind: TriggerKind) -> u32 {
         self.0.get(&kind).copied().unwrap_or(0)

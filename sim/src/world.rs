@@ -240,7 +240,26 @@ pub fn facts_of(scenario: &Scenario, certified: BTreeMap<String, String>) -> Wor
         policy: scenario.policy,
         reconciler: scenario.topology.reconciler,
         reconciler_config: Some(scenario.topology.reconciler_config.clone()),
+        primaries: BTreeMap::new(),
     }
+}
+
+/// The primary provider each create body of `scenario`'s users names, by
+/// the body's fingerprint as the users' script records it
+/// ([`crate::client::create_fingerprint`]): [`WorldFacts::primaries`].
+pub fn primaries_of(scenario: &Scenario) -> BTreeMap<String, String> {
+    scenario
+        .clients
+        .iter()
+        .flat_map(|c| &c.actions)
+        .filter_map(|action| match action {
+            crate::scenario::Action::Create { request, .. } => Some((
+                crate::client::create_fingerprint(request),
+                request.provider.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The contract every provider of the scenario is held to.

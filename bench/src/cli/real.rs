@@ -45,7 +45,8 @@ pub struct RealArgs {
     /// Test anyone's service instead (docs/TARGET.md): a shell command run
     /// once per API replica, `{port}` (where it must listen on 127.0.0.1)
     /// and `{config}` (a JSON file: listen, database_url, tokens,
-    /// providers, models) replaced.
+    /// providers, models, certified, attempt_deadline_ms, attempts_max,
+    /// policy) replaced.
     #[arg(long, value_name = "COMMAND", conflicts_with_all = ["design", "compare"])]
     pub target: Option<String>,
     /// Write the JSON record here (every invariant held, violated, or not

@@ -253,6 +253,53 @@ fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
     }
 }
 
+/// A fault triggered by `job_created` fires against a target too: its
+/// create's answer, a 201, is its `job_created` (`idem_real::answers`), held
+/// at the link until the fault fired. The hold swallows the answer, the
+/// retry is answered with the job again, and that window is judged from the
+/// answer. (It used to wait for an event of idem's store history that a
+/// target never gives: the run had no fault, reached no window and said
+/// PASS.) A trigger a target cannot show is refused by name.
+#[test]
+fn a_job_created_fault_fires_on_a_target_s_answer_and_its_window_is_judged() {
+    let (code, record, text) = real_with(
+        "lost-response-retry",
+        &["--seed", "0", "--target", &idem_as_target()],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let faults = record["faults"].as_array().expect("the planned faults");
+    assert!(!faults.is_empty(), "{record}");
+    for fault in faults {
+        assert_eq!(fault["when"], "after job_created #1", "{fault}");
+        assert!(fault["took_effect_ms"].as_u64().is_some(), "{text}");
+    }
+    assert!(
+        record["windows"]["duplicate_create"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{text}"
+    );
+    assert_eq!(record["design"], "target", "{record}");
+    assert!(text.contains(" target `"), "{text}");
+    assert!(!text.contains("design correct"), "{text}");
+    assert!(text.contains("took effect at"), "{text}");
+    assert!(!text.contains("never took effect"), "{text}");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("dispatched.toml");
+    std::fs::write(
+        &file,
+        "description = \"x\"\n[[clients]]\nname = \"a\"\nactions = [{ action = \"click\", key = \"k\", params = {} }]\n\
+         [[faults]]\nfault = \"crash\"\nafter = { kind = \"attempt_dispatched\", nth = 1 }\nhost = \"api-1\"\n",
+    )
+    .expect("writes");
+    let (code, _, text) = real_with(&file.display().to_string(), &["--target", "true"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("fault crash after attempt_dispatched with --target"),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_naive_black_box_target_is_caught_for_real() {
     let naive = format!("{} --config {{config}}", env!("CARGO_BIN_EXE_naive-target"));
@@ -364,6 +411,15 @@ const MISTAKES: &[Mistake] = &[
         breaks: &[9],
         says: "",
     },
+    // The fallback failed its certification (it answers in prose), and the
+    // config says so; the mistake fails over to it all the same.
+    Mistake {
+        mode: "blind-failover",
+        story: Story::Catalogue("uncertified-fallback"),
+        seed: 0,
+        breaks: &[7],
+        says: "and fallback holds no certificate",
+    },
     Mistake {
         mode: "never-finish",
         story: Story::File(ONE_CLICK),
@@ -449,6 +505,35 @@ fn mistakes_about_results_are_caught_from_outside() {
 #[test]
 fn mistakes_about_owners_work_and_ends_are_caught_from_outside() {
     check_mistakes(&[8, 9, 10]);
+}
+
+/// The scenario's certified set reaches the target (its config's
+/// `certified`), and invariant 7 is judged from the ledgers: failing over to
+/// a provider whose certification failed is caught, and idem's engine on the
+/// same seed passes. (Invariant 7 was listed not judged, and a PASS said
+/// nothing of it.)
+#[test]
+fn mistakes_about_certified_failover_are_caught_from_outside() {
+    check_mistakes(&[7]);
+}
+
+/// A model switched under a certified fallback: the naive failover's
+/// output from the new model became bob's job's result.
+#[test]
+fn blind_failover_after_a_model_change_is_caught_from_outside() {
+    let (code, record, text) = real_with(
+        "model-change",
+        &["--seed", "0", "--target", &naive_in("blind-failover")],
+    );
+    assert_eq!(code, Some(1), "{text}");
+    let found = violations_of(&record, 7);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("not the certified fallback-model")
+                && m.contains("its output became the job's result")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@
 //! | `merged-result` | hedges the same way, and writes both answers merged | 6, `out-of-order-completion` |
 //! | `any-owner-reads` | `GET /v1/jobs/{id}` answers any owner's job | 8, `cross-owner-same-key` |
 //! | `fresh-key-retry` | a call silent for a second is sent again under a new key | 9, `timeout-unknown` |
+//! | `blind-failover` | a failed call fails over to the job's fallbacks in turn, certified or not (the config's `certified` unread) | 7, `uncertified-fallback` |
 //! | `never-finish` | jobs are never run | 10, a one-click scenario |
 //!
 //! Run: `naive-target --config FILE [--mode MODE]` (the file idem real
@@ -71,6 +72,7 @@ enum Mode {
     MergedResult,
     AnyOwnerReads,
     FreshKeyRetry,
+    BlindFailover,
     NeverFinish,
 }
 
@@ -85,6 +87,7 @@ impl Mode {
         ("merged-result", Mode::MergedResult),
         ("any-owner-reads", Mode::AnyOwnerReads),
         ("fresh-key-retry", Mode::FreshKeyRetry),
+        ("blind-failover", Mode::BlindFailover),
         ("never-finish", Mode::NeverFinish),
     ];
 
@@ -332,6 +335,10 @@ async fn execute(service: Shared, id: uuid::Uuid, request: Value) {
         let fallback = request["fallbacks"][0].as_str().map(str::to_owned);
         return hedge(&service, id, &provider, fallback, &params).await;
     }
+    if service.mode == Mode::BlindFailover {
+        let answer = blind_failover(&service, id, &provider, &request).await;
+        return write_result(&service, id, answer, true).await;
+    }
     let first = call_provider(&service, &provider, id, 1, &params);
     let answer = if service.mode == Mode::FreshKeyRetry {
         first_of_two(first, async {
@@ -347,6 +354,26 @@ async fn execute(service: Shared, id: uuid::Uuid, request: Value) {
         other => other,
     };
     write_result(&service, id, answer, true).await;
+}
+
+/// The mistake of `blind-failover`: the job's provider, then each of its
+/// fallbacks in turn until one answers, whether or not its certification
+/// passed (the config's `certified` is never read).
+async fn blind_failover(
+    service: &Shared,
+    id: uuid::Uuid,
+    provider: &str,
+    request: &Value,
+) -> Option<Value> {
+    let params = &request["params"];
+    let fallbacks = request["fallbacks"].as_array().into_iter().flatten();
+    let providers = std::iter::once(provider).chain(fallbacks.filter_map(Value::as_str));
+    for (n, provider) in (1..).zip(providers) {
+        if let Some(answer) = call_provider(service, provider, id, n, params).await {
+            return Some(answer);
+        }
+    }
+    None
 }
 
 /// The first of two calls to answer with success (the second starts at

@@ -281,7 +281,7 @@ fn uncertified_start(
     let Some(primary) = run.jobs.get(&job).map(|j| j.provider.as_str()) else {
         return;
     };
-    if provider == primary || run.input.facts.certified.contains(provider) {
+    if !needs_certificate(run, provider, primary) {
         return;
     }
     let at = seqs_text(&seq.into_iter().collect::<Vec<_>>());
@@ -292,6 +292,94 @@ fn uncertified_start(
         ),
         seq,
     );
+}
+
+/// Whether work for a job whose primary is `primary` may go to `provider`
+/// only with a certificate, and `provider` holds none: the rule of an
+/// attempt's start, and of an execution seen from outside.
+fn needs_certificate(run: &RunIndex<'_>, provider: &str, primary: &str) -> bool {
+    provider != primary && !run.input.facts.certified.contains(provider)
+}
+
+/// Whether `served` is the model `provider` was certified on.
+fn ran_certified_model(run: &RunIndex<'_>, provider: &str, served: &str) -> bool {
+    run.input
+        .facts
+        .certified_models
+        .get(provider)
+        .is_some_and(|model| model == served)
+}
+
+/// Invariant 7 for a service judged from outside, told which providers are
+/// certified (and on which model): its attempts are its own, but the
+/// providers' ledgers show its executions, `metadata.job_id` each one's
+/// job, and the body of the create first answered with the job as new its
+/// primary ([`crate::WorldFacts::primaries`]). An execution off its job's
+/// primary on a provider holding no certificate breaks it, as an attempt
+/// started there does ([`uncertified_start`]); so does one run by another
+/// model than the certified one whose output became the job's result
+/// (`became_result`, from the job read back), as one offered to the
+/// compare-and-swap does ([`uncertified_output_offered`]).
+pub(super) fn certified_executions(
+    run: &RunIndex<'_>,
+    became_result: impl Fn(&ExecutionRecord<'_>) -> bool,
+    findings: &mut Findings,
+) {
+    for execution in &run.executions {
+        let Some(job) = execution.job_id.and_then(|j| j.parse::<JobId>().ok()) else {
+            continue;
+        };
+        let Some((primary, created)) = primary_from_answers(run, job) else {
+            continue;
+        };
+        let provider = execution.provider;
+        let described = format!(
+            "job {job}: execution #{} on {provider} (primary {primary}, key {}) at {}",
+            execution.exec_seq,
+            execution.key,
+            seqs_text(&execution.seen)
+        );
+        let evidence = [created].into_iter().chain(execution.seen.iter().copied());
+        if needs_certificate(run, provider, primary) {
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!("{described}, and {provider} holds no certificate (the service was told the certified set)"),
+                evidence,
+            );
+        } else if let Some(served) = execution.served_model
+            && provider != primary
+            && !ran_certified_model(run, provider, served)
+            && became_result(execution)
+        {
+            let certified = run.input.facts.certified_models.get(provider);
+            let certified = certified.map_or("none", String::as_str);
+            let switched = model_switch(run, provider, served, execution.seen.first().copied());
+            let since = switched.map_or(String::new(), |seq| {
+                format!(" since the fault at seq {seq}")
+            });
+            findings.report(
+                Invariant::CertifiedFailover,
+                format!("{described} was run by model {served}{since}, not the certified {certified}, and its output became the job's result"),
+                switched.into_iter().chain(evidence),
+            );
+        }
+    }
+}
+
+/// A job's primary as its users' answers show it: the provider the body
+/// of the create first answered with the job as new names, and that
+/// answer's seq.
+fn primary_from_answers<'a>(run: &RunIndex<'a>, job: JobId) -> Option<(&'a str, u64)> {
+    let created = run
+        .exchanges
+        .iter()
+        .find(|e| e.is_create() && e.is_success() && !e.replayed && e.job_id == Some(job))?;
+    let primary = run
+        .input
+        .facts
+        .primaries
+        .get(created.create_fingerprint()?)?;
+    Some((primary.as_str(), created.response_seq))
 }
 
 /// An execution on a provider off its job's primary, run by another model
@@ -308,7 +396,7 @@ fn uncertified_output_offered(
     };
     let provider = execution.provider;
     let certified = run.input.facts.certified_models.get(provider);
-    if certified.is_some_and(|model| model == served) {
+    if ran_certified_model(run, provider, served) {
         return;
     }
     let Ok(attempt) = execution.key.parse::<AttemptId>() else {

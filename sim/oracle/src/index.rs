@@ -49,6 +49,8 @@ pub(super) struct Exchange<'a> {
     pub(super) problem: Option<&'a str>,
     /// The fingerprint of the job result the answer showed.
     pub(super) result: Option<&'a str>,
+    /// The answer named an attempt in flight that blocked the request.
+    pub(super) blocking: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -371,6 +373,7 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
             replayed,
             problem,
             result_sha256,
+            blocking_attempt,
             ..
         } = &event.body
         {
@@ -390,6 +393,7 @@ fn pair_exchanges(input: OracleInput<'_>) -> Vec<Exchange<'_>> {
                 replayed: *replayed,
                 problem: problem.as_deref(),
                 result: result_sha256.as_deref(),
+                blocking: blocking_attempt.is_some(),
             });
         }
     }

@@ -57,7 +57,7 @@ use idem_model::policy::Policy;
 
 use crate::trace::Trace;
 pub use read_back::{ReadAnswer, ReadBack, judge_read_backs};
-pub use windows::Window;
+pub use windows::{Window, count_from_answers};
 
 /// The invariants, numbered as in docs/MODEL.md; the twelfth says that
 /// rules comparing timestamps stay safe when clocks are wrong.
@@ -137,6 +137,12 @@ pub struct WorldFacts {
     /// `None` leaves that invariant unjudged.
     #[serde(default)]
     pub reconciler_config: Option<ReconcilerConfig>,
+    /// The primary provider each create body the users send names, by the
+    /// body's fingerprint: how a service judged from outside, with no rows,
+    /// tells which provider is a job's primary (invariant 7 from its
+    /// ledgers). Empty where the store says it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub primaries: BTreeMap<String, String>,
 }
 
 /// Everything the oracle judges.

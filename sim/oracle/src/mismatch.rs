@@ -213,13 +213,7 @@ fn fresh_intents_refused(run: &RunIndex<'_>, findings: &mut Findings) {
         let before = |&&(seq, sent_key, _): &&(u64, &str, &str)| {
             seq < exchange.response_seq && sent_key == key
         };
-        let mismatched = sent
-            .get(exchange.owner)
-            .into_iter()
-            .flatten()
-            .filter(before)
-            .any(|(_, _, fingerprint)| *fingerprint != offered);
-        if mismatched {
+        if refusal_explained(&sent, exchange) {
             continue;
         }
         let (others, other_seqs) = other_owners_sending(&sent, exchange, &before);
@@ -237,6 +231,24 @@ fn fresh_intents_refused(run: &RunIndex<'_>, findings: &mut Findings) {
             exchange.seqs().into_iter().chain(other_seqs),
         );
     }
+}
+
+/// Whether a create refused with a 4xx is owed its refusal: its owner had
+/// sent its key with another body before the answer came (`sent`: every
+/// create request, [`create_requests`]).
+pub(super) fn refusal_explained(sent: &CreatesByOwner<'_>, exchange: &Exchange<'_>) -> bool {
+    let (Some(key), Some(offered), true) = (
+        exchange.create_key(),
+        exchange.create_fingerprint(),
+        exchange.is_refusal(),
+    ) else {
+        return false;
+    };
+    sent.get(exchange.owner)
+        .into_iter()
+        .flatten()
+        .filter(|&&(seq, sent_key, _)| seq < exchange.response_seq && sent_key == key)
+        .any(|(_, _, fingerprint)| *fingerprint != offered)
 }
 
 /// Which other owners had sent the exchange's key before its answer (the

@@ -1,4 +1,5 @@
-//! Invariants 3 (one winner), 6 (losers discarded) and 10 (liveness) for
+//! Invariants 3 (one winner), 6 (losers discarded) and 10 (liveness) (and
+//! 7, certified failover, from the ledgers: `super::attempts`) for
 //! a service judged from outside, whose store is its own: each job its
 //! users were told of, read back through its API once the run settled,
 //! against the providers' ledgers and what users were shown before.
@@ -84,6 +85,24 @@ pub fn judge_read_backs(input: OracleInput<'_>, reads: &[ReadBack]) -> Vec<Viola
         }
         check.result_kept(all, &mut findings);
     }
+    let results: BTreeMap<JobId, &Value> = by_job
+        .iter()
+        .filter_map(|(job, all)| match &all[0].answer {
+            ReadAnswer::Job {
+                state: JobState::Succeeded,
+                result: Some(result),
+            } => Some((*job, result)),
+            _ => None,
+        })
+        .collect();
+    let became_result = |execution: &ExecutionRecord<'_>| {
+        let job = execution.job_id.and_then(|j| j.parse::<JobId>().ok());
+        match (job.and_then(|j| results.get(&j)), execution.output) {
+            (Some(result), Some(output)) => is_output(result, output),
+            _ => false,
+        }
+    };
+    super::attempts::certified_executions(&run, became_result, &mut findings);
     findings.into_violations()
 }
 
@@ -401,6 +420,7 @@ mod tests {
             policy: Policy::Strict,
             reconciler,
             reconciler_config: None,
+            primaries: BTreeMap::new(),
         };
         let executions = [("primary".to_owned(), ledger)].into();
         let input = OracleInput {

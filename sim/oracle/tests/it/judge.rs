@@ -95,6 +95,7 @@ impl Run {
                 policy,
                 reconciler: true,
                 reconciler_config: None,
+                primaries: BTreeMap::new(),
             },
             next_request: BTreeMap::new(),
         }
