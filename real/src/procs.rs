@@ -262,19 +262,43 @@ fn ready_count(log: &Path, ready: &str) -> usize {
 }
 
 /// The end of a log, for an error message.
+/// The end of a log, at most about 4,000 bytes, from the start of a line
+/// (a line longer than that is cut at a character).
 fn tail(log: &Path) -> String {
     const TAIL_BYTES: usize = 4_000;
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    let start = text.len().saturating_sub(TAIL_BYTES);
-    let start = (start..text.len())
-        .find(|i| text.is_char_boundary(*i))
-        .unwrap_or(text.len());
+    if text.len() <= TAIL_BYTES {
+        return text;
+    }
+    let cut = text.len() - TAIL_BYTES;
+    let start = match text.as_bytes()[cut..].iter().position(|b| *b == b'\n') {
+        Some(newline) if cut + newline + 1 < text.len() => cut + newline + 1,
+        _ => (cut..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len()),
+    };
     text[start..].to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_excerpt_starts_at_a_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("a.log");
+        let lines: Vec<String> = (0..400)
+            .map(|i| format!("line {i:04} of the log"))
+            .collect();
+        std::fs::write(&log, lines.join("\n") + "\n").expect("writes");
+        let excerpt = tail(&log);
+        assert!(excerpt.len() <= 4_000);
+        assert!(excerpt.starts_with("line "), "{}", &excerpt[..40]);
+        assert!(excerpt.ends_with("line 0399 of the log\n"));
+        std::fs::write(&log, "short\n").expect("writes");
+        assert_eq!(tail(&log), "short\n");
+    }
 
     #[test]
     fn readiness_is_counted_so_a_restart_must_say_it_again() {

@@ -113,9 +113,12 @@ fn shell_quote(text: &str) -> String {
 /// The shell script that runs `command` in its process group, with a
 /// watcher that kills the group once the harness's pipe (the script's
 /// stdin, kept as fd 3: an asynchronous list's stdin is /dev/null) ends.
+/// The command runs in the foreground, so the script ends when it does
+/// (with its status, the watcher killed): a target that dies at start is
+/// seen at once, not after the whole wait for it to be ready.
 fn script(command: &str) -> String {
     format!(
-        "exec 3<&0\n( {command}\n) </dev/null &\n( cat >/dev/null <&3; kill -KILL 0 ) &\nwait\n"
+        "exec 3<&0\n( cat >/dev/null <&3; kill -KILL 0 ) &\nwatcher=$!\n( {command}\n) </dev/null\nstatus=$?\nkill -KILL \"$watcher\" 2>/dev/null\nexit \"$status\"\n"
     )
 }
 

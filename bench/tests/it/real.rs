@@ -144,6 +144,20 @@ fn a_controlled_serve_that_cannot_listen_exits_with_its_error() {
     );
 }
 
+/// A target that dies at start is reported as exited, with its status and
+/// the start of a log line, not after the whole wait for it to be ready.
+#[test]
+fn a_target_that_dies_at_start_is_reported_as_exited() {
+    let command = "echo \"no such option --config {config}\" >&2; exit 3";
+    let (code, _, text) = real_with("double-click", &["--seed", "0", "--target", command]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("exited (exit status: 3) before it was ready"),
+        "{text}"
+    );
+    assert!(text.contains("\nno such option --config"), "{text}");
+}
+
 /// The first seed below `seeds` at which `design` fails `scenario` for
 /// real on `invariant`.
 fn caught(scenario: &str, design: &str, seeds: u64, invariant: u64) -> Option<u64> {
