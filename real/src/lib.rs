@@ -119,8 +119,9 @@ pub struct RealOptions {
     pub system: System,
     pub database: Database,
     /// Keep the run's files here (each process's log and journal, the
-    /// service configuration, `trace.jsonl`, `decisions.json`); without it
-    /// they go to a temporary directory removed at the end.
+    /// service configuration, `trace.jsonl`, `decisions.json`, and the
+    /// database as `database.sql`); without it they go to a temporary
+    /// directory removed at the end.
     pub keep: Option<PathBuf>,
 }
 

@@ -377,7 +377,7 @@ pub async fn run_in(
         stop,
         run_ms,
     };
-    Ok(judged.outcome(world, scenario, options, observed).await)
+    judged.outcome(world, scenario, options, observed).await
 }
 
 /// What a finished run left, to judge.
@@ -425,7 +425,7 @@ impl Judged {
         scenario: &Scenario,
         options: &RealOptions,
         observed: Observed,
-    ) -> RealOutcome {
+    ) -> Result<RealOutcome, RealError> {
         let input = idem_oracle::OracleInput {
             trace: &self.trace,
             dump: &self.dump,
@@ -446,8 +446,8 @@ impl Judged {
             hosts,
             ..
         } = world;
-        store.close().await;
-        RealOutcome {
+        store.close(options.keep.as_deref()).await?;
+        Ok(RealOutcome {
             decisions,
             report,
             invariants,
@@ -457,6 +457,6 @@ impl Judged {
             executions: self.executions,
             facts,
             hosts,
-        }
+        })
     }
 }

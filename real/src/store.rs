@@ -9,12 +9,13 @@
 //! store's history is read ([`super::wal`]).
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use idem_core::design::Design;
 use idem_core::store::mem::Constraints;
 use idem_core::store::pg::{PgStore, SCHEMA_DEFAULT};
 use idem_core::store::{Store, StoreDump};
-use idem_core::testing::pg::Cluster;
+use idem_core::testing::pg::{Cluster, pg_bin_dir};
 use sqlx::{Connection, PgConnection, Row};
 
 use super::RealError;
@@ -252,8 +253,46 @@ impl StoreHost {
     }
 
     /// Removes what the run made: the cluster, or the run's schema on the
-    /// user's server.
-    pub async fn close(mut self) {
+    /// user's server. With `keep`, the database is first written there as
+    /// `database.sql` (pg_dump's plain format: `psql -f` restores it), so
+    /// what a target or the engine left can be read after the run.
+    pub async fn close(self, keep: Option<&Path>) -> Result<(), RealError> {
+        let kept = match keep {
+            Some(dir) => self.dump_sql(&dir.join("database.sql")).await,
+            None => Ok(()),
+        };
+        self.remove().await;
+        kept
+    }
+
+    /// The database as SQL in `path`, by pg_dump.
+    async fn dump_sql(&self, path: &Path) -> Result<(), RealError> {
+        let bin = pg_bin_dir().map_err(RealError::Run)?;
+        let mut command = tokio::process::Command::new(bin.join("pg_dump"));
+        command
+            .arg("--dbname")
+            .arg(&self.url)
+            .arg("--file")
+            .arg(path);
+        if self.cluster.is_none() {
+            command.arg("--schema").arg(&self.schema);
+        }
+        let output = command
+            .output()
+            .await
+            .map_err(|e| RealError::Run(format!("pg_dump: {e}")))?;
+        if output.status.success() {
+            return Ok(());
+        }
+        let said = String::from_utf8_lossy(&output.stderr);
+        Err(RealError::Run(format!(
+            "pg_dump could not keep the database in {}: {}",
+            path.display(),
+            said.trim()
+        )))
+    }
+
+    async fn remove(mut self) {
         if self.cluster.take().is_none() {
             let drop = format!("drop schema if exists {} cascade", self.schema);
             let _ = sqlx::query(sqlx::AssertSqlSafe(drop))

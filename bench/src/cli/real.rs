@@ -67,7 +67,8 @@ pub struct RealArgs {
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
     /// Keep the run's files here: each process's log and journal, the
-    /// service configuration, trace.jsonl.
+    /// service configuration, trace.jsonl, decisions.json, and the
+    /// database as database.sql (pg_dump; `psql -f` restores it).
     #[arg(long, value_name = "DIR")]
     pub keep: Option<PathBuf>,
 }

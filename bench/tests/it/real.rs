@@ -233,6 +233,25 @@ fn idem_as_target() -> String {
     )
 }
 
+/// With `--keep`, the database a target wrote is kept beside the logs, as
+/// SQL: what it stored can be read after the run.
+#[test]
+fn keep_keeps_the_target_s_database() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let keep = dir.path().join("kept");
+    let keep_arg = keep.to_str().expect("utf-8 path");
+    let naive = naive_in("check-then-insert");
+    let (code, _, text) = real_with(
+        "double-click",
+        &["--seed", "1", "--target", &naive, "--keep", keep_arg],
+    );
+    assert!(matches!(code, Some(0 | 1)), "{text}");
+    let sql = std::fs::read_to_string(keep.join("database.sql")).expect("database.sql kept");
+    assert!(sql.contains("CREATE TABLE public.naive_jobs"), "{sql}");
+    assert!(sql.contains("order-42"), "the jobs' rows are in it:\n{sql}");
+    assert!(keep.join("trace.jsonl").is_file());
+}
+
 #[test]
 fn idem_serve_as_a_black_box_target_passes_double_click_judged_from_outside() {
     let (code, record, text) = real_with(
