@@ -21,9 +21,10 @@
 //!   world changed under it (its attempt's provider switching models,
 //!   hanging or failing, or the actor's clock jumping); or the act's store
 //!   call held up with such a change inside the delay. Each parent's
-//!   (act, break) pairs are tried in a shuffled order, without repeats, so
-//!   a parent that has the preconditions of a check-then-act bug has its
-//!   gap tried within a few dozen children. Kinds and intensities are the
+//!   (act, break) pairs are tried without repeats, the kind of act and
+//!   break the campaign tried least first (ties in a shuffled order), so a
+//!   parent that has the preconditions of a check-then-act bug has its gap
+//!   tried within a few dozen children. Kinds and intensities are the
 //!   swarm's own ([`FAULT_KINDS`]); only the aim is new;
 //! - **retime**: one of the parent's timed faults moved to just before an
 //!   event that led to its rarest state;

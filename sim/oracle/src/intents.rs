@@ -14,8 +14,9 @@ use super::index::{JobCreation, RunIndex};
 use crate::trace::TraceBody;
 
 pub(super) fn check(run: &RunIndex<'_>, findings: &mut Findings) {
-    one_job_per_intent(run, findings);
-    billed_jobs_within_intents(run, findings);
+    let sightings = sightings_by_intent(run);
+    one_job_per_intent(&sightings, findings);
+    billed_jobs_within_intents(run, &sightings, findings);
     owner_isolation(run, findings);
     nothing_lost(run, findings);
 }
@@ -89,8 +90,8 @@ type IntentSightings<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<JobId, Sighting
 /// dump, a `job_created`, a 2xx create naming it) must be the same job, and
 /// the store must have created it once. Intents are what users sent: a row
 /// counts under the intent its creation is traced back to.
-fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
-    for ((owner, key), jobs) in &sightings_by_intent(run) {
+fn one_job_per_intent(sightings: &IntentSightings<'_>, findings: &mut Findings) {
+    for ((owner, key), jobs) in sightings {
         let created_total: usize = jobs.values().map(|s| s.created.len()).sum();
         if jobs.len() <= 1 && created_total <= 1 {
             continue;
@@ -124,7 +125,11 @@ fn one_job_per_intent(run: &RunIndex<'_>, findings: &mut Findings) {
 /// name only the jobs users were told about. Reported when a billed job is
 /// tied to no intent at all; an excess of jobs each tied to one is already
 /// [`one_job_per_intent`]'s finding.
-fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
+fn billed_jobs_within_intents(
+    run: &RunIndex<'_>,
+    sightings: &IntentSightings<'_>,
+    findings: &mut Findings,
+) {
     let intents: BTreeSet<(&str, &str)> = create_requests(run)
         .iter()
         .flat_map(|(owner, sent)| sent.iter().map(move |(_, key, _)| (*owner, *key)))
@@ -138,7 +143,7 @@ fn billed_jobs_within_intents(run: &RunIndex<'_>, findings: &mut Findings) {
     }
     // Jobs the run ties to an intent (a row, a creation, an answer): an
     // excess among them is already one intent with two jobs.
-    let sighted: BTreeSet<String> = sightings_by_intent(run)
+    let sighted: BTreeSet<String> = sightings
         .values()
         .flat_map(|jobs| jobs.keys().map(ToString::to_string))
         .collect();

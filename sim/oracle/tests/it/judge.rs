@@ -1504,10 +1504,8 @@ fn certified_failover_fires_when_a_defective_provider_passes_certification() {
     fires(&hedged.run, &[]);
 }
 
-#[test]
-fn owner_isolation_fires_when_a_client_sees_another_owners_job() {
-    let mut hedged = hedged_run();
-    let job = hedged.job;
+/// Bob's probe answered 200 with `job` (alice's, in the hedged run).
+fn answer_bobs_probe_with(hedged: &mut Hedged, job: JobId) {
     hedged.run.replace(
         hedged.probe_response,
         TraceBody::HttpResponse {
@@ -1522,6 +1520,13 @@ fn owner_isolation_fires_when_a_client_sees_another_owners_job() {
             result_sha256: None,
         },
     );
+}
+
+#[test]
+fn owner_isolation_fires_when_a_client_sees_another_owners_job() {
+    let mut hedged = hedged_run();
+    let job = hedged.job;
+    answer_bobs_probe_with(&mut hedged, job);
     fires(
         &hedged.run,
         &[(
@@ -1536,20 +1541,7 @@ fn owner_isolation_fires_from_the_answers_alone() {
     let mut hedged = hedged_run();
     let job = hedged.job;
     // Bob reads alice's job, and a replay answers bob with it as well.
-    hedged.run.replace(
-        hedged.probe_response,
-        TraceBody::HttpResponse {
-            client: BOB.into(),
-            request_id: 1,
-            status: 200,
-            job_id: Some(job),
-            attempt_id: None,
-            replayed: false,
-            problem: None,
-            blocking_attempt: None,
-            result_sha256: None,
-        },
-    );
+    answer_bobs_probe_with(&mut hedged, job);
     let (_, fp) = body("hello");
     let (click, request) = hedged.run.create(BOB, "order-1", &fp);
     let response = hedged.run.respond(BOB, click, 200, Some(job));
