@@ -14,6 +14,8 @@
 
 use idem_sim::scenario::TriggerKind;
 
+use super::barrier::Barrier;
+use super::force::Forcing;
 use super::gate::TriggerGate;
 use super::proxy::{Filtered, Tap, TapFactory};
 use super::recorder::RealRecorder;
@@ -24,15 +26,19 @@ const HEAD_BYTES_MAX: usize = 16 * 1024;
 /// The create endpoint.
 const CREATE_PATH: &str = "/v1/jobs";
 
-/// A tap factory for a user's link to a target's instance.
-pub fn tap(recorder: &RealRecorder, gate: &TriggerGate) -> TapFactory {
-    let (recorder, gate) = (recorder.clone(), gate.clone());
+/// A tap factory for a user's link to a target's instance; `forcing`:
+/// creates sent together by the scenario are held for their partners
+/// ([`super::force`]).
+pub fn tap(recorder: &RealRecorder, gate: &TriggerGate, forcing: Option<&Forcing>) -> TapFactory {
+    let (recorder, gate, forcing) = (recorder.clone(), gate.clone(), forcing.cloned());
     std::sync::Arc::new(move || {
         Box::new(CreateTap {
             recorder: recorder.clone(),
             gate: gate.clone(),
+            forcing: forcing.clone(),
             request: Vec::new(),
             create: None,
+            forced: false,
             head: Vec::new(),
             decided: false,
         })
@@ -43,10 +49,13 @@ pub fn tap(recorder: &RealRecorder, gate: &TriggerGate) -> TapFactory {
 struct CreateTap {
     recorder: RealRecorder,
     gate: TriggerGate,
-    /// The request's first bytes, until its request line is complete.
+    forcing: Option<Forcing>,
+    /// The request's first bytes, until its head is complete.
     request: Vec<u8>,
     /// Whether the request is a create, once its line is read.
     create: Option<bool>,
+    /// The create's head was read for forcing (or needs not be).
+    forced: bool,
     /// The answer's first bytes, until its head is complete.
     head: Vec<u8>,
     /// The answer was looked at (or is none of the tap's business).
@@ -55,15 +64,37 @@ struct CreateTap {
 
 impl Tap for CreateTap {
     fn client_sent(&mut self, bytes: &[u8]) -> Filtered {
+        let mut out = forward(bytes);
+        if self.create == Some(false) || self.forced {
+            return out;
+        }
+        take(&mut self.request, bytes);
         if self.create.is_none() {
-            take(&mut self.request, bytes);
             if let Some(line) = line_of(&self.request) {
                 self.create = Some(is_create(line));
             } else if self.request.len() >= HEAD_BYTES_MAX {
                 self.create = Some(false);
             }
         }
-        forward(bytes)
+        // The request line is not complete yet.
+        let Some(create) = self.create else {
+            return out;
+        };
+        let Some(forcing) = self.forcing.as_ref().filter(|_| create) else {
+            self.forced = true;
+            return out;
+        };
+        let Some(end) = find(&self.request, b"\r\n\r\n") else {
+            self.forced = self.request.len() >= HEAD_BYTES_MAX;
+            return out;
+        };
+        self.forced = true;
+        let head = String::from_utf8_lossy(&self.request[..end]);
+        let bearer = header(&head, "authorization").and_then(|v| v.strip_prefix("Bearer "));
+        if let (Some(token), Some(key)) = (bearer, header(&head, "idempotency-key")) {
+            out.barrier = forcing.create_sent(token.trim(), key).map(Barrier::Forced);
+        }
+        out
     }
 
     fn server_sent(&mut self, bytes: &[u8]) -> Filtered {
@@ -80,7 +111,7 @@ impl Tap for CreateTap {
         if new_job(&self.head[..end]) {
             self.recorder.saw_trigger(TriggerKind::JobCreated);
             if self.gate.pending() {
-                out.barrier = Some(self.gate.clone());
+                out.barrier = Some(Barrier::Trigger(self.gate.clone()));
             }
         }
         out
@@ -120,24 +151,28 @@ fn is_create(line: &str) -> bool {
     method.eq_ignore_ascii_case("POST") && path.trim_end_matches('/') == CREATE_PATH
 }
 
+/// The value of header `name` in a head (its first line skipped).
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (field, value) = line.split_once(':')?;
+        field
+            .trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| value.trim())
+    })
+}
+
 /// Whether an answer's head (status line and headers) says a new job: a
 /// `2xx` without `Idempotent-Replayed: true`.
 fn new_job(head: &[u8]) -> bool {
     let head = String::from_utf8_lossy(head);
-    let mut lines = head.split("\r\n");
-    let status = lines
+    let status = head
+        .split("\r\n")
         .next()
         .and_then(|line| line.split(' ').nth(1))
         .and_then(|code| code.parse::<u16>().ok());
-    if !status.is_some_and(|s| (200..300).contains(&s)) {
-        return false;
-    }
-    !lines.any(|line| {
-        line.split_once(':').is_some_and(|(name, value)| {
-            name.trim().eq_ignore_ascii_case("idempotent-replayed")
-                && value.trim().eq_ignore_ascii_case("true")
-        })
-    })
+    status.is_some_and(|s| (200..300).contains(&s))
+        && !header(&head, "idempotent-replayed").is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
 #[cfg(test)]
@@ -147,7 +182,7 @@ mod tests {
 
     fn exchange(request: &[&[u8]], answer: &[&[u8]], gate: &TriggerGate) -> (u32, bool) {
         let recorder = RealRecorder::default();
-        let mut tap = tap(&recorder, gate)();
+        let mut tap = tap(&recorder, gate, None)();
         for chunk in request {
             assert_eq!(tap.client_sent(chunk).forward, *chunk);
         }

@@ -46,9 +46,11 @@
 //! system under test other than idem's processes goes.
 
 pub mod answers;
+pub mod barrier;
 pub mod clock;
 pub mod compare;
 pub mod faults;
+pub mod force;
 pub mod gate;
 pub mod history;
 pub mod judge;
@@ -123,6 +125,10 @@ pub struct RealOptions {
     /// database as `database.sql`); without it they go to a temporary
     /// directory removed at the end.
     pub keep: Option<PathBuf>,
+    /// Force the scenario's create race on a black-box target
+    /// ([`force`]): clicks sent together reach it together, and their
+    /// store work meets.
+    pub force: bool,
 }
 
 /// Why a real run could not be made or finished.
@@ -163,6 +169,8 @@ pub struct RealOutcome {
     /// link, each provider's draws, when each fault took effect
     /// (`idem run --decisions` replays them).
     pub decisions: DecisionFile,
+    /// What was forced ([`force`]), a line each; empty when nothing was.
+    pub forced: Vec<String>,
 }
 
 /// Refuses `scenario` if a fault of it cannot be made real with `options`.

@@ -30,6 +30,8 @@ use idem_core::store::faults::{FaultPlan, Injected, StoreFault, StoreOp};
 use idem_sim::scenario::host;
 use idem_sim::trace::{Recorder, TraceBody};
 
+use super::barrier::Barrier;
+use super::force::{Forcing, StatementKind};
 use super::gate::TriggerGate;
 use super::proxy::{Filtered, Tap, TapFactory};
 use super::recorder::RealRecorder;
@@ -141,10 +143,8 @@ struct PgTap {
     plan: StorePlan,
     caller: String,
     recorder: RealRecorder,
-    client_buf: Vec<u8>,
+    client: ClientFrames,
     server_buf: Vec<u8>,
-    /// The client has not sent its startup packet yet.
-    starting: bool,
     /// One-byte answers (to an SSL or GSS request) the server owes.
     untyped_answers: usize,
     /// Prepared statements: name to text.
@@ -159,13 +159,78 @@ struct PgTap {
 }
 
 /// One message's type and its body.
-struct Message<'a> {
-    tag: u8,
-    body: &'a [u8],
+pub(crate) struct Message<'a> {
+    pub(crate) tag: u8,
+    pub(crate) body: &'a [u8],
+}
+
+/// What a client sends, cut into whole messages: its startup packets
+/// (untyped) until the startup itself, then typed messages.
+pub(crate) struct ClientFrames {
+    buf: Vec<u8>,
+    /// The client has not sent its startup packet yet.
+    starting: bool,
+}
+
+impl Default for ClientFrames {
+    fn default() -> Self {
+        Self {
+            buf: Vec::new(),
+            starting: true,
+        }
+    }
+}
+
+/// One whole message from a client.
+pub(crate) enum Frame {
+    /// A startup-phase packet; `one_byte_answer`: an SSL or GSS request,
+    /// which the server answers with one untyped byte.
+    Untyped {
+        one_byte_answer: bool,
+        message: Vec<u8>,
+    },
+    /// A typed message: its tag, length and body.
+    Typed(Vec<u8>),
+    /// A length no message may have: the connection must go.
+    Invalid,
+}
+
+impl ClientFrames {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole message, once it is complete.
+    pub(crate) fn next_frame(&mut self) -> Option<Frame> {
+        let len = if self.starting {
+            untyped_len(&self.buf)
+        } else {
+            typed_len(&self.buf)
+        }?;
+        if !(4..=MESSAGE_LEN_MAX_BYTES).contains(&len) {
+            return Some(Frame::Invalid);
+        }
+        let message: Vec<u8> = self.buf.drain(..len).collect();
+        if !self.starting {
+            return Some(Frame::Typed(message));
+        }
+        let code = message
+            .get(4..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_be_bytes);
+        let one_byte_answer = matches!(code, SSL_REQUEST | GSSENC_REQUEST);
+        if !one_byte_answer && code != CANCEL_REQUEST {
+            self.starting = false;
+        }
+        Some(Frame::Untyped {
+            one_byte_answer,
+            message,
+        })
+    }
 }
 
 /// The next NUL-terminated string of `body` from `at`, and where it ends.
-fn cstring(body: &[u8], at: usize) -> Option<(String, usize)> {
+pub(crate) fn cstring(body: &[u8], at: usize) -> Option<(String, usize)> {
     let rest = body.get(at..)?;
     let end = rest.iter().position(|b| *b == 0)?;
     Some((
@@ -192,9 +257,8 @@ impl PgTap {
             plan,
             caller,
             recorder,
-            client_buf: Vec::new(),
+            client: ClientFrames::default(),
             server_buf: Vec::new(),
-            starting: true,
             untyped_answers: 0,
             statements: BTreeMap::new(),
             in_transaction: false,
@@ -314,37 +378,33 @@ impl PgTap {
 
 impl Tap for PgTap {
     fn client_sent(&mut self, bytes: &[u8]) -> Filtered {
-        self.client_buf.extend_from_slice(bytes);
+        self.client.push(bytes);
         let mut out = Filtered::default();
-        loop {
-            let len = if self.starting {
-                untyped_len(&self.client_buf)
-            } else {
-                typed_len(&self.client_buf)
-            };
-            let Some(len) = len else { break };
-            if !(4..=MESSAGE_LEN_MAX_BYTES).contains(&len) {
-                out.close = true;
-                return out;
-            }
-            let message: Vec<u8> = self.client_buf.drain(..len).collect();
-            if self.starting {
-                let code = u32::from_be_bytes(message[4..8].try_into().unwrap_or_default());
-                match code {
-                    SSL_REQUEST | GSSENC_REQUEST => self.untyped_answers += 1,
-                    CANCEL_REQUEST => {}
-                    _ => self.starting = false,
-                }
-            } else {
-                let parsed = Message {
-                    tag: message[0],
-                    body: &message[5..],
-                };
-                if !self.client_message(&parsed, &mut out) {
+        while let Some(frame) = self.client.next_frame() {
+            let message = match frame {
+                Frame::Invalid => {
                     out.close = true;
                     return out;
                 }
-            }
+                Frame::Untyped {
+                    one_byte_answer,
+                    message,
+                } => {
+                    self.untyped_answers += usize::from(one_byte_answer);
+                    message
+                }
+                Frame::Typed(message) => {
+                    let parsed = Message {
+                        tag: message[0],
+                        body: &message[5..],
+                    };
+                    if !self.client_message(&parsed, &mut out) {
+                        out.close = true;
+                        return out;
+                    }
+                    message
+                }
+            };
             out.forward.extend_from_slice(&message);
         }
         out
@@ -364,7 +424,7 @@ impl Tap for PgTap {
                 self.wrote = false;
                 let gate = self.plan.gate();
                 if gate.pending() {
-                    out.barrier = Some(gate.clone());
+                    out.barrier = Some(Barrier::Trigger(gate.clone()));
                 }
             }
             if !self.swallowing {
@@ -376,6 +436,95 @@ impl Tap for PgTap {
             }
         }
         out
+    }
+}
+
+/// A tap factory for a black-box service's link to the store, to force a
+/// race ([`super::force`]): each connection's statements are told to
+/// `forcing`, and a write it holds waits.
+pub fn forcing_tap(forcing: &Forcing) -> TapFactory {
+    let forcing = forcing.clone();
+    Arc::new(move || {
+        Box::new(StatementTap {
+            forcing: forcing.clone(),
+            frames: ClientFrames::default(),
+            statements: BTreeMap::new(),
+            unread: false,
+        }) as Box<dyn Tap>
+    })
+}
+
+/// One store connection's statements.
+struct StatementTap {
+    forcing: Forcing,
+    frames: ClientFrames,
+    /// Prepared statements: name to kind.
+    statements: BTreeMap<String, StatementKind>,
+    /// The connection stopped making sense to the tap.
+    unread: bool,
+}
+
+impl StatementTap {
+    /// The kind of statement `message` runs, if it runs one.
+    fn runs(&mut self, message: &Message<'_>) -> Option<StatementKind> {
+        match message.tag {
+            b'Q' => cstring(message.body, 0).map(|(sql, _)| StatementKind::of(&sql)),
+            b'P' => {
+                let (name, at) = cstring(message.body, 0)?;
+                let (sql, _) = cstring(message.body, at)?;
+                self.statements.insert(name, StatementKind::of(&sql));
+                None
+            }
+            b'B' => {
+                let (_, at) = cstring(message.body, 0)?;
+                let (statement, _) = cstring(message.body, at)?;
+                self.statements.get(&statement).copied()
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Tap for StatementTap {
+    fn client_sent(&mut self, bytes: &[u8]) -> Filtered {
+        let mut out = Filtered {
+            forward: bytes.to_vec(),
+            ..Filtered::default()
+        };
+        if self.unread {
+            return out;
+        }
+        self.frames.push(bytes);
+        while let Some(frame) = self.frames.next_frame() {
+            let message = match frame {
+                Frame::Typed(message) => message,
+                Frame::Untyped { .. } => continue,
+                // Not PostgreSQL's protocol as the tap reads it: forward
+                // the rest untouched.
+                Frame::Invalid => {
+                    self.unread = true;
+                    break;
+                }
+            };
+            let parsed = Message {
+                tag: message[0],
+                body: &message[5..],
+            };
+            if let Some(kind) = self.runs(&parsed)
+                && let Some(wait) = self.forcing.statement(kind)
+                && out.barrier.is_none()
+            {
+                out.barrier = Some(Barrier::Forced(wait));
+            }
+        }
+        out
+    }
+
+    fn server_sent(&mut self, bytes: &[u8]) -> Filtered {
+        Filtered {
+            forward: bytes.to_vec(),
+            ..Filtered::default()
+        }
     }
 }
 

@@ -38,8 +38,8 @@ use tokio::task::JoinHandle;
 use idem_sim::decisions::{Decisions, Subject};
 use idem_sim::scheduler::links::{DATA_SEGMENT, LatencyRange, decide_latency, first_line};
 
+use super::barrier::Barrier;
 use super::clock::{RunClock, now_us};
-use super::gate::TriggerGate;
 
 /// The most bytes one direction of a connection holds waiting for
 /// delivery; past it the proxy stops reading until some are delivered.
@@ -84,16 +84,15 @@ impl Faults {
 }
 
 /// What a tap lets through of a chunk.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Filtered {
     pub forward: Vec<u8>,
     /// Extra delay before `forward` (a store latency fault).
     pub delay_ms: u64,
     /// Close the connection after `forward`, both ways.
     pub close: bool,
-    /// Deliver `forward` only once this gate lets it pass (an answer that
-    /// may trigger a fault: [`super::gate`]).
-    pub barrier: Option<TriggerGate>,
+    /// Deliver `forward` only once this barrier lets it pass.
+    pub barrier: Option<Barrier>,
 }
 
 /// Reads a link's protocol, one connection at a time.
@@ -330,7 +329,7 @@ struct Pending {
     due_us: i64,
     bytes: Vec<u8>,
     close_after: bool,
-    barrier: Option<TriggerGate>,
+    barrier: Option<Barrier>,
 }
 
 /// One direction's queue: chunks in order, each with its delivery time.
@@ -451,10 +450,10 @@ async fn past_barrier(
     conn: &Conn,
     queue: &mut Queue,
 ) -> Option<Pending> {
-    let Some(gate) = &pending.barrier else {
+    let Some(barrier) = &pending.barrier else {
         return Some(pending);
     };
-    gate.pass().await;
+    barrier.pass().await;
     let now = faults.borrow().clone();
     if now.cut(direction) {
         conn.lost.store(true, Ordering::SeqCst);

@@ -44,6 +44,10 @@ pub struct RealRecord {
     /// count in `windows` is no evidence either way.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows_unseen: Vec<String>,
+    /// With `--force`: what was forced, and what could not be, a line each
+    /// (`idem_real::force`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forced: Vec<String>,
     /// Wall-clock milliseconds of the whole command, setting up and
     /// tearing down included.
     pub wall_ms: u64,
@@ -115,6 +119,9 @@ pub fn reproduce(target: &str, options: &RealOptions) -> String {
         }
         System::Target { command: target } => {
             let _ = write!(command, " --target '{}'", target.replace('\'', r"'\''"));
+            if options.force {
+                command.push_str(" --force");
+            }
         }
     }
     command
@@ -167,6 +174,7 @@ pub fn record(
         invariants,
         faults,
         windows_unseen: unseen.iter().map(serde_name).collect(),
+        forced: outcome.iter().flat_map(|o| o.forced.clone()).collect(),
         wall_ms,
     }
 }
@@ -238,6 +246,9 @@ pub fn text(record: &RealRecord) -> String {
     verdicts(&mut out, record);
     if run.verdict != RunVerdict::Error {
         write_faults(&mut out, record);
+        for line in &record.forced {
+            let _ = writeln!(out, "forced: {line}");
+        }
         write_stop_and_windows(&mut out, record);
     }
     let _ = writeln!(out, "reproduce with: {}", run.reproduce);
@@ -480,6 +491,7 @@ mod tests {
                 .collect(),
             faults,
             windows_unseen: vec!["cas_loser".into()],
+            forced: Vec::new(),
             wall_ms: 0,
         }
     }

@@ -440,6 +440,11 @@ impl Judged {
             design: report.design.name().to_owned(),
             decisions: world.decisions.log(),
         };
+        let forced = world
+            .forcing
+            .as_ref()
+            .map(super::force::Forcing::forced)
+            .unwrap_or_default();
         let RealWorld {
             store,
             facts,
@@ -457,6 +462,7 @@ impl Judged {
             executions: self.executions,
             facts,
             hosts,
+            forced,
         })
     }
 }

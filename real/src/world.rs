@@ -27,6 +27,7 @@ use idem_sim::scenario::{ProviderProfile, Scenario, host};
 use idem_sim::world::{OPERATOR_TOKEN, client_token, contract_of, facts_of, lanes, primaries_of};
 
 use super::clock::{RunClock, now_us};
+use super::force::Forcing;
 use super::pgwire::StorePlan;
 use super::procs::{ProcessSpec, Processes, Readiness};
 use super::providers::Providers;
@@ -68,6 +69,8 @@ pub struct RealWorld {
     /// order: the jobs are read back there at the end, past the links'
     /// faults (that read is no user's).
     pub(super) instances: Vec<SocketAddr>,
+    /// The races forced on a black-box target ([`super::force`]).
+    pub(super) forcing: Option<Forcing>,
 }
 
 /// The engine's hosts of `scenario` and the role flags of each.
@@ -97,6 +100,13 @@ fn engine_hosts(scenario: &Scenario) -> Vec<(String, &'static [&'static str], &'
         ));
     }
     hosts
+}
+
+/// The races to force on a black-box target, when asked and the scenario
+/// has any ([`super::force`]).
+fn forcing_of(scenario: &Scenario, asked: bool, clock: &RunClock) -> Option<Forcing> {
+    let forcing = Forcing::new(scenario, clock.clone());
+    (asked && forcing.has_partners()).then_some(forcing)
 }
 
 /// A free loopback port for a process to listen on ([`super::ports`]).
@@ -145,6 +155,7 @@ impl RealWorld {
         let providers =
             Providers::start(scenario, options.seed, &recorder, &decisions, clock.clone())
                 .map_err(|e| RealError::Start(format!("cannot start the providers: {e}")))?;
+        let forcing = forcing_of(scenario, options.force && command.is_some(), &clock);
         let mut world = Self {
             clock,
             recorder,
@@ -160,10 +171,8 @@ impl RealWorld {
             replicas: BTreeMap::new(),
             target: command.is_some(),
             instances: Vec::new(),
+            forcing,
         };
-        if world.target {
-            world.store_plan.gate().history_unread();
-        }
         world
             .start(scenario, options, dir, command.as_deref())
             .await?;
@@ -180,6 +189,10 @@ impl RealWorld {
         dir: &Path,
         command: Option<&str>,
     ) -> Result<(), RealError> {
+        // A target's store history is its own: nobody reads it.
+        if self.target {
+            self.store_plan.gate().history_unread();
+        }
         let specs = match command {
             None => self.wire(scenario, options, dir).await?,
             Some(command) => self.wire_target(scenario, options, dir, command).await?,
@@ -202,10 +215,17 @@ impl RealWorld {
     ) -> Result<SocketAddr, RealError> {
         // A target's statements are its own: no store operation to name;
         // its creates' answers are its `job_created` (`super::answers`).
+        let forcing = self.forcing.as_ref();
         let tap = if server == host::STORE && !self.target {
             Some(self.store_plan.tap(client, &self.recorder))
+        } else if server == host::STORE {
+            forcing.map(super::pgwire::forcing_tap)
         } else if self.target && client.starts_with(&host::client("")) {
-            Some(super::answers::tap(&self.recorder, self.store_plan.gate()))
+            Some(super::answers::tap(
+                &self.recorder,
+                self.store_plan.gate(),
+                forcing,
+            ))
         } else {
             None
         };

@@ -71,6 +71,14 @@ pub struct RealArgs {
     /// database as database.sql (pg_dump; `psql -f` restores it).
     #[arg(long, value_name = "DIR")]
     pub keep: Option<PathBuf>,
+    /// With `--target`: force the scenario's create race instead of
+    /// waiting for luck. Clicks the scenario sends together (one owner's
+    /// key, send windows that overlap) reach the target together, and its
+    /// writes to the store wait (500 ms at most) until as many lookups as
+    /// clicks were sent, or as many writes wait. The record says what was
+    /// forced.
+    #[arg(long, requires = "target")]
+    pub force: bool,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -106,6 +114,7 @@ fn options(args: &RealArgs, seed: u64) -> Result<RealOptions, CliError> {
             .clone()
             .map_or(Database::Throwaway, Database::Url),
         keep: args.keep.clone(),
+        force: args.force,
     })
 }
 

@@ -352,6 +352,49 @@ fn a_naive_black_box_target_is_caught_for_real() {
     );
 }
 
+/// Forced (`--force`), the race a double click exists for is reached on
+/// the seed, not by luck: the two clicks reach the target together, the
+/// store work of both meets before either writes, and check-then-insert
+/// behind a black box makes two jobs on each seed tried; idem's engine
+/// behind the same contract, forced the same way, passes.
+#[test]
+fn a_forced_double_click_catches_check_then_insert_on_each_seed() {
+    let naive = naive_in("check-then-insert");
+    let forced = |seed: &'static str, target: &str| {
+        real_with(
+            "double-click",
+            &["--seed", seed, "--target", target, "--force"],
+        )
+    };
+    // Independent runs (each its own cluster, ports and processes), at once.
+    let (naive_runs, idem) = std::thread::scope(|scope| {
+        let idem = scope.spawn(|| forced("0", &idem_as_target()));
+        let seed_1 = scope.spawn(|| ("1", forced("1", &naive)));
+        let seed_0 = ("0", forced("0", &naive));
+        let seed_1 = seed_1.join().expect("seed 1's run");
+        ([seed_0, seed_1], idem.join().expect("idem's run"))
+    });
+    for (seed, (code, record, text)) in naive_runs {
+        assert_eq!(code, Some(1), "seed {seed}: {text}");
+        assert!(!violations_of(&record, 1).is_empty(), "seed {seed}: {text}");
+        let forced: Vec<&str> = record["forced"]
+            .as_array()
+            .expect("what was forced")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            forced.iter().any(|l| l.contains("sent together"))
+                && forced.iter().any(|l| l.contains("their store work met")),
+            "seed {seed}: {forced:?}"
+        );
+        assert!(text.contains("--force"), "the repro forces too: {text}");
+    }
+    let (code, record, text) = idem;
+    assert_eq!(code, Some(0), "idem's engine, forced: {text}");
+    assert!(record["forced"].as_array().is_some_and(|f| !f.is_empty()));
+}
+
 /// The naive target in `mode` (`bench/tests/targets/naive.rs`).
 fn naive_in(mode: &str) -> String {
     format!(
@@ -488,8 +531,14 @@ fn check_mistake(mistake: &Mistake) {
         }
     };
     let seed = mistake.seed.to_string();
-    let (code, record, text) =
-        real_with(&scenario, &["--seed", &seed, "--target", &naive_in(mode)]);
+    // The two runs share nothing (each its own cluster, ports and
+    // processes), so they run at once: CI's budget is wall time.
+    let ((code, record, text), idem) = std::thread::scope(|scope| {
+        let idem =
+            scope.spawn(|| real_with(&scenario, &["--seed", &seed, "--target", &idem_as_target()]));
+        let naive = real_with(&scenario, &["--seed", &seed, "--target", &naive_in(mode)]);
+        (naive, idem.join().expect("idem's run"))
+    });
     assert_eq!(code, Some(1), "{mode}: {text}");
     let violated: Vec<u64> = record["invariants"]
         .as_array()
@@ -504,7 +553,7 @@ fn check_mistake(mistake: &Mistake) {
             assert!(message.contains(mistake.says), "{mode}: {message}");
         }
     }
-    let (code, _, text) = real_with(&scenario, &["--seed", &seed, "--target", &idem_as_target()]);
+    let (code, _, text) = idem;
     assert_eq!(
         code,
         Some(0),
