@@ -1,7 +1,9 @@
 //! idem's own engine as a black-box target: reads the configuration
 //! `idem real --target` writes (docs/TARGET.md) and becomes `idem serve`
-//! with the matching flags, every role in one process. The bench's tests
-//! use it to hold the target contract to the engine that defined it.
+//! with the matching flags, every role in one process: the certified
+//! providers asserted (`--certified`), the attempt deadline, the attempts
+//! allowed and the policy as the scenario sets them. The bench's tests use
+//! it to hold the target contract to the engine that defined it.
 //!
 //! Run: `idem-target-adapter IDEM_BINARY --config FILE`.
 
@@ -18,6 +20,21 @@ struct Config {
     providers: BTreeMap<String, String>,
     #[serde(default)]
     models: BTreeMap<String, String>,
+    /// Each certified provider and its model: asserted to `idem serve`
+    /// (`--certified`), which then fails over and hedges to them only.
+    #[serde(default)]
+    certified: BTreeMap<String, String>,
+    attempt_deadline_ms: Option<u64>,
+    attempts_max: Option<u32>,
+    policy: Option<Policy>,
+}
+
+/// The config's `policy`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Policy {
+    Strict,
+    Hedged { hedge_after_ms: u64 },
 }
 
 /// `idem serve`'s flags for `config`.
@@ -43,6 +60,19 @@ fn serve_args(config: &Config) -> Vec<String> {
     }
     for (name, model) in &config.models {
         args.extend(["--model".to_owned(), format!("{name}={model}")]);
+    }
+    for name in config.certified.keys() {
+        args.extend(["--certified".to_owned(), name.clone()]);
+    }
+    if let Some(ms) = config.attempt_deadline_ms {
+        args.extend(["--attempt-deadline-ms".to_owned(), ms.to_string()]);
+    }
+    if let Some(max) = config.attempts_max {
+        args.extend(["--attempts-max".to_owned(), max.to_string()]);
+    }
+    if let Some(Policy::Hedged { hedge_after_ms }) = config.policy {
+        args.extend(["--policy".to_owned(), "hedged".to_owned()]);
+        args.extend(["--hedge-after-ms".to_owned(), hedge_after_ms.to_string()]);
     }
     args
 }
