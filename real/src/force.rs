@@ -301,9 +301,15 @@ impl Forcing {
         });
     }
 
-    /// What was forced, a line each.
+    /// What was forced, a line each; a meeting still waiting at the end
+    /// (no statement came after it began) did not meet.
     pub fn forced(&self) -> Vec<String> {
-        self.0.state.borrow().forced.clone()
+        let state = self.0.state.borrow();
+        let mut forced = state.forced.clone();
+        if let Some(meeting) = &state.meeting {
+            forced.push(not_met(meeting, self.now_ms()));
+        }
+        forced
     }
 }
 
@@ -475,6 +481,15 @@ mod tests {
         assert!(
             forcing.statement(StatementKind::Write).is_none(),
             "given up"
+        );
+
+        let silent = Forcing::new(&scenario(DOUBLE_CLICK), RunClock::start());
+        let _first = silent.create_sent(&token, "k");
+        silent.create_sent(&token, "k");
+        let forced = silent.forced();
+        assert!(
+            forced.last().is_some_and(|l| l.contains("did not meet")),
+            "a meeting no statement reached is said at the end: {forced:?}"
         );
     }
 }
