@@ -65,7 +65,7 @@ struct CreateTap {
 impl Tap for CreateTap {
     fn client_sent(&mut self, bytes: &[u8]) -> Filtered {
         let mut out = forward(bytes);
-        if self.create == Some(false) || self.forced {
+        if self.forced {
             return out;
         }
         take(&mut self.request, bytes);

@@ -105,8 +105,9 @@ fn engine_hosts(scenario: &Scenario) -> Vec<(String, &'static [&'static str], &'
 /// The races to force on a black-box target, when asked and the scenario
 /// has any ([`super::force`]).
 fn forcing_of(scenario: &Scenario, asked: bool, clock: &RunClock) -> Option<Forcing> {
-    let forcing = Forcing::new(scenario, clock.clone());
-    (asked && forcing.has_partners()).then_some(forcing)
+    asked
+        .then(|| Forcing::new(scenario, clock.clone()))
+        .filter(Forcing::has_partners)
 }
 
 /// A free loopback port for a process to listen on ([`super::ports`]).
