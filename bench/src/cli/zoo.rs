@@ -27,14 +27,10 @@ pub struct ZooArgs {
     /// `blind`, `guided` or both, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "blind,guided")]
     pub modes: Vec<String>,
-    /// The guided search's levers, comma-separated (default: break,
-    /// retime, tune, splice; `redraw` too when named).
+    /// The guided search's levers, comma-separated (default: all of break,
+    /// retime, tune, splice).
     #[arg(long, value_delimiter = ',')]
     pub levers: Vec<String>,
-    /// Trim each parent of the guided search to a smaller world that still
-    /// reaches its rarest point before its first child.
-    #[arg(long)]
-    pub trim: bool,
     /// Each campaign's cap in runs.
     #[arg(long, default_value_t = 20_000)]
     pub runs_max: u64,
@@ -69,7 +65,6 @@ pub fn zoo_command(args: ZooArgs) -> Result<Exit, CliError> {
             .map(|m| mode(m))
             .collect::<Result<_, _>>()?,
         levers: levers(&args.levers)?,
-        trim: args.trim,
         runs_max: args.runs_max,
         cpu_max: args.cpu_max.0,
         jobs: args.jobs,
@@ -125,7 +120,7 @@ fn levers(names: &[String]) -> Result<Levers, CliError> {
                 .find(|l| l.name() == name && *l != Lever::Fresh)
                 .ok_or_else(|| {
                     CliError::Usage(format!(
-                        "unknown lever {name:?}; known: break, retime, tune, splice, redraw"
+                        "unknown lever {name:?}; known: break, retime, tune, splice"
                     ))
                 })
         })

@@ -20,9 +20,7 @@ use idem_sim::scenario::Scenario;
 
 use super::guided::{Campaign, Candidate, Lever};
 use super::{Signature, prepare};
-use idem_sim::decisions::{Decision, Decisions};
-
-use crate::record::execute_deciding;
+use crate::record::execute;
 use crate::runner::Runner;
 
 /// Candidates per batch, whatever the threads: a campaign's choices
@@ -74,8 +72,6 @@ pub struct Outcome {
 struct Ran {
     outcome: Result<RunOutcome, String>,
     cpu: Duration,
-    /// The run's decisions, when the campaign records them.
-    log: Vec<Decision>,
 }
 
 impl Outcome {
@@ -119,21 +115,18 @@ pub fn run(
         let making = thread_cpu();
         let batch = campaign.batch(BATCH, &fresh_world);
         out.cpu += thread_cpu().saturating_sub(making);
-        out.runs += campaign.take_side_runs();
         if batch.is_empty() {
             break;
         }
         let mut results = Vec::with_capacity(batch.len());
-        let record = campaign.records();
         Runner::new(jobs).run(
             batch.len(),
-            |i| measured(&batch[i], design, record),
+            |i| measured(&batch[i], design),
             |_, ran, _| results.push(ran),
         );
-        for (candidate, mut ran) in batch.into_iter().zip(results) {
+        for (candidate, ran) in batch.into_iter().zip(results) {
             let absorbing = thread_cpu();
-            let log = std::mem::take(&mut ran.log);
-            campaign.absorb(&candidate, ran.outcome.as_ref().ok(), log);
+            campaign.absorb(&candidate, ran.outcome.as_ref().ok());
             out.cpu += thread_cpu().saturating_sub(absorbing);
             each(&candidate, &ran.outcome);
             out.count(candidate, ran);
@@ -154,29 +147,12 @@ fn over(out: &Outcome, stop: &Stop, wall: Duration) -> bool {
         || stop.at_first_failure && !out.detections.is_empty()
 }
 
-/// Runs one candidate and measures its thread's CPU time (recording its
-/// decisions, when asked, is part of what it costs).
-fn measured(candidate: &Candidate, design: Design, record: bool) -> Ran {
+/// Runs one candidate and measures its thread's CPU time.
+fn measured(candidate: &Candidate, design: Design) -> Ran {
     let before = thread_cpu();
-    let decisions = match &candidate.branch {
-        Some(branch) => branch.decisions(),
-        None if record => Decisions::recording(),
-        None => Decisions::default(),
-    };
-    let outcome = execute_deciding(&candidate.world, candidate.seed, design, decisions.clone());
-    let log = if record { decisions.log() } else { Vec::new() };
+    let outcome = execute(&candidate.world, candidate.seed, design);
     let cpu = thread_cpu().saturating_sub(before);
-    Ran { outcome, cpu, log }
-}
-
-/// Runs `candidate` again under `design`: its world and seed, and the
-/// decisions its branch keeps, if it has one.
-pub fn rerun(candidate: &Candidate, design: Design) -> Result<RunOutcome, String> {
-    let decisions = candidate
-        .branch
-        .as_ref()
-        .map_or_else(Decisions::default, |b| b.decisions());
-    execute_deciding(&candidate.world, candidate.seed, design, decisions)
+    Ran { outcome, cpu }
 }
 
 /// `invariant N: message` of a run's first violation, or its error.

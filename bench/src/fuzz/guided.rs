@@ -30,10 +30,7 @@
 //!   event that led to its rarest state;
 //! - **tune**: one part of the parent's configuration (the worker's, the
 //!   reconciler's, the policy) taken from another generated world;
-//! - **splice**: one fault of another corpus world added, at its own time;
-//! - **redraw**: nothing in the world changed; the parent's random
-//!   decisions kept up to the moment it reached a rare state and the rest
-//!   drawn afresh ([`super::redraw`]).
+//! - **splice**: one fault of another corpus world added, at its own time.
 //!
 //! The rest are fresh worlds, as the blind swarm makes them, so that the
 //! corpus keeps growing in new directions. Nothing here names a bug or an
@@ -52,17 +49,14 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+#[cfg(test)]
 use idem_core::design::Design;
 
 use idem_sim::net::child_seed;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::{Fault, FaultKind, FaultSpec, Scenario, When, host};
 
-use idem_sim::decisions::Decision;
-
 use super::coverage::{Point, Reached, reached};
-use super::redraw::{Branch, kept_log};
-use super::trim::trim;
 use super::world::{FAULT_KINDS, Shape};
 
 /// Worlds the corpus holds at most; past it the least promising leaves.
@@ -91,17 +85,15 @@ pub enum Lever {
     Retime,
     Tune,
     Splice,
-    Redraw,
 }
 
 impl Lever {
-    pub const ALL: [Lever; 6] = [
+    pub const ALL: [Lever; 5] = [
         Lever::Fresh,
         Lever::Break,
         Lever::Retime,
         Lever::Tune,
         Lever::Splice,
-        Lever::Redraw,
     ];
 
     pub fn name(self) -> &'static str {
@@ -111,7 +103,6 @@ impl Lever {
             Lever::Retime => "retime",
             Lever::Tune => "tune",
             Lever::Splice => "splice",
-            Lever::Redraw => "redraw",
         }
     }
 }
@@ -123,12 +114,7 @@ pub struct Levers(pub Vec<Lever>);
 
 impl Default for Levers {
     fn default() -> Self {
-        Self(vec![
-            Lever::Break,
-            Lever::Retime,
-            Lever::Tune,
-            Lever::Splice,
-        ])
+        Self(Lever::ALL[1..].to_vec())
     }
 }
 
@@ -138,10 +124,6 @@ pub struct Candidate {
     pub world: Scenario,
     pub seed: u64,
     pub lever: Lever,
-    /// The decisions kept from an ancestor's run, if it branched from one
-    /// (a redraw, or any child of a redrawn world): the run is then
-    /// reproduced by world, seed and branch.
-    pub branch: Option<Branch>,
 }
 
 /// A corpus world: what it reached, and how often it was a parent.
@@ -150,11 +132,6 @@ struct Entry {
     world: Scenario,
     seed: u64,
     reached: Vec<Reached>,
-    /// Its run's decisions (only when the campaign may redraw).
-    log: Vec<Decision>,
-    branch: Option<Branch>,
-    /// Whether it was trimmed (or tried to be) before its first child.
-    trimmed: bool,
     picks: u32,
     /// The (act, break) pairs not tried yet, as indexes into `reached`
     /// and [`Break::ALL`], shuffled when the entry is first a parent.
@@ -174,10 +151,6 @@ pub struct Campaign {
     tried: BTreeMap<(String, usize), u64>,
     corpus: Vec<Entry>,
     runs: u64,
-    /// The design parents are trimmed under, when they are ([`super::trim`]).
-    trim: Option<Design>,
-    /// Runs made outside the batches (trimming) not yet counted.
-    side_runs: u64,
 }
 
 impl Campaign {
@@ -191,22 +164,7 @@ impl Campaign {
             tried: BTreeMap::new(),
             corpus: Vec::new(),
             runs: 0,
-            trim: None,
-            side_runs: 0,
         }
-    }
-
-    /// This campaign, trimming each parent under `design` before its first
-    /// child.
-    pub fn trimming(mut self, design: Design) -> Self {
-        self.trim = Some(design);
-        self
-    }
-
-    /// Runs made outside the batches since the last call (their CPU time
-    /// is counted with the batch that made them).
-    pub fn take_side_runs(&mut self) -> u64 {
-        std::mem::take(&mut self.side_runs)
     }
 
     /// Points reached so far (for the summary).
@@ -241,7 +199,6 @@ impl Campaign {
                     world,
                     seed,
                     lever: Lever::Fresh,
-                    branch: None,
                 })
             };
             batch.extend(made);
@@ -249,21 +206,9 @@ impl Campaign {
         batch
     }
 
-    /// Whether runs must record their decisions: only a campaign that may
-    /// redraw reads them.
-    pub fn records(&self) -> bool {
-        self.levers.0.contains(&Lever::Redraw)
-    }
-
     /// Counts what a run reached, and keeps its world if it reached a
-    /// point no earlier run did. `log` is the run's decisions when the
-    /// campaign [`records`](Self::records) them.
-    pub fn absorb(
-        &mut self,
-        candidate: &Candidate,
-        outcome: Option<&RunOutcome>,
-        log: Vec<Decision>,
-    ) {
+    /// point no earlier run did.
+    pub fn absorb(&mut self, candidate: &Candidate, outcome: Option<&RunOutcome>) {
         self.runs += 1;
         let Some(outcome) = outcome else {
             return;
@@ -281,14 +226,10 @@ impl Campaign {
             new |= *count == 1;
         }
         if new && !reached.is_empty() {
-            let last_ms = reached.iter().map(|r| r.t_ms).max().unwrap_or(0);
             self.keep(Entry {
                 world: candidate.world.clone(),
                 seed: candidate.seed,
                 reached,
-                log: kept_log(log, last_ms),
-                branch: candidate.branch.clone(),
-                trimmed: false,
                 picks: 0,
                 untried: None,
             });
@@ -322,11 +263,6 @@ impl Campaign {
     fn child(&mut self, fresh: &dyn Fn(u64) -> Option<Scenario>) -> Option<Candidate> {
         let parent = self.pick_parent()?;
         self.corpus[parent].picks += 1;
-        if let Some(design) = self.trim
-            && !self.corpus[parent].trimmed
-        {
-            self.trim_parent(parent, design);
-        }
         let lever = self.pick_lever();
         let entry = &self.corpus[parent];
         let mut world = entry.world.clone();
@@ -334,15 +270,8 @@ impl Campaign {
             return None;
         }
         let seed = entry.seed;
-        let mut branch = entry.branch.clone();
         let made = match lever {
             Lever::Fresh => return None,
-            Lever::Redraw => {
-                let rare = self.pick_rare(parent)?;
-                let log = &self.corpus[parent].log;
-                branch = Some(Branch::at(log, rare.t_ms, self.rng.random()));
-                !log.is_empty()
-            }
             Lever::Break => self.break_next(parent, &mut world),
             Lever::Retime => {
                 let rare = self.pick_rare(parent)?;
@@ -355,36 +284,7 @@ impl Campaign {
             return None;
         }
         let world = super::as_file(&world)?;
-        Some(Candidate {
-            world,
-            seed,
-            lever,
-            branch,
-        })
-    }
-
-    /// Cuts a parent to a smaller world that still reaches its rarest
-    /// point (a branched parent is left as it is: its branch is its
-    /// decisions' and would not hold in another world).
-    fn trim_parent(&mut self, parent: usize, design: Design) {
-        self.corpus[parent].trimmed = true;
-        let entry = &self.corpus[parent];
-        if entry.branch.is_some() {
-            return;
-        }
-        let count = |p: &Point| self.counts.get(p).copied().unwrap_or(0);
-        let Some(rarest) = entry.reached.iter().map(|r| r.point).min_by_key(count) else {
-            return;
-        };
-        let done = trim(&entry.world, entry.seed, design, rarest);
-        self.side_runs += u64::from(done.runs);
-        if let Some((world, reached)) = done.world {
-            let entry = &mut self.corpus[parent];
-            entry.world = world;
-            entry.reached = reached;
-            entry.untried = None;
-            entry.log.clear();
-        }
+        Some(Candidate { world, seed, lever })
     }
 
     /// The break when the campaign may pull it ([`BREAK_SHARE_PERCENT`]),
@@ -800,4 +700,97 @@ fn fits(fault: &Fault, shape: &Shape) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::record::execute;
+
+    /// A campaign that has seen one run of `name` (a catalogue world) under
+    /// seed `seed`, its only corpus world.
+    fn seen(name: &str, seed: u64, levers: Vec<Lever>) -> (Campaign, Scenario, RunOutcome) {
+        let world = idem_scenarios::load::load(name)
+            .expect("in the catalogue")
+            .scenario;
+        let outcome = execute(&world, seed, Design::Correct).expect("runs");
+        let mut campaign = Campaign::new(seed, Levers(levers));
+        campaign.runs = WARMUP_RUNS;
+        let candidate = Candidate {
+            world: world.clone(),
+            seed,
+            lever: Lever::Fresh,
+        };
+        campaign.absorb(&candidate, Some(&outcome));
+        (campaign, world, outcome)
+    }
+
+    /// A child runs under its parent's seed and is its parent up to its
+    /// new faults: the same events at the same times, so it branches from
+    /// the parent's state at that moment. Then it differs.
+    #[test]
+    fn a_child_is_its_parent_until_its_fault() {
+        let (mut campaign, parent, outcome) = seen("backup-button", 3, vec![Lever::Break]);
+        let no_fresh = |_: u64| None;
+        let children = campaign.batch(16, &no_fresh);
+        let mut branched = 0;
+        for child in children.iter().filter(|c| c.lever == Lever::Break) {
+            assert_eq!(child.seed, 3);
+            let added = &child.world.faults[parent.faults.len()..];
+            assert!(!added.is_empty());
+            let at_ms = added
+                .iter()
+                .filter_map(|f| match f.when {
+                    When::At { at_ms } => Some(at_ms),
+                    When::After { .. } => None,
+                })
+                .min()
+                .expect("a break is timed");
+            let ran = execute(&child.world, child.seed, Design::Correct).expect("runs");
+            let before = |o: &RunOutcome| {
+                o.trace
+                    .events
+                    .iter()
+                    .filter(|e| {
+                        e.t_ms < at_ms
+                            && !matches!(e.body, idem_sim::trace::TraceBody::Fault { .. })
+                    })
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(before(&ran), before(&outcome), "up to {at_ms} ms");
+            branched += usize::from(ran.trace.hash() != outcome.trace.hash());
+        }
+        assert!(branched > 0, "some child went another way");
+    }
+
+    /// Every break lands on what its act involved: the acting host, its
+    /// attempt's provider, or the very store call behind it; and a
+    /// parent's (act, break) pairs are tried once each.
+    #[test]
+    fn a_break_is_pinned_on_its_act() {
+        let (mut campaign, parent, _) = seen("backup-button", 5, vec![Lever::Break]);
+        let reached = campaign.corpus[0].reached.clone();
+        let mut tried = 0;
+        for act in &reached {
+            for kind in Break::ALL.into_iter().filter(|k| k.applies(act)) {
+                let mut world = parent.clone();
+                assert!(campaign.apply(kind, &mut world, act), "{kind:?} at {act:?}");
+                let text = format!("{:?}", &world.faults[parent.faults.len()..]);
+                let on_act = text.contains(&act.actor)
+                    || act.provider.as_deref().is_some_and(|p| text.contains(p))
+                    || act.call.is_some_and(|(op, nth)| {
+                        text.contains(&format!("{op:?}")) && text.contains(&format!("nth: {nth}"))
+                            || text.contains(&format!("nth: {}", nth + 1))
+                    });
+                assert!(on_act, "{kind:?}: {text} for {act:?}");
+                tried += 1;
+            }
+        }
+        assert!(tried > 10, "{tried} pairs");
+        let mut world = parent.clone();
+        let mut made = 0;
+        while campaign.break_next(0, &mut world) {
+            made += 1;
+            assert!(made <= tried, "each pair once");
+        }
+        assert_eq!(made, tried);
+    }
+}

@@ -14,10 +14,8 @@ pub mod campaign;
 pub mod corpus;
 pub mod coverage;
 pub mod guided;
-pub mod redraw;
 pub mod search;
 pub mod shrink;
-pub mod trim;
 pub mod world;
 pub mod zoo;
 

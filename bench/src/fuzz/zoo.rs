@@ -21,6 +21,7 @@ use idem_core::design::Design;
 
 use super::campaign::{self, Stop};
 use super::guided::{Campaign, Lever, Levers};
+use crate::record::execute;
 
 /// Where the default ranges start, and how far apart they are: far from
 /// every range the guided search was developed on (0 to a few thousand).
@@ -52,8 +53,6 @@ pub struct ZooPlan {
     pub starts: Vec<u64>,
     pub modes: Vec<Mode>,
     pub levers: Levers,
-    /// Whether the guided search trims each parent before its first child.
-    pub trim: bool,
     /// Each campaign's cap.
     pub runs_max: u64,
     pub cpu_max: Duration,
@@ -103,7 +102,6 @@ pub struct ZooReport {
     pub runs_max: u64,
     pub cpu_max_s: f64,
     pub levers: Vec<String>,
-    pub trim: bool,
 }
 
 /// Runs the plan, calling `progress` after each campaign.
@@ -138,7 +136,6 @@ pub fn measure(plan: &ZooPlan, progress: &mut dyn FnMut(&Cell)) -> ZooReport {
         runs_max: plan.runs_max,
         cpu_max_s: plan.cpu_max.as_secs_f64(),
         levers: plan.levers.0.iter().map(|l| l.name().to_owned()).collect(),
-        trim: plan.trim,
     }
 }
 
@@ -150,9 +147,6 @@ fn campaign_cell(plan: &ZooPlan, design: Design, mode: Mode, start: u64) -> Cell
         Mode::Guided => plan.levers.clone(),
     };
     let mut campaign = Campaign::new(start, levers);
-    if plan.trim && mode == Mode::Guided {
-        campaign = campaign.trimming(design);
-    }
     let mut spent = (0u64, Duration::ZERO);
     let mut unplanted = Vec::new();
     // Bounded: each round spends at least one run of the cap, and ends the
@@ -172,7 +166,7 @@ fn campaign_cell(plan: &ZooPlan, design: Design, mode: Mode, start: u64) -> Cell
             return cell(design, mode, start, spent, None, unplanted);
         };
         let world = &found.candidate;
-        let correct_fails = campaign::rerun(world, Design::Correct)
+        let correct_fails = execute(&world.world, world.seed, Design::Correct)
             .map_or(true, |o| !o.report.violations.is_empty());
         if !correct_fails {
             let detail = (found.candidate.lever, found.signature.to_string());
