@@ -37,7 +37,7 @@ use idem_sim::world::client_token;
 const SLACK_MS: u64 = 10_000;
 
 /// One request as the trace records it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Sent {
     replica: String,
     method: String,
