@@ -20,7 +20,7 @@ use serde::Serialize;
 use idem_core::design::Design;
 
 use super::campaign::{self, Stop};
-use super::guided::{Campaign, Lever, Levers};
+use super::guided::{Campaign, Lever, Levers, WARMUP_RUNS};
 use crate::record::execute;
 
 /// Where the default ranges start, and how far apart they are: far from
@@ -102,6 +102,45 @@ pub struct ZooReport {
     pub runs_max: u64,
     pub cpu_max_s: f64,
     pub levers: Vec<String>,
+    /// Per design, from the blind campaigns: the most any guided search
+    /// could be sooner ([`ceiling`]); and their median over the zoo.
+    pub ceilings: Vec<Ceiling>,
+    pub ceiling_median: Option<f64>,
+}
+
+/// The most any guided search could be sooner than the blind swarm on one
+/// design, in runs to first detection.
+///
+/// A guided campaign's first [`WARMUP_RUNS`] runs are fresh worlds from
+/// the range's first seed on: the blind campaign's first runs, the same
+/// worlds under the same seeds. Where the blind swarm found the bug at run
+/// `k`, a guided search finds it at `k` too if `k` is in the warm-up, and
+/// at run `WARMUP_RUNS + 1` at the soonest otherwise (its first child
+/// detecting). So no lever can push the ratio of medians past
+/// `median(k) / median(min(k, WARMUP_RUNS + 1))`: a target above it asks
+/// for a shorter warm-up, not a better lever.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ceiling {
+    pub design: String,
+    pub ratio: f64,
+    /// Some blind campaign hit its cap: its `k` is more than it ran, so the
+    /// true ceiling is at least `ratio`.
+    pub at_least: bool,
+}
+
+/// The ceiling of one design from its blind cells (none without any).
+pub fn ceiling(design: &str, blind: &[&Cell]) -> Option<Ceiling> {
+    let runs: Vec<f64> = blind.iter().map(|c| c.runs as f64).collect();
+    let soonest: Vec<f64> = runs
+        .iter()
+        .map(|k| k.min((WARMUP_RUNS + 1) as f64))
+        .collect();
+    let ratio = median(&runs)? / median(&soonest)?;
+    Some(Ceiling {
+        design: design.to_owned(),
+        ratio,
+        at_least: blind.iter().any(|c| !c.found),
+    })
 }
 
 /// Runs the plan, calling `progress` after each campaign.
@@ -129,9 +168,23 @@ pub fn measure(plan: &ZooPlan, progress: &mut dyn FnMut(&Cell)) -> ZooReport {
             (mode, median(&per_design).unwrap_or(0.0))
         })
         .collect();
+    let ceilings: Vec<Ceiling> = plan
+        .designs
+        .iter()
+        .filter_map(|d| {
+            let blind: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.design == d.name() && c.mode == Mode::Blind)
+                .collect();
+            ceiling(d.name(), &blind)
+        })
+        .collect();
+    let ceiling_median = median(&ceilings.iter().map(|c| c.ratio).collect::<Vec<_>>());
     ZooReport {
         cells,
         rows,
+        ceilings,
+        ceiling_median,
         zoo_cpu_s_median,
         runs_max: plan.runs_max,
         cpu_max_s: plan.cpu_max.as_secs_f64(),
@@ -288,6 +341,21 @@ impl ZooReport {
         {
             out.push_str(&format!("- blind over guided: {:.1}x\n", blind / guided));
         }
+        if let Some(median) = self.ceiling_median {
+            let each: Vec<String> = self
+                .ceilings
+                .iter()
+                .map(|c| {
+                    let at_least = if c.at_least { "≥ " } else { "" };
+                    format!("{} {at_least}{:.1}x", c.design, c.ratio)
+                })
+                .collect();
+            out.push_str(&format!(
+                "- the most any guided search with a warm-up of {WARMUP_RUNS} fresh worlds could be sooner, \
+                 in runs (its first child detecting on every range): {}; median over the zoo {median:.1}x\n",
+                each.join(", ")
+            ));
+        }
         out
     }
 }
@@ -303,5 +371,37 @@ mod tests {
         assert_eq!(median(&[]), None);
         let censored = [1.0, f64::INFINITY, f64::INFINITY];
         assert_eq!(median(&censored), Some(f64::INFINITY));
+    }
+
+    fn blind(runs: u64, found: bool) -> Cell {
+        Cell {
+            design: "zoo-x".to_owned(),
+            mode: Mode::Blind,
+            range_start: 0,
+            found,
+            runs,
+            cpu_s: runs as f64 / 10.0,
+            lever: None,
+            signature: None,
+            unplanted: Vec::new(),
+        }
+    }
+
+    /// A bug the swarm finds inside the warm-up leaves a guided search no
+    /// room; one it finds late leaves the room down to the first child.
+    #[test]
+    fn the_ceiling_is_what_a_first_child_detection_would_give() {
+        let first_child = (WARMUP_RUNS + 1) as f64;
+        let early = [blind(5, true), blind(9, true), blind(20, true)];
+        let early: Vec<&Cell> = early.iter().collect();
+        let c = ceiling("zoo-x", &early).expect("cells");
+        assert!((c.ratio - 1.0).abs() < 1e-9 && !c.at_least);
+
+        let late = [blind(5, true), blind(330, true), blind(1500, false)];
+        let late: Vec<&Cell> = late.iter().collect();
+        let c = ceiling("zoo-x", &late).expect("cells");
+        assert!((c.ratio - 330.0 / first_child).abs() < 1e-9, "{c:?}");
+        assert!(c.at_least);
+        assert!(ceiling("zoo-x", &[]).is_none());
     }
 }
