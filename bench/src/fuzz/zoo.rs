@@ -341,22 +341,28 @@ impl ZooReport {
         {
             out.push_str(&format!("- blind over guided: {:.1}x\n", blind / guided));
         }
-        if let Some(median) = self.ceiling_median {
-            let each: Vec<String> = self
-                .ceilings
-                .iter()
-                .map(|c| {
-                    let at_least = if c.at_least { "≥ " } else { "" };
-                    format!("{} {at_least}{:.1}x", c.design, c.ratio)
-                })
-                .collect();
-            out.push_str(&format!(
-                "- the most any guided search with a warm-up of {WARMUP_RUNS} fresh worlds could be sooner, \
-                 in runs (its first child detecting on every range): {}; median over the zoo {median:.1}x\n",
-                each.join(", ")
-            ));
-        }
+        out.push_str(&self.ceiling_line());
         out
+    }
+
+    /// The ceilings' line, or nothing without blind campaigns.
+    fn ceiling_line(&self) -> String {
+        let Some(median) = self.ceiling_median else {
+            return String::new();
+        };
+        let each: Vec<String> = self
+            .ceilings
+            .iter()
+            .map(|c| {
+                let at_least = if c.at_least { "≥ " } else { "" };
+                format!("{} {at_least}{:.1}x", c.design, c.ratio)
+            })
+            .collect();
+        format!(
+            "- the most any guided search with a warm-up of {WARMUP_RUNS} fresh worlds could be sooner, \
+             in runs (its first child detecting on every range): {}; median over the zoo {median:.1}x\n",
+            each.join(", ")
+        )
     }
 }
 
