@@ -2,8 +2,13 @@
 //! by side (`idem real --compare`). For each world: the verdict of every
 //! invariant, the race windows reached, and the outcome mix (HTTP
 //! statuses, attempts and executions per job, unknown attempts, failovers
-//! refused). Where the correct design passes in one world and fails in
-//! the other, the simulator and the deployment disagree: a finding.
+//! refused), and the faults: each fault step the driver took (fired,
+//! healed, a host restarted) and each store fault that met its call.
+//! Where the correct design passes in one world and fails in the other,
+//! the simulator and the deployment disagree: a finding. Where the faults
+//! differ, the two worlds did not run the same scenario (a trigger that
+//! never came, a store call that never reached its occurrence), and their
+//! verdicts say less about each other.
 //!
 //! Both worlds are reduced by the same functions from what both have: a
 //! trace of the simulator's vocabulary, the provider ledgers and the
@@ -34,6 +39,11 @@ pub struct WorldSummary {
     /// Every window reached, with how often.
     pub windows: BTreeMap<String, u32>,
     pub mix: Mix,
+    /// What the fault plan came to: each step the driver took, by name
+    /// (`crash`, `heal_partition`, `restart`), and each store fault that
+    /// met its call (`store_latency on transition_attempt`), with how often.
+    #[serde(default)]
+    pub faults: BTreeMap<String, u32>,
 }
 
 /// The outcome mix of a run.
@@ -75,6 +85,10 @@ pub struct Comparison {
     pub windows_agree: bool,
     /// Both worlds came to the same outcome mix ([`Mix::agrees`]).
     pub mix_agrees: bool,
+    /// Both worlds took the same fault steps and met the same store
+    /// faults, as often.
+    #[serde(default)]
+    pub faults_agree: bool,
     /// The correct design passed in one world and failed in the other.
     pub finding: bool,
 }
@@ -251,7 +265,25 @@ pub fn simulate(scenario: &Scenario, seed: u64, design: Design) -> Result<WorldS
         invariants: all_judged(&judgement.violations),
         windows: window_names(&judgement.windows),
         mix: mix(&simulated.trace, &simulated.executions),
+        faults: faults(&simulated.trace),
     })
+}
+
+/// The fault steps a trace shows, and the store faults that met their
+/// call, by name, with how often.
+pub fn faults(trace: &Trace) -> BTreeMap<String, u32> {
+    let mut out: BTreeMap<String, u32> = BTreeMap::new();
+    for event in &trace.events {
+        let name = match &event.body {
+            TraceBody::Fault { name, .. } => name.clone(),
+            TraceBody::StoreFaultInjected { op, fault, .. } => {
+                format!("{} on {}", fault.name(), op.name())
+            }
+            _ => continue,
+        };
+        *out.entry(name).or_default() += 1;
+    }
+    out
 }
 
 /// A real run, summed up.
@@ -261,6 +293,7 @@ pub fn summarize(outcome: &RealOutcome) -> WorldSummary {
         invariants: outcome.invariants.clone(),
         windows: window_names(&outcome.report.windows),
         mix: mix(&outcome.trace, &outcome.executions),
+        faults: faults(&outcome.trace),
     }
 }
 
@@ -293,6 +326,7 @@ pub fn compare(
         finding: design == Design::Correct && sim.passed != real.passed,
         windows_agree: sim.windows.keys().eq(real.windows.keys()),
         mix_agrees: sim.mix.agrees(&real.mix),
+        faults_agree: sim.faults == real.faults,
         sim,
         real,
         differing_invariants,
@@ -352,7 +386,20 @@ pub fn text(c: &Comparison) -> String {
         "  windows, real:      {}",
         windows_reached(&c.real.windows)
     );
+    let _ = writeln!(out, "  faults, simulator:  {}", fault_list(&c.sim.faults));
+    let _ = writeln!(out, "  faults, real:       {}", fault_list(&c.real.faults));
     out
+}
+
+fn fault_list(faults: &BTreeMap<String, u32>) -> String {
+    if faults.is_empty() {
+        return "none".to_owned();
+    }
+    faults
+        .iter()
+        .map(|(name, n)| format!("{name} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The first lines: whether the worlds agree, the column heads and each
@@ -364,6 +411,8 @@ fn write_heading(out: &mut String, c: &Comparison) {
         "the worlds agree on the verdict, not on every invariant"
     } else if !c.windows_agree {
         "the worlds agree on every invariant, not on the windows reached"
+    } else if !c.faults_agree {
+        "the worlds agree on every invariant and window, not on the faults that took effect"
     } else if !c.mix_agrees {
         "the worlds agree on every invariant and window, not on the outcome mix"
     } else {
@@ -459,6 +508,9 @@ pub struct ScenarioTally {
     pub windows_agree: u32,
     /// Seeds where both worlds came to the same outcome mix.
     pub mixes_agree: u32,
+    /// Seeds where both worlds took the same fault steps.
+    #[serde(default)]
+    pub faults_agree: u32,
     pub findings: u32,
 }
 
@@ -477,6 +529,7 @@ impl Summary {
             tally.invariants_differ += u32::from(!c.differing_invariants.is_empty());
             tally.windows_agree += u32::from(c.windows_agree);
             tally.mixes_agree += u32::from(c.mix_agrees);
+            tally.faults_agree += u32::from(c.faults_agree);
             tally.findings += u32::from(c.finding);
             summary.findings += u32::from(c.finding);
         }
@@ -487,7 +540,7 @@ impl Summary {
         let mut out = String::from("\nfidelity: seeds passed in each world\n");
         let _ = writeln!(
             out,
-            "  {:<28} {:>5} {:>9} {:>6} {:>15} {:>13} {:>11} {:>8}",
+            "  {:<28} {:>5} {:>9} {:>6} {:>15} {:>13} {:>11} {:>12} {:>8}",
             "scenario",
             "seeds",
             "simulator",
@@ -495,18 +548,20 @@ impl Summary {
             "invariants agree",
             "windows agree",
             "mixes agree",
+            "faults agree",
             "findings"
         );
         for (name, t) in &self.scenarios {
             let _ = writeln!(
                 out,
-                "  {name:<28} {:>5} {:>9} {:>6} {:>16} {:>13} {:>11} {:>8}",
+                "  {name:<28} {:>5} {:>9} {:>6} {:>16} {:>13} {:>11} {:>12} {:>8}",
                 t.seeds,
                 t.sim_passed,
                 t.real_passed,
                 t.seeds - t.invariants_differ,
                 t.windows_agree,
                 t.mixes_agree,
+                t.faults_agree,
                 t.findings
             );
         }
@@ -541,6 +596,7 @@ mod tests {
             invariants,
             windows: BTreeMap::new(),
             mix: Mix::default(),
+            faults: BTreeMap::new(),
         }
     }
 
@@ -579,6 +635,41 @@ mod tests {
             c.differing_invariants.is_empty(),
             "not judged is no verdict"
         );
+    }
+
+    /// The faults of a world are the steps its driver took and the store
+    /// faults that met their call; a world that missed one does not agree.
+    #[test]
+    fn faults_are_what_the_plan_came_to_and_a_missed_one_disagrees() {
+        let scenario = idem_scenarios::load("lost-ack-on-commit")
+            .expect("catalogue")
+            .scenario;
+        let sim = simulate(&scenario, 1, Design::Correct).expect("simulates");
+        assert_eq!(
+            sim.faults,
+            BTreeMap::from([
+                ("store_lose_ack".to_owned(), 2),
+                ("store_lose_ack on complete".to_owned(), 1),
+                ("store_lose_ack on create_job".to_owned(), 1),
+            ])
+        );
+        let same = compare(&scenario, 1, Design::Correct, sim.clone(), sim.clone());
+        assert!(same.faults_agree);
+        let mut missed = sim.clone();
+        missed.faults.remove("store_lose_ack on complete");
+        let c = compare(&scenario, 1, Design::Correct, sim, missed);
+        assert!(!c.faults_agree);
+        let text = text(&c);
+        assert!(
+            text.contains("not on the faults that took effect"),
+            "{text}"
+        );
+        assert!(
+            text.contains("faults, real:       store_lose_ack x2, store_lose_ack on create_job x1"),
+            "{text}"
+        );
+        let summary = Summary::of(&[c], Vec::new(), Vec::new());
+        assert_eq!(summary.scenarios["lost-ack-on-commit"].faults_agree, 0);
     }
 
     #[test]

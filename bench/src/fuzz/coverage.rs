@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use idem_core::store::faults::{StoreFault, StoreOp};
+use idem_core::store::faults::StoreOp;
 use idem_model::model::AttemptId;
 use idem_sim::trace::{Trace, TraceBody};
 
@@ -79,7 +79,7 @@ pub fn reached(trace: &Trace) -> Vec<Reached> {
             continue;
         }
         if let TraceBody::StoreFaultInjected { fault, .. } = &event.body {
-            effects.instant(store_fault_name(fault), event.t_ms);
+            effects.instant(fault.name(), event.t_ms);
         }
         let Some(class) = class(&event.body) else {
             continue;
@@ -134,14 +134,6 @@ fn point(class: &str, context: &str) -> Point {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(bytes)
-}
-
-fn store_fault_name(fault: &StoreFault) -> &'static str {
-    match fault {
-        StoreFault::LoseAck => "store_lose_ack",
-        StoreFault::FailBeforeApply => "store_fail_before_apply",
-        StoreFault::Latency { .. } => "store_latency",
-    }
 }
 
 /// The fault kinds in effect, by name: those with a heal until it comes,
@@ -290,7 +282,7 @@ fn other_class(body: &TraceBody) -> Option<String> {
             format!("note {event:?} {}", keys.join(","))
         }
         TraceBody::StoreFaultInjected { op, fault, .. } => {
-            format!("store {op:?} {}", store_fault_name(fault))
+            format!("store {op:?} {}", fault.name())
         }
         TraceBody::ProviderExecution {
             outcome,

@@ -24,7 +24,6 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use idem_core::store::faults::StoreFault;
 use idem_sim::run::RunOutcome;
 use idem_sim::scenario::Scenario;
 use idem_sim::trace::{Trace, TraceBody};
@@ -164,14 +163,7 @@ pub fn exercised(trace: &Trace) -> BTreeSet<String> {
                 kinds.insert(name.clone());
             }
             TraceBody::StoreFaultInjected { fault, .. } => {
-                kinds.insert(
-                    match fault {
-                        StoreFault::LoseAck => "store_lose_ack",
-                        StoreFault::FailBeforeApply => "store_fail_before_apply",
-                        StoreFault::Latency { .. } => "store_latency",
-                    }
-                    .to_owned(),
-                );
+                kinds.insert(fault.name().to_owned());
             }
             _ => {}
         }

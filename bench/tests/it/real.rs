@@ -224,6 +224,27 @@ fn compare_puts_the_simulator_and_the_real_run_of_a_seed_side_by_side() {
     assert!(text.contains("executions per job"), "{text}");
 }
 
+/// A fault taken by the driver in both worlds is listed for each, the
+/// same: a crash on a trigger and the host's restart.
+#[test]
+fn compare_lists_the_faults_each_world_took() {
+    let (code, json, text) = real_with(
+        "worker-crash-mid-attempt",
+        &["--seeds", "1..2", "--compare"],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let comparison = &json["comparisons"][0];
+    for world in ["sim", "real"] {
+        assert_eq!(comparison[world]["faults"]["crash"], 1, "{world}: {json}");
+        assert_eq!(comparison[world]["faults"]["restart"], 1, "{world}: {json}");
+    }
+    assert_eq!(comparison["faults_agree"], true, "{json}");
+    assert!(
+        text.contains("faults, real:       crash x1, restart x1"),
+        "{text}"
+    );
+}
+
 /// The command that runs idem's own engine as a black-box target.
 fn idem_as_target() -> String {
     format!(

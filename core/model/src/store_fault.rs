@@ -31,3 +31,54 @@ pub enum StoreFault {
     /// Apply it after a delay.
     Latency { latency_ms: u64 },
 }
+
+impl StoreOp {
+    /// Its name, as scenario files and traces spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreOp::CreateJob => "create_job",
+            StoreOp::StartAttempt => "start_attempt",
+            StoreOp::TransitionAttempt => "transition_attempt",
+            StoreOp::Complete => "complete",
+            StoreOp::FailJob => "fail_job",
+            StoreOp::RecordEvent => "record_event",
+            StoreOp::PutCertificate => "put_certificate",
+            StoreOp::PruneJobs => "prune_jobs",
+            StoreOp::Read => "read",
+        }
+    }
+}
+
+impl StoreFault {
+    /// The fault kind's name, as scenario files spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreFault::LoseAck => "store_lose_ack",
+            StoreFault::FailBeforeApply => "store_fail_before_apply",
+            StoreFault::Latency { .. } => "store_latency",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are the serialized forms, so a trace and a report agree.
+    #[test]
+    fn names_are_the_serialized_names() {
+        for op in [
+            StoreOp::CreateJob,
+            StoreOp::StartAttempt,
+            StoreOp::TransitionAttempt,
+            StoreOp::Complete,
+            StoreOp::FailJob,
+            StoreOp::RecordEvent,
+            StoreOp::PutCertificate,
+            StoreOp::PruneJobs,
+            StoreOp::Read,
+        ] {
+            assert_eq!(serde_json::to_value(op).expect("serializes"), op.name());
+        }
+    }
+}
