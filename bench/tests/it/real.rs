@@ -879,17 +879,7 @@ async fn store_links_name_each_operation_and_lose_real_acknowledgements() {
     let plan = StorePlan::default();
     // Every occurrence of every operation is "injected" a zero latency, so
     // that the plan lists what the link recognised, in order.
-    for op in [
-        StoreOp::CreateJob,
-        StoreOp::StartAttempt,
-        StoreOp::TransitionAttempt,
-        StoreOp::Complete,
-        StoreOp::FailJob,
-        StoreOp::RecordEvent,
-        StoreOp::PutCertificate,
-        StoreOp::PruneJobs,
-        StoreOp::Read,
-    ] {
+    for op in StoreOp::ALL {
         plan.plan().add(FaultRule {
             op,
             fault: StoreFault::Latency { latency_ms: 0 },

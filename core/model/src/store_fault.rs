@@ -33,6 +33,18 @@ pub enum StoreFault {
 }
 
 impl StoreOp {
+    pub const ALL: [StoreOp; 9] = [
+        StoreOp::CreateJob,
+        StoreOp::StartAttempt,
+        StoreOp::TransitionAttempt,
+        StoreOp::Complete,
+        StoreOp::FailJob,
+        StoreOp::RecordEvent,
+        StoreOp::PutCertificate,
+        StoreOp::PruneJobs,
+        StoreOp::Read,
+    ];
+
     /// Its name, as scenario files and traces spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -67,17 +79,7 @@ mod tests {
     /// The names are the serialized forms, so a trace and a report agree.
     #[test]
     fn names_are_the_serialized_names() {
-        for op in [
-            StoreOp::CreateJob,
-            StoreOp::StartAttempt,
-            StoreOp::TransitionAttempt,
-            StoreOp::Complete,
-            StoreOp::FailJob,
-            StoreOp::RecordEvent,
-            StoreOp::PutCertificate,
-            StoreOp::PruneJobs,
-            StoreOp::Read,
-        ] {
+        for op in StoreOp::ALL {
             assert_eq!(serde_json::to_value(op).expect("serializes"), op.name());
         }
     }
