@@ -10,7 +10,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 
 use idem_core::design::Design;
-use idem_reports::run::windows_reached;
+use idem_reports::run::counted;
 use idem_reports::{RunRecord, RunVerdict};
 use idem_sim::decisions::Decisions;
 use idem_sim::run::RunOutcome;
@@ -129,7 +129,7 @@ fn details(out: &mut String, record: &RunRecord, trace_path: Option<&Path>) {
         "stop: {} at {} simulated ms, {} steps, {} trace events",
         record.stop, record.sim_ms, record.steps, record.trace_events
     );
-    let _ = writeln!(out, "windows reached: {}", windows_reached(&record.windows));
+    let _ = writeln!(out, "windows reached: {}", counted(&record.windows));
     if !record.expect_windows.is_empty() {
         let expected: Vec<String> = record
             .expect_windows

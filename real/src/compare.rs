@@ -24,7 +24,7 @@ use idem_core::design::Design;
 use idem_core::provider::server::Execution;
 use idem_model::model::{AttemptId, AttemptState, EventKind};
 use idem_oracle::{Invariant, OracleInput, Violation, judge as oracle};
-use idem_reports::run::windows_reached;
+use idem_reports::run::counted;
 use idem_sim::scenario::{Scenario, Window};
 use idem_sim::trace::{Trace, TraceBody};
 
@@ -376,30 +376,11 @@ pub fn text(c: &Comparison) -> String {
     for (label, sim, real) in mix_rows(&c.sim.mix, &c.real.mix) {
         let _ = writeln!(out, "  {label:<28} {sim:<16} {real}");
     }
-    let _ = writeln!(
-        out,
-        "  windows, simulator: {}",
-        windows_reached(&c.sim.windows)
-    );
-    let _ = writeln!(
-        out,
-        "  windows, real:      {}",
-        windows_reached(&c.real.windows)
-    );
-    let _ = writeln!(out, "  faults, simulator:  {}", fault_list(&c.sim.faults));
-    let _ = writeln!(out, "  faults, real:       {}", fault_list(&c.real.faults));
+    let _ = writeln!(out, "  windows, simulator: {}", counted(&c.sim.windows));
+    let _ = writeln!(out, "  windows, real:      {}", counted(&c.real.windows));
+    let _ = writeln!(out, "  faults, simulator:  {}", counted(&c.sim.faults));
+    let _ = writeln!(out, "  faults, real:       {}", counted(&c.real.faults));
     out
-}
-
-fn fault_list(faults: &BTreeMap<String, u32>) -> String {
-    if faults.is_empty() {
-        return "none".to_owned();
-    }
-    faults
-        .iter()
-        .map(|(name, n)| format!("{name} x{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The first lines: whether the worlds agree, the column heads and each

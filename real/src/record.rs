@@ -330,7 +330,7 @@ fn write_stop_and_windows(out: &mut String, record: &RealRecord) {
         "stop: {} at {} ms of the run ({} ms in all), {} trace events",
         run.stop, run.sim_ms, record.wall_ms, run.trace_events
     );
-    let reached = idem_reports::run::windows_reached(&run.windows);
+    let reached = idem_reports::run::counted(&run.windows);
     if record.windows_unseen.is_empty() {
         let _ = writeln!(out, "windows reached: {reached}");
     } else {

@@ -150,8 +150,9 @@ pub fn shell_word(word: &str) -> String {
     }
 }
 
-/// The race windows a run reached, with how often: `a x2, b x1`, or `none`.
-pub fn windows_reached<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> String {
+/// Names with how often each came, those that came at all (the race
+/// windows a run reached, the faults it took): `a x2, b x1`, or `none`.
+pub fn counted<W: std::fmt::Display>(windows: &BTreeMap<W, u32>) -> String {
     let reached: Vec<String> = windows
         .iter()
         .filter(|(_, n)| **n > 0)
